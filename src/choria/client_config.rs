@@ -1,0 +1,1 @@
+//! Choria client configuration.

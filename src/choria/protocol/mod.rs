@@ -1,0 +1,1 @@
+//! Choria protocol v1 and v2 envelopes.

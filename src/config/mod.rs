@@ -1,0 +1,1 @@
+//! Provisioner YAML configuration.

@@ -1,0 +1,5 @@
+//! Everything that happens to one server: the provisioning sequence and its crypto.
+
+pub mod crypto;
+pub mod tokens;
+pub mod version;

@@ -1,0 +1,15 @@
+//! Choria Server Provisioner.
+//!
+//! Layers, each importing only those below it (see `ARCHITECTURE.md`):
+//! `cli` → `hosts` → `host` → `choria` → `config`, `metrics`.
+
+pub mod choria;
+pub mod cli;
+pub mod config;
+pub mod host;
+pub mod logging;
+pub mod metrics;
+
+/// The version printed by `--version` and sent in the startup event; it comes from
+/// `Cargo.toml` only, and the RPM spec reads the same value.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

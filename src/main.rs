@@ -1,0 +1,5 @@
+//! The `choria-provisioner` daemon binary: everything lives in the library.
+
+fn main() {
+    std::process::exit(choria_provisioner::cli::main());
+}

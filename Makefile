@@ -1,9 +1,18 @@
-# choria-provisioner build and test entry points.
+# choria-provisioner build and test entry points. `make help` lists them.
 CARGO ?= cargo
 
-.PHONY: all build release test lint unit clean nats-server
+.PHONY: all help build release test lint unit nats-server clean
 
 all: build
+
+help:
+	@echo "make build     debug build"
+	@echo "make release   optimised, stripped binary in target/release/"
+	@echo "make test      lint + every test (installs a nats-server if none is found)"
+	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
+	@echo "make dist      source tarball with vendored crates (air-gapped builds)"
+	@echo "make rpm       RPM from that tarball into target/rpm/"
+	@echo "make clean     remove build output"
 
 build:
 	$(CARGO) build
@@ -15,8 +24,13 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
+nats-server:
+	@scripts/ensure-nats-server.sh
+
+# Tests start their own nats-server on a free 127.0.0.1 port; this finds or installs
+# the binary first so a fresh machine needs nothing by hand.
 test: lint
-	$(CARGO) test
+	NATS_SERVER="$$(scripts/ensure-nats-server.sh)" $(CARGO) test
 
 clean:
 	$(CARGO) clean

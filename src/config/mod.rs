@@ -1,1 +1,258 @@
-//! Provisioner YAML configuration.
+//! The provisioner YAML: every key of the Go provisioner, its defaults, and the
+//! validation Go never did.
+//!
+//! Keys are matched case-insensitively as Go's `encoding/json` does. A value of the
+//! wrong type, a broken rule or an unreadable file is a [`Problem`]; all problems of a
+//! file are reported together in one [`ConfigError`]. Unknown keys are warnings that
+//! name the closest known key. This module imports nothing else of the crate: it is
+//! the bottom layer that everything else reads.
+
+mod duration;
+mod keys;
+mod pause;
+mod problem;
+mod secret;
+pub mod shell_words;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use duration::{format_duration, parse_duration, DurationError};
+pub use pause::Pause;
+pub use problem::{closest, ConfigError, Problem};
+pub use secret::Secret;
+
+/// The `cert_deny_list` used when the key is absent or empty: client and privileged
+/// certificate names that must never be signed for a server.
+pub const DEFAULT_CERT_DENY_LIST: [&str; 4] = [
+    r"\.privileged.mcollective$",
+    r"\.privileged.choria$",
+    r"\.mcollective$",
+    r"\.choria$",
+];
+
+/// The lifecycle component provisioning-mode servers announce themselves with.
+pub const DEFAULT_LIFECYCLE_COMPONENT: &str = "provision_mode_server";
+
+/// Optional provisioning features (the `features` map).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features {
+    /// Fetch and validate a CSR from the node and hand it to the helper.
+    pub pki: bool,
+    /// Fetch and verify the node's provisioning JWT (forced on by `ed25519`).
+    pub jwt: bool,
+    /// Fetch an ed25519 key from the node and issue it a signed server JWT.
+    pub ed25519: bool,
+    /// Honour the helper's `upgrade` field.
+    pub upgrades: bool,
+}
+
+/// Log verbosity, from `loglevel` (absent means `info`) or `--debug`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Everything, including every RPC try.
+    Debug,
+    /// Progress per node (the default).
+    Info,
+    /// Only what an operator should look at.
+    Warn,
+    /// Only failures.
+    Error,
+    /// Only failures that stop the daemon.
+    Fatal,
+}
+
+impl LogLevel {
+    /// Parses `debug`, `info`, `warn` (or `warning`), `error` or `fatal`.
+    pub fn parse(text: &str) -> Option<LogLevel> {
+        match text.to_ascii_lowercase().as_str() {
+            "debug" => Some(LogLevel::Debug),
+            "info" => Some(LogLevel::Info),
+            "warn" | "warning" => Some(LogLevel::Warn),
+            "error" => Some(LogLevel::Error),
+            "fatal" => Some(LogLevel::Fatal),
+            _ => None,
+        }
+    }
+
+    /// The name used in config files and JSON log lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+            LogLevel::Fatal => "fatal",
+        }
+    }
+}
+
+/// Where log lines go, from `logfile`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    /// Text lines on standard error (the default when `logfile` is absent).
+    Stderr,
+    /// Text lines on standard output.
+    Stdout,
+    /// Nothing is logged.
+    Discard,
+    /// One JSON object per line, appended to this file.
+    File(PathBuf),
+}
+
+/// The provisioner configuration, fully defaulted and validated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this was read from.
+    pub file: PathBuf,
+    /// Number of worker threads (absent or 0: the number of CPUs).
+    pub workers: usize,
+    /// Broadcast discovery period; also half the stale-entry limit.
+    pub interval: Duration,
+    /// Where logs go.
+    pub logfile: LogTarget,
+    /// Log verbosity.
+    pub loglevel: LogLevel,
+    /// The helper command line, split shell-style when run.
+    pub helper: String,
+    /// How long one helper run may take before it is killed (new key).
+    pub helper_timeout: Duration,
+    /// Token sent with every `choria_provision` action.
+    pub token: Secret,
+    /// Component of the startup events listened to.
+    pub lifecycle_component: String,
+    /// No TLS to the broker, no request signing.
+    pub choria_insecure: bool,
+    /// Value of the `site` label on every metric.
+    pub site: String,
+    /// Port of `/metrics` and `/healthz`; 0 disables the listener.
+    pub monitor_port: u16,
+    /// Address `/metrics` binds to (new key; absent: all interfaces as Go).
+    pub monitor_host: Option<String>,
+    /// NATS password of the `provisioner` user, when set.
+    pub broker_provisioning_password: Secret,
+    /// Name patterns never signed for a server (`/re/` slashes already stripped).
+    pub cert_deny_list: Vec<String>,
+    /// How to verify provisioning JWTs: a file, or a hex ed25519 public key.
+    pub jwt_verify_cert: String,
+    /// File with the key that signs server JWTs (ed25519 feature).
+    pub jwt_signing_key: String,
+    /// File with the chain-issuer token (ed25519 feature).
+    pub jwt_signing_token: String,
+    /// Default lifetime of signed server JWTs.
+    pub server_jwt_validity: Duration,
+    /// Run active/standby through Choria Streams leader election.
+    pub leader_election: bool,
+    /// go-updater repository for `release_update`.
+    pub upgrades_repository: String,
+    /// Upgrade failures are logged and provisioning continues.
+    pub upgrades_optional: bool,
+    /// How long a stopping daemon waits for in-flight nodes (new key).
+    pub shutdown_timeout: Duration,
+    /// Optional features.
+    pub features: Features,
+}
+
+/// A configuration that loaded, with the warnings found on the way.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The usable configuration.
+    pub config: Config,
+    /// Unknown keys, ignored keys and other things worth a look.
+    pub warnings: Vec<Problem>,
+}
+
+impl Config {
+    /// The configuration an empty file produces, before validation.
+    pub fn defaults(file: &Path) -> Config {
+        Config {
+            file: file.to_path_buf(),
+            workers: default_workers(),
+            interval: Duration::from_secs(60),
+            logfile: LogTarget::Stderr,
+            loglevel: LogLevel::Info,
+            helper: String::new(),
+            helper_timeout: Duration::from_secs(10),
+            token: Secret::default(),
+            lifecycle_component: DEFAULT_LIFECYCLE_COMPONENT.into(),
+            choria_insecure: false,
+            site: String::new(),
+            monitor_port: 0,
+            monitor_host: None,
+            broker_provisioning_password: Secret::default(),
+            cert_deny_list: DEFAULT_CERT_DENY_LIST
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            jwt_verify_cert: String::new(),
+            jwt_signing_key: String::new(),
+            jwt_signing_token: String::new(),
+            server_jwt_validity: Duration::from_secs(365 * 24 * 3600),
+            leader_election: false,
+            upgrades_repository: String::new(),
+            upgrades_optional: false,
+            shutdown_timeout: Duration::from_secs(10),
+            features: Features::default(),
+        }
+    }
+
+    /// Reads, defaults and validates the provisioner YAML at `path`.
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ConfigError::single(
+                    path,
+                    Problem::new("(file)", "not found"),
+                ))
+            }
+            Err(e) => {
+                return Err(ConfigError::single(
+                    path,
+                    Problem::new("(file)", format!("cannot be read: {e}")),
+                ))
+            }
+        };
+        Config::from_yaml(path, &bytes)
+    }
+
+    /// Defaults and validates YAML text as if it had been read from `path`.
+    pub fn from_yaml(path: &Path, bytes: &[u8]) -> Result<Loaded, ConfigError> {
+        let mut config = Config::defaults(path);
+        let mut problems = Vec::new();
+        let mut warnings = Vec::new();
+        keys::apply_yaml(&mut config, bytes, &mut problems, &mut warnings);
+        if problems.iter().all(|p| p.key != "(file)") {
+            validate::validate(&config, &mut problems, &mut warnings);
+        }
+        if problems.is_empty() {
+            Ok(Loaded { config, warnings })
+        } else {
+            Err(ConfigError {
+                file: path.to_path_buf(),
+                problems,
+            })
+        }
+    }
+
+    /// The effective configuration as YAML, secrets shown as `***`, for `check`.
+    pub fn effective_yaml(&self) -> String {
+        keys::effective_yaml(self)
+    }
+
+    /// The discovery stale limit: entries waiting longer than this are given up.
+    pub fn stale_after(&self) -> Duration {
+        self.interval * 2
+    }
+}
+
+/// Number of CPUs, the default for `workers`.
+fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests;

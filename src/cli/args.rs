@@ -1,0 +1,210 @@
+//! The command line, exactly the Go provisioner's (`choria-provisioner [--debug]
+//! [--version] [run] --config FILE [--choria-config FILE] [--pid FILE]`) plus `check`.
+//!
+//! argh has neither a default subcommand nor global flags, so the flags are declared
+//! on the top level and on each subcommand and merged: `prog --config x`,
+//! `prog run --config x` and `prog --config x run` all mean `run`. argh also does not
+//! take `--flag=value` (the Go unit file uses `--config=...`), so that form is split
+//! before parsing.
+
+use argh::FromArgs;
+
+/// The Choria Provisioning Framework.
+#[derive(FromArgs, Debug, Default)]
+pub struct TopLevel {
+    /// enable debug logging regardless of the configured loglevel
+    #[argh(switch)]
+    pub debug: bool,
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+    /// the provisioner configuration file (required)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// the Choria client configuration file
+    #[argh(option)]
+    pub choria_config: Option<String>,
+    /// write the process id to this file
+    #[argh(option)]
+    pub pid: Option<String>,
+    /// the command (default: run)
+    #[argh(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum Command {
+    /// run the provisioner
+    Run(RunArgs),
+    /// validate the configuration and print it
+    Check(CheckArgs),
+}
+
+/// Runs the provisioner (the default command).
+#[derive(FromArgs, Debug, Default)]
+#[argh(subcommand, name = "run")]
+pub struct RunArgs {
+    /// enable debug logging regardless of the configured loglevel
+    #[argh(switch)]
+    pub debug: bool,
+    /// the provisioner configuration file (required)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// the Choria client configuration file
+    #[argh(option)]
+    pub choria_config: Option<String>,
+    /// write the process id to this file
+    #[argh(option)]
+    pub pid: Option<String>,
+}
+
+/// Loads and validates everything `run` would, prints the effective configuration
+/// with secrets as `***`, and exits 0 when it is sound, 1 otherwise.
+#[derive(FromArgs, Debug, Default)]
+#[argh(subcommand, name = "check")]
+pub struct CheckArgs {
+    /// enable debug logging regardless of the configured loglevel
+    #[argh(switch)]
+    pub debug: bool,
+    /// the provisioner configuration file (required)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// the Choria client configuration file
+    #[argh(option)]
+    pub choria_config: Option<String>,
+}
+
+/// What to do, with the top-level and subcommand flags merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// Which command.
+    pub action: Action,
+    /// `--debug`.
+    pub debug: bool,
+    /// `--config`, still to be checked for existence.
+    pub config: Option<String>,
+    /// `--choria-config`.
+    pub choria_config: Option<String>,
+    /// `--pid` (run only).
+    pub pid: Option<String>,
+}
+
+/// The command chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Print the version.
+    Version,
+    /// Run the daemon.
+    Run,
+    /// Validate and print the configuration.
+    Check,
+}
+
+const VALUE_FLAGS: [&str; 3] = ["--config", "--choria-config", "--pid"];
+
+/// Splits `--config=x` into `--config x` for the flags that take a value.
+pub fn split_equals(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    for arg in args {
+        match arg.split_once('=') {
+            Some((flag, value)) if VALUE_FLAGS.contains(&flag) => {
+                out.push(flag.to_string());
+                out.push(value.to_string());
+            }
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::EarlyExit> {
+    let args = split_equals(args);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let top = TopLevel::from_args(&[program], &refs)?;
+    let mut inv = Invocation {
+        action: Action::Run,
+        debug: top.debug,
+        config: top.config,
+        choria_config: top.choria_config,
+        pid: top.pid,
+    };
+    match top.command {
+        None | Some(Command::Run(_)) if top.version => inv.action = Action::Version,
+        None => {}
+        Some(Command::Run(run)) => {
+            inv.debug |= run.debug;
+            inv.config = run.config.or(inv.config);
+            inv.choria_config = run.choria_config.or(inv.choria_config);
+            inv.pid = run.pid.or(inv.pid);
+        }
+        Some(Command::Check(check)) => {
+            inv.action = Action::Check;
+            inv.debug |= check.debug;
+            inv.config = check.config.or(inv.config);
+            inv.choria_config = check.choria_config.or(inv.choria_config);
+        }
+    }
+    if top.version {
+        inv.action = Action::Version;
+    }
+    Ok(inv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Invocation {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        parse("choria-provisioner", &args).unwrap()
+    }
+
+    #[test]
+    fn run_is_the_default_in_every_position() {
+        for args in [
+            &["--config", "x"][..],
+            &["run", "--config", "x"],
+            &["--config", "x", "run"],
+            &["--config=x"],
+            &["run", "--config=x"],
+        ] {
+            let inv = p(args);
+            assert_eq!(inv.action, Action::Run, "{args:?}");
+            assert_eq!(inv.config.as_deref(), Some("x"), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn flags_merge_from_both_levels() {
+        let inv = p(&[
+            "--debug",
+            "run",
+            "--choria-config=c",
+            "--pid",
+            "p",
+            "--config",
+            "y",
+        ]);
+        assert!(inv.debug);
+        assert_eq!(inv.choria_config.as_deref(), Some("c"));
+        assert_eq!(inv.pid.as_deref(), Some("p"));
+        assert_eq!(inv.config.as_deref(), Some("y"));
+    }
+
+    #[test]
+    fn version_and_check() {
+        assert_eq!(p(&["--version"]).action, Action::Version);
+        assert_eq!(p(&["check", "--config", "x"]).action, Action::Check);
+    }
+
+    #[test]
+    fn unknown_flags_are_errors() {
+        let args = vec!["--bogus".to_string()];
+        let err = parse("choria-provisioner", &args).unwrap_err();
+        assert!(err.status.is_err());
+        assert!(err.output.contains("--bogus"), "{}", err.output);
+    }
+}

@@ -1,0 +1,66 @@
+//! Process start-up: the command line, loading and checking configuration, the pid
+//! file and signals. Everything here runs before (or around) the daemon proper.
+
+pub mod args;
+mod check;
+mod pidfile;
+mod prepare;
+mod run;
+mod signals;
+
+pub use pidfile::PidFile;
+pub use prepare::{prepare, Prepared};
+
+use args::Action;
+
+/// The program name used in error lines.
+pub const PROGRAM: &str = "choria-provisioner";
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let inv = match args::parse(PROGRAM, &args) {
+        Ok(inv) => inv,
+        Err(early) => {
+            return match early.status {
+                Ok(()) => {
+                    println!("{}", early.output);
+                    0
+                }
+                Err(()) => {
+                    eprintln!("{PROGRAM}: error: {}", early.output.trim_end());
+                    eprintln!("{}", usage());
+                    1
+                }
+            };
+        }
+    };
+    match inv.action {
+        Action::Version => {
+            println!("{}", crate::VERSION);
+            0
+        }
+        Action::Check => check::check(&inv),
+        Action::Run => run::run(&inv),
+    }
+}
+
+/// The usage text argh prints for `--help`.
+pub fn usage() -> String {
+    args::TopLevel::from_args_help().unwrap_or_default()
+}
+
+impl args::TopLevel {
+    fn from_args_help() -> Option<String> {
+        use argh::FromArgs;
+        args::TopLevel::from_args(&[PROGRAM], &["--help"])
+            .err()
+            .map(|e| e.output)
+    }
+}
+
+/// Prints `choria-provisioner: error: <message>` to standard error and returns 1.
+pub fn fail(message: impl std::fmt::Display) -> i32 {
+    eprintln!("{PROGRAM}: error: {message}");
+    1
+}

@@ -1,0 +1,129 @@
+//! Loading everything `run` needs and reporting every problem at once; shared by
+//! `run` and `check` so that `check` passing means `run` will start.
+
+use std::path::{Path, PathBuf};
+
+use crate::choria::client_config::{self, ClientConfig};
+use crate::config::{Config, Problem};
+
+use super::args::Invocation;
+
+/// Configuration that passed every check.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The provisioner YAML.
+    pub config: Config,
+    /// The Choria client configuration, with the provisioner's overrides applied.
+    pub client: ClientConfig,
+    /// Things worth a look that do not stop the daemon.
+    pub warnings: Vec<String>,
+}
+
+/// Why preparation failed: the error lines to print, Go-style.
+#[derive(Debug)]
+pub struct PrepareError {
+    /// Each a complete message after `choria-provisioner: error: `.
+    pub lines: Vec<String>,
+    /// The problem was with the command line itself: print the usage too.
+    pub usage: bool,
+}
+
+fn usage_error(message: String) -> PrepareError {
+    PrepareError {
+        lines: vec![message],
+        usage: true,
+    }
+}
+
+fn existing_file(flag: &str, value: Option<&str>) -> Result<PathBuf, PrepareError> {
+    let value = value.ok_or_else(|| usage_error(format!("required flag --{flag} not provided")))?;
+    let path = Path::new(value);
+    if !path.exists() {
+        return Err(usage_error(format!("path '{value}' does not exist")));
+    }
+    Ok(path.to_path_buf())
+}
+
+fn render(problems: &[Problem], file: &Path) -> String {
+    match problems {
+        [one] => format!("{}: {one}", file.display()),
+        many => {
+            let mut out = format!("{} problems in {}:", many.len(), file.display());
+            for p in many {
+                out.push_str(&format!("\n  - {p}"));
+            }
+            out
+        }
+    }
+}
+
+/// Loads and checks the provisioner YAML and the Choria client configuration.
+pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
+    let config_path = existing_file("config", inv.config.as_deref())?;
+    let choria_path = match inv.choria_config.as_deref() {
+        Some(p) => existing_file("choria-config", Some(p))?,
+        None => {
+            let p = client_config::default_path();
+            if !p.exists() {
+                return Err(usage_error(format!(
+                    "path '{}' does not exist (no --choria-config given and none of the default locations exist)",
+                    p.display()
+                )));
+            }
+            p
+        }
+    };
+    let mut lines = Vec::new();
+    let mut warnings = Vec::new();
+    let config = match Config::load(&config_path) {
+        Ok(loaded) => {
+            warnings.extend(
+                loaded
+                    .warnings
+                    .iter()
+                    .map(|w| format!("{}: {w}", config_path.display())),
+            );
+            Some(loaded.config)
+        }
+        Err(e) => {
+            lines.push(format!("Provisioning could not be configured: {e}"));
+            None
+        }
+    };
+    let client = match ClientConfig::load(&choria_path) {
+        Ok(mut client) => {
+            warnings.extend(
+                client
+                    .warnings
+                    .iter()
+                    .map(|w| format!("{}: {w}", choria_path.display())),
+            );
+            if let Some(config) = &config {
+                client.apply_provisioner_overrides(config);
+                let problems = client.validate();
+                if !problems.is_empty() {
+                    lines.push(format!(
+                        "Provisioning could not configure Choria: {}",
+                        render(&problems, &choria_path)
+                    ));
+                }
+            }
+            Some(client)
+        }
+        Err(e) => {
+            lines.push(format!("Could not load Choria Configuration: {e}"));
+            None
+        }
+    };
+    match (config, client) {
+        (Some(config), Some(client)) if lines.is_empty() => Ok(Prepared {
+            config,
+            client,
+            warnings,
+        }),
+        _ => Err(PrepareError {
+            lines,
+            usage: false,
+        }),
+    }
+}

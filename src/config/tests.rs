@@ -1,0 +1,457 @@
+//! One test per rule: every default, every validation rule (asserting the message),
+//! case-insensitive keys, unknown keys, and files that are not configurations at all.
+
+use super::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fresh scratch directory with an executable helper in it.
+fn scratch() -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "prov-config-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let helper = dir.join("helper");
+    std::fs::write(&helper, "#!/bin/sh\necho '{}'\n").unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// Loads `yaml` with a valid helper prepended unless the YAML names one itself.
+fn load(yaml: &str) -> Result<Loaded, ConfigError> {
+    let dir = scratch();
+    let text = if yaml.to_ascii_lowercase().contains("helper:") {
+        yaml.to_string()
+    } else {
+        format!("helper: {}\n{yaml}", dir.join("helper").display())
+    };
+    Config::from_yaml(&dir.join("provisioner.yaml"), text.as_bytes())
+}
+
+fn config(yaml: &str) -> Config {
+    match load(yaml) {
+        Ok(l) => l.config,
+        Err(e) => panic!("expected a valid config, got: {e}"),
+    }
+}
+
+/// The messages of every problem in an invalid config.
+fn problems(yaml: &str) -> Vec<String> {
+    match load(yaml) {
+        Ok(_) => panic!("expected problems in:\n{yaml}"),
+        Err(e) => e.problems.iter().map(|p| p.to_string()).collect(),
+    }
+}
+
+fn assert_problem(yaml: &str, needle: &str) {
+    let all = problems(yaml);
+    assert!(
+        all.iter().any(|p| p.contains(needle)),
+        "no problem containing {needle:?} in {all:#?}"
+    );
+}
+
+fn warnings(yaml: &str) -> Vec<String> {
+    load(yaml)
+        .unwrap()
+        .warnings
+        .iter()
+        .map(|p| p.to_string())
+        .collect()
+}
+
+#[test]
+fn every_key_has_its_default() {
+    let c = config("");
+    assert_eq!(c.workers, default_workers());
+    assert_eq!(c.interval, Duration::from_secs(60));
+    assert_eq!(
+        c.logfile,
+        LogTarget::Stderr,
+        "absent logfile is stderr, not ./info"
+    );
+    assert_eq!(
+        c.loglevel,
+        LogLevel::Info,
+        "absent loglevel is info, not warn"
+    );
+    assert_eq!(c.helper_timeout, Duration::from_secs(10));
+    assert!(c.token.is_empty());
+    assert_eq!(c.lifecycle_component, "provision_mode_server");
+    assert!(!c.choria_insecure);
+    assert_eq!(c.site, "");
+    assert_eq!(c.monitor_port, 0);
+    assert_eq!(c.monitor_host, None);
+    assert!(c.broker_provisioning_password.is_empty());
+    assert_eq!(c.cert_deny_list, DEFAULT_CERT_DENY_LIST);
+    assert_eq!(c.jwt_verify_cert, "");
+    assert_eq!(c.jwt_signing_key, "");
+    assert_eq!(c.jwt_signing_token, "");
+    assert_eq!(c.server_jwt_validity, Duration::from_secs(365 * 86_400));
+    assert!(!c.leader_election);
+    assert_eq!(c.upgrades_repository, "");
+    assert!(!c.upgrades_optional);
+    assert_eq!(c.shutdown_timeout, Duration::from_secs(10));
+    assert_eq!(c.features, Features::default());
+    assert_eq!(c.stale_after(), Duration::from_secs(120));
+}
+
+#[test]
+fn every_key_is_read() {
+    let dir = scratch();
+    let verify = dir.join("verify.pem");
+    std::fs::write(&verify, "-----BEGIN PUBLIC KEY-----\n").unwrap();
+    let seed = dir.join("signer.seed");
+    std::fs::write(&seed, "ab".repeat(32)).unwrap();
+    let token = dir.join("signer.jwt");
+    std::fs::write(&token, "x.y.z").unwrap();
+    let log = dir.join("p.log");
+    let c = config(&format!(
+        "workers: 7\ninterval: 5m\nlogfile: {}\nloglevel: debug\nhelper_timeout: 30s\n\
+         token: s3cret\nlifecycle_component: custom\nchoria_insecure: true\nsite: lon\n\
+         monitor_port: 8080\nmonitor_host: 127.0.0.1\nbroker_provisioning_password: pw\n\
+         cert_deny_list: ['/\\.evil$/', 'bad']\njwt_verify_cert: {}\njwt_signing_key: {}\n\
+         jwt_signing_token: {}\nserver_jwt_validity: 2w\nleader_election: true\n\
+         upgrades_repository: https://repo\nupgrades_optional: true\nshutdown_timeout: 3s\n\
+         features: {{ed25519: true, upgrades: true}}\n",
+        log.display(),
+        verify.display(),
+        seed.display(),
+        token.display()
+    ));
+    assert_eq!(c.workers, 7);
+    assert_eq!(c.interval, Duration::from_secs(300));
+    assert_eq!(c.logfile, LogTarget::File(log));
+    assert_eq!(c.loglevel, LogLevel::Debug);
+    assert_eq!(c.helper_timeout, Duration::from_secs(30));
+    assert_eq!(c.token.expose(), "s3cret");
+    assert_eq!(c.lifecycle_component, "custom");
+    assert!(c.choria_insecure);
+    assert_eq!(c.site, "lon");
+    assert_eq!(c.monitor_port, 8080);
+    assert_eq!(c.monitor_host.as_deref(), Some("127.0.0.1"));
+    assert_eq!(c.broker_provisioning_password.expose(), "pw");
+    assert_eq!(
+        c.cert_deny_list,
+        [r"\.evil$", "bad"],
+        "/re/ loses its slashes"
+    );
+    assert_eq!(c.jwt_verify_cert, verify.display().to_string());
+    assert_eq!(c.server_jwt_validity, Duration::from_secs(14 * 86_400));
+    assert!(c.leader_election);
+    assert_eq!(c.upgrades_repository, "https://repo");
+    assert!(c.upgrades_optional);
+    assert_eq!(c.shutdown_timeout, Duration::from_secs(3));
+    assert!(c.features.ed25519 && c.features.upgrades);
+    assert!(c.features.jwt, "ed25519 forces jwt on");
+    assert!(!c.features.pki);
+}
+
+#[test]
+fn special_logfiles_and_zero_workers() {
+    assert_eq!(config("logfile: stdout").logfile, LogTarget::Stdout);
+    assert_eq!(config("logfile: stderr").logfile, LogTarget::Stderr);
+    assert_eq!(config("logfile: discard").logfile, LogTarget::Discard);
+    assert_eq!(config("workers: 0").workers, default_workers());
+    assert_eq!(
+        config("lifecycle_component: ''").lifecycle_component,
+        "provision_mode_server"
+    );
+}
+
+#[test]
+fn keys_are_case_insensitive() {
+    let c = config("Workers: 3\nINTERVAL: 2m\nFeatures: {PKI: true}\nSite: x");
+    assert_eq!(c.workers, 3);
+    assert_eq!(c.interval, Duration::from_secs(120));
+    assert!(c.features.pki);
+    assert_eq!(c.site, "x");
+}
+
+#[test]
+fn a_key_given_twice_warns_and_the_last_wins() {
+    let l = load("site: a\nSITE: b").unwrap();
+    assert_eq!(l.config.site, "b");
+    assert!(l.warnings[0].to_string().contains("more than once"));
+}
+
+#[test]
+fn unknown_key_warns_with_the_closest_known_key() {
+    let w = warnings("upgrade_repository: x\ncolour: blue\nfeatures: {pky: true}");
+    assert!(
+        w.iter().any(|w| w
+            == "upgrade_repository: unknown key, ignored; did you mean `upgrades_repository`?"),
+        "{w:#?}"
+    );
+    assert!(
+        w.iter().any(|w| w == "colour: unknown key, ignored"),
+        "{w:#?}"
+    );
+    assert!(
+        w.iter()
+            .any(|w| w.contains("features.pky") && w.contains("`features.pki`")),
+        "{w:#?}"
+    );
+}
+
+#[test]
+fn ignored_go_keys_warn() {
+    let w = warnings("broker_port: 4222\nrego_policy: x");
+    assert!(w
+        .iter()
+        .any(|w| w.starts_with("broker_port: is accepted for compatibility and ignored")));
+    assert!(w.iter().any(|w| w.starts_with("rego_policy:")));
+}
+
+#[test]
+fn rule_lifecycle_component_characters() {
+    for bad in ["a.b", "a>", "a*"] {
+        assert_problem(
+            &format!("lifecycle_component: '{bad}'"),
+            "invalid lifecycle component",
+        );
+    }
+}
+
+#[test]
+fn rule_pki_and_ed25519_are_exclusive() {
+    assert_problem(
+        "features: {pki: true, ed25519: true}",
+        "features: can only enable one of pki or ed25519 features",
+    );
+}
+
+#[test]
+fn rule_interval_must_parse() {
+    assert_problem("interval: 5min", "interval: \"5min\": invalid duration");
+    assert_problem("interval: '10'", "invalid time unit");
+}
+
+#[test]
+fn rule_server_jwt_validity_must_parse() {
+    assert_problem(
+        "server_jwt_validity: 1x",
+        "server_jwt_validity: \"1x\": invalid duration",
+    );
+}
+
+#[test]
+fn rule_interval_at_least_one_minute() {
+    assert_problem(
+        "interval: 30s",
+        "interval is too small, minimum is 1 minute",
+    );
+}
+
+#[test]
+fn rule_helper_is_required() {
+    let all = Config::from_yaml(Path::new("/x.yaml"), b"site: x").unwrap_err();
+    assert!(all.to_string().contains("helper: is required"), "{all}");
+}
+
+#[test]
+fn rule_helper_must_split() {
+    assert_problem(
+        "helper: \"/bin/helper 'unclosed\"",
+        "cannot parse helper command: unterminated ' quote",
+    );
+}
+
+#[test]
+fn rule_helper_must_exist_and_be_executable() {
+    assert_problem(
+        "helper: /nonexistent/helper --x",
+        "program /nonexistent/helper does not exist",
+    );
+    assert_problem("helper: no-such-helper-anywhere", "was not found in PATH");
+    let dir = scratch();
+    let plain = dir.join("plain");
+    std::fs::write(&plain, "x").unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_problem(&format!("helper: {}", plain.display()), "is not executable");
+    assert_problem(
+        &format!("helper: {}", dir.display()),
+        "is not a regular file",
+    );
+    // PATH lookup with arguments, as Go does since #214.
+    assert_eq!(config("helper: sh -c 'echo {}'").helper, "sh -c 'echo {}'");
+}
+
+#[test]
+fn rule_jwt_verify_cert_required_and_readable() {
+    assert_problem("features: {jwt: true}", "jwt_verify_cert: is required");
+    assert_problem(
+        "features: {jwt: true}\njwt_verify_cert: /etc/no/such.pem",
+        "names a file that does not exist",
+    );
+    assert_problem(
+        "features: {jwt: true}\njwt_verify_cert: e72cba52",
+        "neither an existing file nor a hex ed25519 public key",
+    );
+    let hex = "ab".repeat(32);
+    assert!(
+        config(&format!("features: {{jwt: true}}\njwt_verify_cert: {hex}"))
+            .features
+            .jwt
+    );
+}
+
+#[test]
+fn rule_jwt_signing_key_required_and_valid_with_ed25519() {
+    let hex = "ab".repeat(32);
+    let base = format!("features: {{ed25519: true}}\njwt_verify_cert: {hex}\n");
+    assert_problem(
+        &base,
+        "jwt_signing_key: is required when features.ed25519 is enabled",
+    );
+    assert_problem(
+        &format!("{base}jwt_signing_key: /no/such/seed"),
+        "jwt_signing_key: \"/no/such/seed\": cannot be read",
+    );
+    let dir = scratch();
+    let bad = dir.join("bad.seed");
+    std::fs::write(&bad, "not a key").unwrap();
+    assert_problem(
+        &format!("{base}jwt_signing_key: {}", bad.display()),
+        "neither a hex ed25519 seed",
+    );
+    let good = dir.join("good.seed");
+    std::fs::write(&good, format!("{hex}\n")).unwrap();
+    config(&format!("{base}jwt_signing_key: {}", good.display()));
+}
+
+#[test]
+fn rule_every_deny_list_pattern_compiles() {
+    assert_problem(
+        "cert_deny_list: ['ok$', '(unclosed']",
+        "cert_deny_list[1]: \"(unclosed\": is not a valid regular expression",
+    );
+    assert_problem(
+        "cert_deny_list: ['/[z-a]/']",
+        "cert_deny_list[0]: \"[z-a]\"",
+    );
+}
+
+#[test]
+fn rule_workers_not_negative() {
+    assert_problem("workers: -1", "workers: \"-1\": must not be negative");
+    assert_problem("workers: 100000", "more than 4096");
+}
+
+#[test]
+fn rule_upgrades_need_a_repository_unless_optional() {
+    assert_problem(
+        "features: {upgrades: true}",
+        "upgrades_repository: is required when features.upgrades",
+    );
+    config("features: {upgrades: true}\nupgrades_optional: true");
+    config("features: {upgrades: true}\nupgrades_repository: https://r");
+}
+
+#[test]
+fn rule_loglevel_known() {
+    assert_problem(
+        "loglevel: verbose",
+        "loglevel: \"verbose\": must be one of debug, info, warn, error, fatal",
+    );
+}
+
+#[test]
+fn rule_monitor_port_and_host() {
+    assert_problem("monitor_port: 70000", "must be a TCP port");
+    assert_problem("monitor_host: localhost", "must be an IP address");
+}
+
+#[test]
+fn rule_timeouts_positive() {
+    assert_problem(
+        "helper_timeout: 0s",
+        "helper_timeout: \"0s\": must be longer than zero",
+    );
+}
+
+#[test]
+fn rule_logfile_directory_exists() {
+    assert_problem(
+        "logfile: /no/such/dir/p.log",
+        "directory /no/such/dir does not exist",
+    );
+}
+
+#[test]
+fn all_problems_are_reported_together() {
+    let all = problems("interval: 10s\nworkers: -2\nfeatures: {pki: true, ed25519: true}\nsite: 5");
+    assert!(all.len() >= 4, "{all:#?}");
+}
+
+#[test]
+fn binary_garbage_is_a_problem_not_a_panic() {
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let err = Config::from_yaml(Path::new("/g.yaml"), &garbage).unwrap_err();
+    assert!(err.to_string().starts_with("/g.yaml: (file): "), "{err}");
+    let err = Config::from_yaml(Path::new("/g.yaml"), b"\x00\x01: [\x02").unwrap_err();
+    assert_eq!(err.problems.len(), 1, "{err}");
+}
+
+#[test]
+fn a_list_instead_of_a_map_is_a_problem() {
+    let err = Config::from_yaml(Path::new("/l.yaml"), b"- workers\n- 4\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "/l.yaml: (file): must be a map of keys to values, but the document is a list"
+    );
+}
+
+#[test]
+fn a_number_where_a_string_belongs_is_a_problem() {
+    assert_problem(
+        "site: 5",
+        "site: expected a string, got the number 5 (quote it: \"5\")",
+    );
+    assert_problem("interval: 60", "interval: expected a duration string");
+    assert_problem(
+        "workers: four",
+        "workers: expected a whole number, got the string \"four\"",
+    );
+    assert_problem(
+        "choria_insecure: 3",
+        "choria_insecure: expected true or false",
+    );
+    assert_problem("features: [pki]", "features: expected a map");
+    assert_problem(
+        "cert_deny_list: 5",
+        "cert_deny_list: expected a list of strings",
+    );
+}
+
+#[test]
+fn a_mistyped_secret_is_not_echoed() {
+    let all = problems("token: 123456789");
+    assert!(all.iter().all(|p| !p.contains("123456789")), "{all:#?}");
+}
+
+#[test]
+fn missing_file_is_named() {
+    let err = Config::load(Path::new("/no/such/provisioner.yaml")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "/no/such/provisioner.yaml: (file): not found"
+    );
+}
+
+#[test]
+fn effective_yaml_hides_secrets() {
+    let c = config("token: s3cret\nbroker_provisioning_password: pw\nsite: x");
+    let out = c.effective_yaml();
+    assert!(out.contains("token: '***'"), "{out}");
+    assert!(out.contains("broker_provisioning_password: '***'"), "{out}");
+    assert!(!out.contains("s3cret") && !out.contains("pw\n"), "{out}");
+    let reparsed: serde_yaml::Value = serde_yaml::from_str(&out).unwrap();
+    assert_eq!(reparsed["site"], serde_yaml::Value::String("x".into()));
+}

@@ -1,0 +1,261 @@
+//! Rules that span keys or touch the file system, run once at load so that an
+//! operator sees every problem before the daemon starts instead of one node at a
+//! time at run time (as the Go provisioner did).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::keys::strip_slashes;
+use super::shell_words::{find_program, split};
+use super::{Config, LogTarget, Problem};
+
+/// Checks `c` and appends every problem and warning found.
+pub(crate) fn validate(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
+    lifecycle_component(c, problems);
+    features(c, problems, warnings);
+    interval(c, problems);
+    helper(c, problems);
+    timeouts(c, problems);
+    deny_list(c, problems);
+    jwt_files(c, problems, warnings);
+    upgrades(c, problems);
+    monitor(c, problems);
+    logfile(c, problems);
+}
+
+fn lifecycle_component(c: &Config, problems: &mut Vec<Problem>) {
+    if c.lifecycle_component.contains(['.', '>', '*']) {
+        problems.push(Problem::with_value(
+            "lifecycle_component",
+            &c.lifecycle_component,
+            "invalid lifecycle component: it must not contain '.', '>' or '*'",
+        ));
+    }
+}
+
+fn features(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
+    if c.features.pki && c.features.ed25519 {
+        problems.push(Problem::new(
+            "features",
+            "can only enable one of pki or ed25519 features",
+        ));
+    }
+    if !c.jwt_signing_token.is_empty() && !c.features.ed25519 {
+        warnings.push(Problem::new(
+            "jwt_signing_token",
+            "is only used with features.ed25519, which is off",
+        ));
+    }
+}
+
+fn interval(c: &Config, problems: &mut Vec<Problem>) {
+    if c.interval < Duration::from_secs(60) {
+        problems.push(Problem::with_value(
+            "interval",
+            super::format_duration(c.interval),
+            "interval is too small, minimum is 1 minute",
+        ));
+    }
+}
+
+fn helper(c: &Config, problems: &mut Vec<Problem>) {
+    let words = match split(&c.helper) {
+        Ok(words) => words,
+        Err(super::shell_words::SplitError::Empty) => {
+            problems.push(Problem::new(
+                "helper",
+                "is required: the command that turns a node's facts into its configuration",
+            ));
+            return;
+        }
+        Err(e) => {
+            problems.push(Problem::with_value(
+                "helper",
+                &c.helper,
+                format!("cannot parse helper command: {e}"),
+            ));
+            return;
+        }
+    };
+    if let Err(why) = find_program(&words[0]) {
+        problems.push(Problem::with_value(
+            "helper",
+            &c.helper,
+            format!("program {} {why}", words[0]),
+        ));
+    }
+}
+
+fn timeouts(c: &Config, problems: &mut Vec<Problem>) {
+    for (key, value) in [
+        ("helper_timeout", c.helper_timeout),
+        ("shutdown_timeout", c.shutdown_timeout),
+    ] {
+        if value.is_zero() {
+            problems.push(Problem::with_value(key, "0s", "must be longer than zero"));
+        }
+    }
+    if c.server_jwt_validity.is_zero() {
+        problems.push(Problem::with_value(
+            "server_jwt_validity",
+            "0s",
+            "must be longer than zero",
+        ));
+    }
+}
+
+fn deny_list(c: &Config, problems: &mut Vec<Problem>) {
+    for (i, pattern) in c.cert_deny_list.iter().enumerate() {
+        if let Err(e) = regex::Regex::new(strip_slashes(pattern)) {
+            let first_line = e
+                .to_string()
+                .lines()
+                .last()
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            problems.push(Problem::with_value(
+                format!("cert_deny_list[{i}]"),
+                pattern,
+                format!("is not a valid regular expression: {first_line}"),
+            ));
+        }
+    }
+}
+
+fn jwt_files(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
+    if c.features.jwt {
+        verify_cert(c, problems);
+    }
+    if c.features.ed25519 {
+        if c.jwt_signing_key.is_empty() {
+            problems.push(Problem::new(
+                "jwt_signing_key",
+                "is required when features.ed25519 is enabled: the key that signs server JWTs",
+            ));
+        } else {
+            signing_key(&c.jwt_signing_key, problems);
+        }
+        if !c.jwt_signing_token.is_empty() {
+            readable("jwt_signing_token", &c.jwt_signing_token, problems);
+        }
+    } else if !c.jwt_signing_key.is_empty() {
+        warnings.push(Problem::new(
+            "jwt_signing_key",
+            "is only used with features.ed25519, which is off",
+        ));
+    }
+}
+
+/// `jwt_verify_cert` is a file if one exists by that name, otherwise the hex of an
+/// ed25519 public key (Go's rule). A value that looks like a path but names no file is
+/// reported here rather than as a hex error per node.
+fn verify_cert(c: &Config, problems: &mut Vec<Problem>) {
+    let value = c.jwt_verify_cert.as_str();
+    if value.is_empty() {
+        problems.push(Problem::new(
+            "jwt_verify_cert",
+            "is required when features.jwt (or ed25519) is enabled: no JWT verification certificate configured",
+        ));
+        return;
+    }
+    let path = Path::new(value);
+    if path.exists() {
+        readable("jwt_verify_cert", value, problems);
+    } else if value.contains('/') {
+        problems.push(Problem::with_value(
+            "jwt_verify_cert",
+            value,
+            "names a file that does not exist",
+        ));
+    } else if !is_hex_of_len(value, 32) {
+        problems.push(Problem::with_value(
+            "jwt_verify_cert",
+            value,
+            "is neither an existing file nor a hex ed25519 public key (64 hex characters)",
+        ));
+    }
+}
+
+/// The signing key must be a hex ed25519 seed or an RSA private key PEM; its full
+/// decoding is checked again by the token code before the daemon starts.
+fn signing_key(path: &str, problems: &mut Vec<Problem>) {
+    let Some(text) = read_text("jwt_signing_key", path, problems) else {
+        return;
+    };
+    let trimmed = text.trim();
+    let pem = trimmed.starts_with("-----BEGIN RSA PRIVATE KEY-----")
+        || trimmed.starts_with("-----BEGIN PRIVATE KEY-----");
+    if !pem && !is_hex_of_len(trimmed, 32) {
+        problems.push(Problem::with_value(
+            "jwt_signing_key",
+            path,
+            "is neither a hex ed25519 seed (64 hex characters) nor an RSA private key PEM",
+        ));
+    }
+}
+
+fn upgrades(c: &Config, problems: &mut Vec<Problem>) {
+    if c.features.upgrades && c.upgrades_repository.is_empty() && !c.upgrades_optional {
+        problems.push(Problem::new(
+            "upgrades_repository",
+            "is required when features.upgrades is enabled (or set upgrades_optional: true)",
+        ));
+    }
+}
+
+fn monitor(c: &Config, problems: &mut Vec<Problem>) {
+    if let Some(host) = &c.monitor_host {
+        if host.parse::<std::net::IpAddr>().is_err() {
+            problems.push(Problem::with_value(
+                "monitor_host",
+                host,
+                "must be an IP address to bind to, such as 127.0.0.1 or ::",
+            ));
+        }
+    }
+}
+
+fn logfile(c: &Config, problems: &mut Vec<Problem>) {
+    if let LogTarget::File(path) = &c.logfile {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.is_dir() {
+            problems.push(Problem::with_value(
+                "logfile",
+                path.display().to_string(),
+                format!("directory {} does not exist", dir.display()),
+            ));
+        }
+    }
+}
+
+fn read_text(key: &str, path: &str, problems: &mut Vec<Problem>) -> Option<String> {
+    match std::fs::read(path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => Some(text),
+            Err(_) => {
+                problems.push(Problem::with_value(key, path, "is not a text file"));
+                None
+            }
+        },
+        Err(e) => {
+            problems.push(Problem::with_value(
+                key,
+                path,
+                format!("cannot be read: {e}"),
+            ));
+            None
+        }
+    }
+}
+
+fn readable(key: &str, path: &str, problems: &mut Vec<Problem>) {
+    let _ = read_text(key, path, problems);
+}
+
+fn is_hex_of_len(text: &str, bytes: usize) -> bool {
+    text.len() == bytes * 2 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}

@@ -1,0 +1,306 @@
+//! Every metric the provisioner exports, on a registry of its own.
+//!
+//! The names, types, help texts and labels of the `choria_provisioner_*` families are
+//! the Go provisioner's, so existing Grafana dashboards and alerts keep working. One
+//! [`Metrics`] value per provisioner (never the default registry), so two
+//! provisioners can run in one process. This module imports nothing else of the crate.
+
+mod process;
+mod server;
+mod summary;
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+pub use process::{ProcessCollector, ProcessStats};
+pub use server::{MetricsServer, ServeError};
+pub use summary::SumCountVec;
+
+/// The metric families of one provisioner, all labelled `site`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    site: String,
+    /// Nodes accepted from discovery replies.
+    pub discovered: IntCounter,
+    /// Nodes accepted from startup events.
+    pub event_discovered: IntCounter,
+    /// Discovery runs (not counted while paused).
+    pub discover_cycles: IntCounter,
+    /// Broadcast discoveries that failed.
+    pub discovery_errors: IntCounter,
+    /// Provisioning attempts that ended in an error.
+    pub provision_errors: IntCounter,
+    /// Attempts that configured and restarted, shut down or upgraded a node.
+    pub provisioned: IntCounter,
+    /// Workers currently provisioning a node.
+    pub busy_workers: IntGauge,
+    /// Entries in the work queue.
+    pub work_queue_entries: IntGauge,
+    /// Identities known to the scheduler (queued, in progress or cooling down).
+    pub waiting_nodes: IntGauge,
+    /// 1 while paused.
+    pub paused: IntGauge,
+    /// Duration of every RPC try, by `rpc` (`agent#action`).
+    pub rpc_time: SumCountVec,
+    /// RPCs whose tries were exhausted, by `rpc`.
+    pub rpc_errors: IntCounterVec,
+    /// Duration of every helper run.
+    pub helper_time: SumCountVec,
+    /// Helper runs that failed.
+    pub helper_errors: IntCounter,
+    /// Helper-requested shutdowns the node accepted.
+    pub helper_shutdown_requests: IntCounter,
+    /// Election campaigns, by `election`, `identity` and `state`.
+    pub election_campaigns: IntCounterVec,
+    /// 1 when this instance leads `election`.
+    pub election_leader: IntGaugeVec,
+    /// Seconds between campaigns.
+    pub election_interval_seconds: prometheus::GaugeVec,
+}
+
+/// The `rpc` label values, one per RPC the provisioner makes. Their series are
+/// created at 0 on start (Go creates them on first use) so that `rate()` and alerts
+/// work from the first scrape.
+pub const RPC_NAMES: [&str; 8] = [
+    "choria_provision#jwt",
+    "choria_provision#gen25519",
+    "choria_provision#gencsr",
+    "choria_provision#release_update",
+    "choria_provision#configure",
+    "choria_provision#restart",
+    "choria_provision#shutdown",
+    "rpcutil#inventory",
+];
+
+fn site_opts(name: &str, help: &str, site: &str) -> Opts {
+    Opts::new(name, help).const_label("site", site)
+}
+
+impl Metrics {
+    /// Creates and registers every family with `site` as the `site` label. The
+    /// `discovered` and `provisioned` counters and the queue gauges start at 0 and are
+    /// therefore visible from the first scrape, as in Go.
+    pub fn new(site: &str) -> prometheus::Result<Metrics> {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str| -> prometheus::Result<IntCounter> {
+            let c = IntCounter::with_opts(site_opts(name, help, site))?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let gauge = |name: &str, help: &str| -> prometheus::Result<IntGauge> {
+            let g = IntGauge::with_opts(site_opts(name, help, site))?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let rpc_errors = IntCounterVec::new(
+            site_opts(
+                "choria_provisioner_rpc_errors",
+                "How many rpc related errors were encountered",
+                site,
+            ),
+            &["rpc"],
+        )?;
+        registry.register(Box::new(rpc_errors.clone()))?;
+        let election_campaigns = IntCounterVec::new(
+            Opts::new(
+                "choria_election_campaigns",
+                "The number of campaigns a specific candidate voted in",
+            ),
+            &["election", "identity", "state"],
+        )?;
+        registry.register(Box::new(election_campaigns.clone()))?;
+        let election_leader = IntGaugeVec::new(
+            Opts::new(
+                "choria_election_leader",
+                "If a specific instance is the leader of an election",
+            ),
+            &["election", "identity"],
+        )?;
+        registry.register(Box::new(election_leader.clone()))?;
+        let election_interval_seconds = prometheus::GaugeVec::new(
+            Opts::new(
+                "choria_election_interval_seconds",
+                "The interval between campaigns of a specific candidate",
+            ),
+            &["election", "identity"],
+        )?;
+        registry.register(Box::new(election_interval_seconds.clone()))?;
+
+        let metrics = Metrics {
+            discovered: counter(
+                "choria_provisioner_discovered",
+                "How many nodes were found through discovery",
+            )?,
+            event_discovered: counter(
+                "choria_provisioner_event_discovered",
+                "How many nodes were found through receiving an event about them",
+            )?,
+            discover_cycles: counter(
+                "choria_provisioner_discover_cycles",
+                "How many discovery cycles were ran",
+            )?,
+            discovery_errors: counter(
+                "choria_provisioner_discovery_errors",
+                "How many discovery related errors were encountered",
+            )?,
+            provision_errors: counter(
+                "choria_provisioner_provision_errors",
+                "How many provision related errors were encountered",
+            )?,
+            provisioned: counter(
+                "choria_provisioner_provisioned",
+                "How many nodes were successfully provisioned",
+            )?,
+            busy_workers: gauge(
+                "choria_provisioner_busy_workers",
+                "How many workers are busy provisioning nodes",
+            )?,
+            work_queue_entries: gauge(
+                "choria_provisioner_work_queue_entries",
+                "Number of nodes on the work queue waiting to be provisioned",
+            )?,
+            waiting_nodes: gauge(
+                "choria_provisioner_waiting_nodes",
+                "The number of nodes currently waiting to be provisioned",
+            )?,
+            paused: gauge(
+                "choria_provisioner_paused",
+                "Indicates if the provisioner is paused",
+            )?,
+            rpc_time: SumCountVec::new(
+                "choria_provisioner_rpc_time",
+                "How long it took to perform RPC requests",
+                &[("site", site)],
+                &["rpc"],
+            )?,
+            rpc_errors,
+            helper_time: SumCountVec::new(
+                "choria_provisioner_helper_time",
+                "How long it took to run the helper",
+                &[("site", site)],
+                &[],
+            )?,
+            helper_errors: counter(
+                "choria_provisioner_helper_errors",
+                "How many helper related errors were encountered",
+            )?,
+            helper_shutdown_requests: counter(
+                "choria_provisioner_helper_shutdown_requests",
+                "Host many times the helper asked for a node to be shutdown and it succeeded",
+            )?,
+            election_campaigns,
+            election_leader,
+            election_interval_seconds,
+            site: site.to_string(),
+            registry,
+        };
+        for rpc in RPC_NAMES {
+            metrics.rpc_errors.with_label_values(&[rpc]);
+            metrics.rpc_time.touch(&[rpc]);
+        }
+        metrics.helper_time.touch(&[]);
+        Ok(metrics)
+    }
+
+    /// The registry holding every family, for callers that add their own.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The `site` label value.
+    pub fn site(&self) -> &str {
+        &self.site
+    }
+
+    /// Records the duration of one RPC try for `rpc` (`agent#action`).
+    pub fn observe_rpc(&self, rpc: &str, seconds: f64) {
+        self.rpc_time.observe(&[rpc], seconds);
+    }
+
+    /// Records the duration of one helper run.
+    pub fn observe_helper(&self, seconds: f64) {
+        self.helper_time.observe(&[], seconds);
+    }
+
+    /// Every family in the Prometheus text exposition format, process metrics last.
+    pub fn render(&self) -> String {
+        use prometheus::Encoder;
+        let mut families = self.registry.gather();
+        families.extend(prometheus::core::Collector::collect(&self.rpc_time));
+        families.extend(prometheus::core::Collector::collect(&self.helper_time));
+        families.extend(prometheus::core::Collector::collect(
+            &ProcessCollector::new(),
+        ));
+        // A family without series (an unused vector) would make the encoder fail.
+        families.retain(|f| !f.get_metric().is_empty());
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed families.
+        let _ = prometheus::TextEncoder::new().encode(&families, &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initialised_series_are_visible_at_zero() {
+        let m = Metrics::new("lon").unwrap();
+        let text = m.render();
+        for series in [
+            "choria_provisioner_discovered{site=\"lon\"} 0",
+            "choria_provisioner_provisioned{site=\"lon\"} 0",
+            "choria_provisioner_work_queue_entries{site=\"lon\"} 0",
+            "choria_provisioner_waiting_nodes{site=\"lon\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn summaries_have_only_sum_and_count() {
+        let m = Metrics::new("lon").unwrap();
+        m.observe_rpc("rpcutil#inventory", 0.25);
+        m.observe_rpc("rpcutil#inventory", 0.5);
+        m.observe_helper(1.5);
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE choria_provisioner_rpc_time summary"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "choria_provisioner_rpc_time_sum{rpc=\"rpcutil#inventory\",site=\"lon\"} 0.75"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "choria_provisioner_rpc_time_count{rpc=\"rpcutil#inventory\",site=\"lon\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("choria_provisioner_helper_time_sum{site=\"lon\"} 1.5"));
+        assert!(!text.contains("quantile"), "{text}");
+    }
+
+    #[test]
+    fn two_instances_do_not_share_state() {
+        let a = Metrics::new("a").unwrap();
+        let b = Metrics::new("b").unwrap();
+        a.provisioned.inc();
+        assert_eq!(a.provisioned.get(), 1);
+        assert_eq!(b.provisioned.get(), 0);
+    }
+
+    #[test]
+    fn process_metrics_are_read() {
+        let s = ProcessStats::read();
+        assert!(
+            s.resident_bytes > 0.0 && s.threads >= 1.0 && s.open_fds >= 1.0,
+            "{s:?}"
+        );
+        assert!(s.start_time > 1.6e9, "{s:?}");
+    }
+}

@@ -1,0 +1,460 @@
+//! The command line as a process: exit codes, error lines, `check`, the pid file,
+//! signals, and `/metrics` + `/healthz` scraped over HTTP.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::{free_port, wait_for_port, TempDir};
+
+const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run choria-provisioner")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A directory with a valid provisioner YAML, choria.cfg and helper.
+struct Rig {
+    dir: TempDir,
+    yaml: PathBuf,
+    cfg: PathBuf,
+}
+
+impl Rig {
+    fn new(extra_yaml: &str) -> Rig {
+        let dir = TempDir::new("cli");
+        let helper = dir.script("helper.sh", "#!/bin/sh\necho '{\"defer\":true}'\n");
+        let yaml = dir.write(
+            "provisioner.yaml",
+            &format!(
+                "helper: {}\ntoken: s3cr3t-t0ken\nsite: testsite\nchoria_insecure: true\n{extra_yaml}",
+                helper.display()
+            ),
+        );
+        let cfg = dir.write(
+            "choria.cfg",
+            "identity = provisioner.test.local\nplugin.choria.middleware_hosts = 127.0.0.1:4222\n",
+        );
+        Rig { dir, yaml, cfg }
+    }
+
+    fn args(&self) -> Vec<String> {
+        vec![
+            "--config".into(),
+            self.yaml.display().to_string(),
+            "--choria-config".into(),
+            self.cfg.display().to_string(),
+        ]
+    }
+
+    fn spawn(&self, extra: &[&str]) -> Child {
+        Command::new(BIN)
+            .args(self.args())
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    }
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    None
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}
+
+/// A plain HTTP/1.0 GET; returns (status, body).
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to monitor port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or("")
+        .to_string();
+    (status, body)
+}
+
+fn wait_for_file(path: &Path, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn version_prints_the_cargo_version() {
+    let o = run(&["--version"]);
+    assert!(o.status.success());
+    assert_eq!(stdout(&o).trim(), env!("CARGO_PKG_VERSION"));
+}
+
+#[test]
+fn missing_config_flag_is_an_error_with_usage() {
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.starts_with("choria-provisioner: error: required flag --config not provided"),
+        "{e}"
+    );
+    assert!(e.contains("Usage: choria-provisioner"), "{e}");
+}
+
+#[test]
+fn nonexistent_config_is_an_error_with_usage() {
+    let o = run(&["--config", "/no/such/provisioner.yaml"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.starts_with("choria-provisioner: error: path '/no/such/provisioner.yaml' does not exist"),
+        "{e}"
+    );
+    assert!(e.contains("Usage:"), "{e}");
+}
+
+#[test]
+fn unknown_flag_is_an_error() {
+    let o = run(&["--frobnicate"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--frobnicate"), "{}", stderr(&o));
+}
+
+#[test]
+fn help_exits_zero() {
+    let o = run(&["--help"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("The Choria Provisioning Framework"));
+}
+
+#[test]
+fn check_on_a_good_config_prints_it_without_secrets() {
+    let rig = Rig::new("broker_provisioning_password: br0ker-pw\n");
+    let mut args = vec!["check".to_string()];
+    args.extend(rig.args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run(&args);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}\n{}", out, stderr(&o));
+    assert!(out.contains("site: testsite"), "{out}");
+    assert!(out.contains("token: '***'"), "{out}");
+    assert!(out.contains("broker_provisioning_password: '***'"), "{out}");
+    assert!(out.contains("nats_user: provisioner"), "{out}");
+    assert!(out.contains("configuration is valid"), "{out}");
+    let all = format!("{out}{}", stderr(&o));
+    assert!(
+        !all.contains("s3cr3t-t0ken") && !all.contains("br0ker-pw"),
+        "{all}"
+    );
+}
+
+#[test]
+fn check_on_a_broken_config_lists_every_problem() {
+    let rig = Rig::new(
+        "interval: 10s\nworkers: -1\nfeatures: {pki: true, ed25519: true}\nupgrade_repository: x\n",
+    );
+    std::fs::write(&rig.cfg, "identity = x.test\n").unwrap();
+    let mut args = vec!["check".to_string()];
+    args.extend(rig.args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("choria-provisioner: error: Provisioning could not be configured:"),
+        "{e}"
+    );
+    assert!(e.contains("interval is too small"), "{e}");
+    assert!(e.contains("workers: \"-1\": must not be negative"), "{e}");
+    assert!(
+        e.contains("can only enable one of pki or ed25519 features"),
+        "{e}"
+    );
+    assert!(e.contains("jwt_signing_key: is required"), "{e}");
+    assert!(!e.contains("s3cr3t-t0ken"), "{e}");
+}
+
+#[test]
+fn run_with_a_broken_config_exits_1_with_go_s_error_line() {
+    let rig = Rig::new("interval: 10s\n");
+    let o = Command::new(BIN).args(rig.args()).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.starts_with("choria-provisioner: error: Provisioning could not be configured: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn garbage_config_exits_1_naming_the_file() {
+    let rig = Rig::new("");
+    std::fs::write(&rig.yaml, [0xff, 0xfe, 0x00, 0x12, b':', b'[']).unwrap();
+    let o = Command::new(BIN).args(rig.args()).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains(&rig.yaml.display().to_string()), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+}
+
+#[test]
+fn run_writes_and_removes_the_pid_file_and_stops_on_sigterm() {
+    let rig = Rig::new("");
+    let pid = rig.dir.path().join("prov.pid");
+    let mut child = rig.spawn(&["--pid", &pid.display().to_string()]);
+    assert!(
+        wait_for_file(&pid, Duration::from_secs(10)),
+        "pid file not written"
+    );
+    // The file holds the pid in decimal without a newline, mode 0644.
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = std::fs::read_to_string(&pid).unwrap();
+        if !text.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(text, child.id().to_string());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&pid).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(10)).expect("exits after SIGTERM");
+    assert_eq!(status.code(), Some(0));
+    assert!(!pid.exists(), "pid file removed on normal exit");
+}
+
+#[test]
+fn metrics_and_healthz_over_http() {
+    let port = free_port();
+    let rig = Rig::new(&format!("monitor_port: {port}\nmonitor_host: 127.0.0.1\n"));
+    let mut child = rig.spawn(&[]);
+    assert!(
+        wait_for_port(port, Duration::from_secs(10)),
+        "monitor port not listening"
+    );
+
+    let (status, body) = http_get(port, "/metrics");
+    assert_eq!(status, 200);
+    let families = [
+        (
+            "choria_provisioner_discovered",
+            "counter",
+            "How many nodes were found through discovery",
+        ),
+        (
+            "choria_provisioner_event_discovered",
+            "counter",
+            "How many nodes were found through receiving an event about them",
+        ),
+        (
+            "choria_provisioner_discover_cycles",
+            "counter",
+            "How many discovery cycles were ran",
+        ),
+        (
+            "choria_provisioner_discovery_errors",
+            "counter",
+            "How many discovery related errors were encountered",
+        ),
+        (
+            "choria_provisioner_provision_errors",
+            "counter",
+            "How many provision related errors were encountered",
+        ),
+        (
+            "choria_provisioner_provisioned",
+            "counter",
+            "How many nodes were successfully provisioned",
+        ),
+        (
+            "choria_provisioner_busy_workers",
+            "gauge",
+            "How many workers are busy provisioning nodes",
+        ),
+        (
+            "choria_provisioner_work_queue_entries",
+            "gauge",
+            "Number of nodes on the work queue waiting to be provisioned",
+        ),
+        (
+            "choria_provisioner_waiting_nodes",
+            "gauge",
+            "The number of nodes currently waiting to be provisioned",
+        ),
+        (
+            "choria_provisioner_paused",
+            "gauge",
+            "Indicates if the provisioner is paused",
+        ),
+        (
+            "choria_provisioner_rpc_time",
+            "summary",
+            "How long it took to perform RPC requests",
+        ),
+        (
+            "choria_provisioner_rpc_errors",
+            "counter",
+            "How many rpc related errors were encountered",
+        ),
+        (
+            "choria_provisioner_helper_time",
+            "summary",
+            "How long it took to run the helper",
+        ),
+        (
+            "choria_provisioner_helper_errors",
+            "counter",
+            "How many helper related errors were encountered",
+        ),
+        (
+            "choria_provisioner_helper_shutdown_requests",
+            "counter",
+            "Host many times the helper asked for a node to be shutdown and it succeeded",
+        ),
+    ];
+    for (name, kind, help) in families {
+        assert!(
+            body.contains(&format!("# HELP {name} {help}\n")),
+            "help of {name} missing:\n{body}"
+        );
+        assert!(
+            body.contains(&format!("# TYPE {name} {kind}\n")),
+            "type of {name} missing:\n{body}"
+        );
+    }
+    assert!(
+        body.contains("choria_provisioner_discovered{site=\"testsite\"} 0"),
+        "{body}"
+    );
+    assert!(
+        body.contains("choria_provisioner_paused{site=\"testsite\"} 0"),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "choria_provisioner_rpc_errors{rpc=\"choria_provision#configure\",site=\"testsite\"} 0"
+        ),
+        "{body}"
+    );
+    assert!(body.contains("process_resident_memory_bytes "), "{body}");
+    assert!(!body.contains("s3cr3t-t0ken"));
+
+    let (status, body) = http_get(port, "/healthz");
+    assert_eq!(status, 200);
+    let health: serde_json::Value = serde_json::from_str(&body).expect("healthz is JSON");
+    assert_eq!(health["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(health["paused"], false);
+    assert!(
+        health.get("connected").is_some() && health.get("leader").is_some(),
+        "{health}"
+    );
+
+    let (status, _) = http_get(port, "/nope");
+    assert_eq!(status, 404);
+
+    signal(&child, libc::SIGINT);
+    let status = wait_exit(&mut child, Duration::from_secs(10)).expect("exits after SIGINT");
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn a_busy_monitor_port_is_a_clear_startup_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let rig = Rig::new(&format!("monitor_port: {port}\nmonitor_host: 127.0.0.1\n"));
+    let mut child = rig.spawn(&[]);
+    let status = wait_exit(&mut child, Duration::from_secs(10)).expect("exits");
+    assert_eq!(status.code(), Some(1));
+    let mut e = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut e).unwrap();
+    assert!(
+        e.contains(&format!("cannot listen on 127.0.0.1:{port} for /metrics")),
+        "{e}"
+    );
+}
+
+#[test]
+fn logfile_gets_json_lines() {
+    let rig = Rig::new("");
+    let log = rig.dir.path().join("prov.log");
+    let yaml = std::fs::read_to_string(&rig.yaml).unwrap();
+    std::fs::write(
+        &rig.yaml,
+        format!("{yaml}logfile: {}\nloglevel: info\n", log.display()),
+    )
+    .unwrap();
+    let pid = rig.dir.path().join("p.pid");
+    let mut child = rig.spawn(&["--pid", &pid.display().to_string()]);
+    assert!(wait_for_file(&pid, Duration::from_secs(10)));
+    // SIGHUP reopens the file: move it away, signal, and the next lines land in a new one.
+    assert!(wait_for_file(&log, Duration::from_secs(5)));
+    std::fs::rename(&log, rig.dir.path().join("prov.log.1")).unwrap();
+    signal(&child, libc::SIGHUP);
+    assert!(
+        wait_for_file(&log, Duration::from_secs(5)),
+        "log reopened after SIGHUP"
+    );
+    signal(&child, libc::SIGTERM);
+    assert_eq!(
+        wait_exit(&mut child, Duration::from_secs(10))
+            .unwrap()
+            .code(),
+        Some(0)
+    );
+    let first = std::fs::read_to_string(rig.dir.path().join("prov.log.1")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    assert_eq!(line["level"], "info");
+    assert!(line["msg"].as_str().unwrap().contains("starting"), "{line}");
+    assert!(line["time"].as_str().unwrap().ends_with('Z'));
+    let second = std::fs::read_to_string(&log).unwrap();
+    assert!(second.contains("Reopened the log file"), "{second}");
+    assert!(!first.contains("s3cr3t-t0ken") && !second.contains("s3cr3t-t0ken"));
+}

@@ -1,0 +1,178 @@
+//! The Choria client configuration parser on a realistic file.
+
+mod support;
+
+use choria_provisioner::choria::client_config::{ClientConfig, SecurityProvider, TlsFiles};
+use choria_provisioner::config::Config;
+use std::time::Duration;
+use support::TempDir;
+
+const CHORIA_CFG: &str = "\
+# Choria client configuration for the provisioner
+identity = provisioner.example.net
+
+  plugin.choria.middleware_hosts = broker1.example.net:4222, nats://broker2.example.net:4223
+plugin.choria.use_srv=false
+plugin.security.provider = file
+plugin.security.file.certificate = /etc/choria-provisioner/ssl/cert.pem
+plugin.security.file.key = /etc/choria-provisioner/ssl/key.pem
+plugin.security.file.ca = /etc/choria-provisioner/ssl/ca.pem
+# discovery_timeout = 9
+discovery_timeout = 3
+loglevel = debug
+value.with.equals = a=b=c
+this line is not a setting
+empty.value =
+";
+
+#[test]
+fn realistic_file_with_comments_and_plugin_d() {
+    let dir = TempDir::new("ccfg");
+    let path = dir.write("choria.cfg", CHORIA_CFG);
+    dir.write(
+        "plugin.d/nats.cfg",
+        "# NATS\nuser = fleet\npass = hunter2\n",
+    );
+    dir.write("plugin.d/choria.conf", "network.connect_timeout = 5\n");
+    dir.write("plugin.d/ignored.txt", "x = y\n");
+    let c = ClientConfig::load(&path).unwrap();
+    assert_eq!(c.identity, "provisioner.example.net");
+    assert_eq!(
+        c.middleware_hosts,
+        [
+            "nats://broker1.example.net:4222",
+            "nats://broker2.example.net:4223"
+        ]
+    );
+    assert!(!c.use_srv);
+    assert_eq!(c.security_provider, SecurityProvider::File);
+    assert_eq!(c.discovery_timeout, Duration::from_secs(3));
+    assert_eq!(
+        c.connect_timeout,
+        Duration::from_secs(5),
+        "plugin.d/choria.conf"
+    );
+    assert_eq!(c.ttl, 60);
+    assert_eq!(c.nats_user, "fleet", "plugin.d/nats.cfg → plugin.nats.user");
+    assert_eq!(c.nats_pass.expose(), "hunter2");
+    assert_eq!(c.get("value.with.equals"), Some("a=b=c"));
+    assert_eq!(c.get("empty.value"), None, "Go's regex needs a value");
+    assert_eq!(c.get("plugin.ignored.x"), None);
+    assert_eq!(c.parsed_files.len(), 3);
+    let lines: Vec<String> = c.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|w| w.starts_with("line 14: is not a `key = value`")),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|w| w.starts_with("line 15:")), "{lines:?}");
+    assert_eq!(
+        c.tls_files(),
+        Some(TlsFiles {
+            certificate: Some("/etc/choria-provisioner/ssl/cert.pem".into()),
+            key: Some("/etc/choria-provisioner/ssl/key.pem".into()),
+            ca: Some("/etc/choria-provisioner/ssl/ca.pem".into()),
+        })
+    );
+    assert_eq!(
+        c.rpc_timeout(Duration::from_secs(20)),
+        Duration::from_secs(23)
+    );
+    // The TLS files do not exist here: validation names each one.
+    let problems: Vec<String> = c.validate().iter().map(|p| p.to_string()).collect();
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(problems[0].starts_with("plugin.security.file.certificate: \"/etc/choria-provisioner/ssl/cert.pem\": cannot be read"));
+}
+
+#[test]
+fn provisioner_overrides_apply() {
+    let dir = TempDir::new("ccfg");
+    let path = dir.write(
+        "choria.cfg",
+        "identity = p.example.net\ncollectives = mcollective,other\nplugin.choria.middleware_hosts = 127.0.0.1:4222\nplugin.nats.user = u\nplugin.nats.pass = p\n",
+    );
+    let helper = dir.script("helper", "#!/bin/sh\n");
+    let yaml = dir.write(
+        "p.yaml",
+        &format!(
+            "helper: {}\nchoria_insecure: true\nbroker_provisioning_password: s3cret\n",
+            helper.display()
+        ),
+    );
+    let config = Config::load(&yaml).unwrap().config;
+    let mut c = ClientConfig::load(&path).unwrap();
+    assert_eq!(c.collectives, ["mcollective", "other"]);
+    assert_eq!(
+        c.security_provider,
+        SecurityProvider::Puppet,
+        "go-choria's default"
+    );
+    c.apply_provisioner_overrides(&config);
+    assert_eq!(c.collectives, ["provisioning"]);
+    assert_eq!(c.main_collective, "provisioning");
+    assert_eq!(c.security_provider, SecurityProvider::File);
+    assert!(c.insecure);
+    assert_eq!(c.tls_files(), None, "insecure means no TLS");
+    assert_eq!(c.nats_user, "provisioner");
+    assert_eq!(c.nats_pass.expose(), "s3cret");
+    assert!(c.validate().is_empty(), "{:?}", c.validate());
+    assert!(
+        !format!("{c:?}").contains("s3cret"),
+        "secrets never in Debug"
+    );
+}
+
+#[test]
+fn no_brokers_is_refused_with_a_clear_message() {
+    let dir = TempDir::new("ccfg");
+    let path = dir.write("choria.cfg", "identity = x.example.net\n");
+    let c = ClientConfig::load(&path).unwrap();
+    let problems: Vec<String> = c.validate().iter().map(|p| p.to_string()).collect();
+    assert!(
+        problems[0].contains("set plugin.choria.middleware_hosts"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn puppet_provider_uses_the_ssl_dir_layout() {
+    let dir = TempDir::new("ccfg");
+    let path = dir.write(
+        "choria.cfg",
+        "identity = p.example.net\nplugin.choria.ssldir = /var/ssl\nplugin.choria.middleware_hosts = b:4222\n",
+    );
+    let c = ClientConfig::load(&path).unwrap();
+    let files = c.tls_files().unwrap();
+    assert_eq!(
+        files.certificate.unwrap(),
+        std::path::Path::new("/var/ssl/certs/p.example.net.pem")
+    );
+    assert_eq!(
+        files.key.unwrap(),
+        std::path::Path::new("/var/ssl/private_keys/p.example.net.pem")
+    );
+    assert_eq!(
+        files.ca.unwrap(),
+        std::path::Path::new("/var/ssl/certs/ca.pem")
+    );
+}
+
+#[test]
+fn bad_values_are_problems() {
+    let dir = TempDir::new("ccfg");
+    let path = dir.write(
+        "choria.cfg",
+        "identity = x\nttl = soon\nplugin.security.provider = vault\ndiscovery_timeout = 5min\n",
+    );
+    let err = ClientConfig::load(&path).unwrap_err().to_string();
+    assert!(err.contains("3 problems in"), "{err}");
+    assert!(err.contains("ttl: \"soon\""), "{err}");
+    assert!(err.contains("plugin.security.provider: \"vault\""), "{err}");
+    assert!(err.contains("discovery_timeout: \"5min\""), "{err}");
+    let missing = ClientConfig::load(&dir.path().join("nope.cfg")).unwrap_err();
+    assert!(
+        missing.to_string().ends_with("nope.cfg: (file): not found"),
+        "{missing}"
+    );
+}

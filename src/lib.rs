@@ -3,6 +3,7 @@
 //! Layers, each importing only those below it (see `ARCHITECTURE.md`):
 //! `cli` → `hosts` → `host` → `choria` → `config`, `metrics`.
 
+pub mod backoff;
 pub mod choria;
 pub mod cli;
 pub mod config;

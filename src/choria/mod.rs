@@ -4,5 +4,6 @@
 //! parses the Choria client configuration, and (later) connects and routes replies.
 
 pub mod client_config;
+pub mod connector;
 pub mod lifecycle;
 pub mod protocol;

@@ -56,6 +56,16 @@ pub struct Metrics {
     pub election_leader: IntGaugeVec,
     /// Seconds between campaigns.
     pub election_interval_seconds: prometheus::GaugeVec,
+    /// Initial broker connection attempts, by `identity`.
+    pub connector_initial_attempts: IntCounterVec,
+    /// Reconnections after a lost broker connection, by `identity`.
+    pub connector_reconnections: IntCounterVec,
+    /// Broker connections closed for good, by `identity`.
+    pub connector_closed: IntCounterVec,
+    /// Errors reported by the NATS client, by `identity`.
+    pub connector_errors: IntCounterVec,
+    /// Time taken by the initial connection, by `identity`.
+    pub connector_initial_connect_time: SumCountVec,
 }
 
 /// The `rpc` label values, one per RPC the provisioner makes. Their series are
@@ -126,7 +136,34 @@ impl Metrics {
         )?;
         registry.register(Box::new(election_interval_seconds.clone()))?;
 
+        let connector = |name: &str, help: &str| -> prometheus::Result<IntCounterVec> {
+            let c = IntCounterVec::new(Opts::new(name, help), &["identity"])?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
         let metrics = Metrics {
+            connector_initial_attempts: connector(
+                "choria_connector_initial_connection_attempts",
+                "How many times an initial connection to the middleware was attempted",
+            )?,
+            connector_reconnections: connector(
+                "choria_connector_reconnections",
+                "How many times the connection to the middleware was re-established",
+            )?,
+            connector_closed: connector(
+                "choria_connector_connection_closed",
+                "How many times the connection to the middleware was closed",
+            )?,
+            connector_errors: connector(
+                "choria_connector_errors",
+                "How many errors the connection to the middleware encountered",
+            )?,
+            connector_initial_connect_time: SumCountVec::new(
+                "choria_connector_initial_connect_time",
+                "How long the initial connection to the middleware took",
+                &[],
+                &["identity"],
+            )?,
             discovered: counter(
                 "choria_provisioner_discovered",
                 "How many nodes were found through discovery",
@@ -228,6 +265,9 @@ impl Metrics {
         let mut families = self.registry.gather();
         families.extend(prometheus::core::Collector::collect(&self.rpc_time));
         families.extend(prometheus::core::Collector::collect(&self.helper_time));
+        families.extend(prometheus::core::Collector::collect(
+            &self.connector_initial_connect_time,
+        ));
         families.extend(prometheus::core::Collector::collect(
             &ProcessCollector::new(),
         ));

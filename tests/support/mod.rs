@@ -163,3 +163,131 @@ impl Drop for NatsServer {
         self.stop();
     }
 }
+
+/// A plain HTTP/1.0 GET on 127.0.0.1; returns (status, body).
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or("")
+        .to_string();
+    (status, body)
+}
+
+/// A CA with a server certificate for 127.0.0.1 and a client certificate, made with
+/// the `openssl` command line.
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+/// Generates [`TlsFiles`] in `dir`; `None` (with a printed reason) without openssl.
+pub fn make_tls(dir: &TempDir) -> Option<TlsFiles> {
+    let openssl = |args: &[&str]| -> bool {
+        Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    if !openssl(&["version"]) {
+        eprintln!("SKIP: the openssl command is not installed");
+        return None;
+    }
+    dir.write("server.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+    let ok = openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]) && openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]) && openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.pem",
+    ]) && openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=provisioner.test.local",
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+    ]) && openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        "client.pem",
+    ]);
+    assert!(ok, "openssl failed to make test certificates");
+    let p = |n: &str| dir.path().join(n);
+    Some(TlsFiles {
+        ca: p("ca.pem"),
+        server_cert: p("server.pem"),
+        server_key: p("server.key"),
+        client_cert: p("client.pem"),
+        client_key: p("client.key"),
+    })
+}

@@ -1,5 +1,6 @@
 //! Everything that happens to one server: the provisioning sequence and its crypto.
 
 pub mod crypto;
+pub mod helper;
 pub mod tokens;
 pub mod version;

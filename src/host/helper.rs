@@ -1,0 +1,429 @@
+//! The site helper: a child process that gets a node's facts as JSON on stdin and
+//! answers with its configuration as JSON on stdout (`spec/provisioner.md` §4).
+//!
+//! Beyond Go: the timeout is configurable; the child runs in its own process group
+//! and the whole group is killed and reaped on timeout, so a helper's grandchildren
+//! cannot keep a worker waiting; stdout is capped; stderr is captured (bounded) and
+//! logged with every secret of the input replaced by `***`; the stdin write error is
+//! not ignored. The error texts are Go's (§4.4), each naming the helper.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::config::shell_words;
+
+/// Most bytes of stdout accepted from a helper (certificates, policies and a
+/// configuration fit many times over).
+pub const MAX_OUTPUT: usize = 4 * 1024 * 1024;
+
+/// Most bytes of stderr kept for the log.
+pub const MAX_STDERR: usize = 16 * 1024;
+
+/// What the helper gets on stdin, in Go's key order (§4.2). Every key is always
+/// present; features that are off give `null`.
+#[derive(Debug, Serialize)]
+pub struct HelperInput<'a> {
+    /// Node identity.
+    pub identity: &'a str,
+    /// The CSR reply (`pki`).
+    pub csr: Option<&'a CsrInfo>,
+    /// The ed25519 reply (`ed25519`).
+    pub ed25519_pubkey: Option<&'a Ed25519Info>,
+    /// The inventory reply data, as a JSON *string*.
+    pub inventory: &'a str,
+    /// The verified provisioning JWT claims (`jwt`).
+    pub jwt: Option<&'a serde_json::Value>,
+}
+
+/// The node's `gencsr` reply as the helper sees it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CsrInfo {
+    /// PEM CSR.
+    pub csr: String,
+    /// PEM public key.
+    pub public_key: String,
+    /// SSL directory on the node.
+    pub ssldir: String,
+}
+
+/// The node's `gen25519` reply as the helper sees it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Ed25519Info {
+    /// Hex ed25519 public key.
+    pub public_key: String,
+    /// Directory holding `server.seed` (and the future `server.jwt`).
+    pub directory: String,
+    /// Hex signature of the nonce (already verified).
+    pub signature: String,
+}
+
+/// What the helper answers (§4.3). Keys match case-insensitively and unknown keys
+/// are ignored, as with Go's decoder; `null` means "not set".
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct HelperOutput {
+    /// Stop now; retried on the next discovery or startup event.
+    #[serde(deserialize_with = "nullable")]
+    pub defer: bool,
+    /// Tell the node to exit and stay down.
+    #[serde(deserialize_with = "nullable")]
+    pub shutdown: bool,
+    /// Reason for defer/shutdown.
+    #[serde(deserialize_with = "nullable")]
+    pub msg: String,
+    /// The node's new configuration, `key=value` per entry (sorted, as Go sends it).
+    #[serde(deserialize_with = "nullable")]
+    pub configuration: BTreeMap<String, String>,
+    /// Signed certificate PEM (pki).
+    #[serde(deserialize_with = "nullable")]
+    pub certificate: String,
+    /// CA bundle PEM (pki).
+    #[serde(deserialize_with = "nullable")]
+    pub ca: String,
+    /// Private key PEM, re-encrypted for the node before it is sent.
+    #[serde(deserialize_with = "nullable")]
+    pub key: String,
+    /// Where the node keeps its TLS files.
+    #[serde(deserialize_with = "nullable")]
+    pub ssldir: String,
+    /// Requested server JWT claims (ed25519).
+    pub server_claims: Option<serde_json::Value>,
+    /// Action Policy files (`*.policy`).
+    #[serde(deserialize_with = "nullable")]
+    pub action_policies: BTreeMap<String, String>,
+    /// Open Policy Agent files (`*.rego`).
+    #[serde(deserialize_with = "nullable")]
+    pub opa_policies: BTreeMap<String, String>,
+    /// Target server version (upgrades).
+    #[serde(deserialize_with = "nullable")]
+    pub upgrade: String,
+}
+
+impl HelperOutput {
+    /// Decodes helper output as Go does: exactly one JSON object, keys matched
+    /// case-insensitively, unknown keys ignored, wrong types rejected.
+    pub fn decode(bytes: &[u8]) -> Result<HelperOutput, String> {
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let serde_json::Value::Object(map) = value else {
+            return Err(format!("expected a JSON object, got {}", json_kind(&value)));
+        };
+        let folded: serde_json::Map<String, serde_json::Value> = map
+            .into_iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect();
+        let output: HelperOutput =
+            serde_json::from_value(serde_json::Value::Object(folded)).map_err(|e| e.to_string())?;
+        if let Some(claims) = &output.server_claims {
+            if !claims.is_object() && !claims.is_null() {
+                return Err(format!(
+                    "server_claims: expected an object, got {}",
+                    json_kind(claims)
+                ));
+            }
+        }
+        Ok(output)
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// `null` decodes to the type's default, as Go's decoder leaves a field unset.
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Why a helper run failed; `Display` gives Go's text (§4.4) without the
+/// `could not invoke configure helper:` prefix, which the caller adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HelperError {
+    /// Provisioning is paused.
+    Paused(String),
+    /// Bad quoting or an empty command line.
+    Parse(String),
+    /// The program could not be started.
+    Start(String, String),
+    /// Reading stdout failed.
+    Read(String, String),
+    /// The helper wrote nothing.
+    ZeroBytes(String),
+    /// More than [`MAX_OUTPUT`] bytes on stdout.
+    TooLarge(String),
+    /// The helper exited non-zero or was killed.
+    Wait(String, String),
+    /// The helper ran longer than its timeout and was killed.
+    Timeout(String, Duration),
+    /// Stdout was not one JSON object of the right types.
+    Decode(String, String),
+}
+
+impl fmt::Display for HelperError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HelperError::Paused(h) => write!(f, "provisioning is paused, cannot perform {h}"),
+            HelperError::Parse(e) => write!(f, "cannot parse helper command: {e}"),
+            HelperError::Start(h, e) => write!(f, "cannot start {h}: {e}"),
+            HelperError::Read(h, e) => write!(f, "cannot read {h} output: {e}"),
+            HelperError::ZeroBytes(h) => write!(f, "cannot read {h} output: zero bytes received"),
+            HelperError::TooLarge(h) => write!(
+                f,
+                "cannot read {h} output: more than {MAX_OUTPUT} bytes received"
+            ),
+            HelperError::Wait(h, status) => write!(f, "could not wait for {h}: {status}"),
+            HelperError::Timeout(h, t) => write!(
+                f,
+                "could not wait for {h}: signal: killed (it ran longer than {}s)",
+                t.as_secs_f64()
+            ),
+            HelperError::Decode(h, e) => write!(f, "cannot decode output from {h}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for HelperError {}
+
+/// What a finished run produced, for logging and metrics.
+#[derive(Debug)]
+pub struct HelperRun {
+    /// The decoded answer.
+    pub output: HelperOutput,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+/// Runs the configured helper command.
+#[derive(Debug, Clone)]
+pub struct Helper {
+    command: String,
+    timeout: Duration,
+}
+
+/// Go's rendering of an exit status (`exit status 3`, `signal: killed`).
+pub fn exit_status_text(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    match status.signal() {
+        Some(libc::SIGKILL) => "signal: killed".into(),
+        Some(libc::SIGTERM) => "signal: terminated".into(),
+        Some(libc::SIGSEGV) => "signal: segmentation fault".into(),
+        Some(libc::SIGABRT) => "signal: aborted".into(),
+        Some(n) => format!("signal: {n}"),
+        None => "exited abnormally".into(),
+    }
+}
+
+/// Replaces every non-empty `secret` in `text` with `***`.
+pub fn redact(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_string();
+    for s in secrets.iter().filter(|s| s.len() >= 3) {
+        out = out.replace(s, "***");
+    }
+    out
+}
+
+impl Helper {
+    /// A helper running `command` (split shell-style) for at most `timeout`.
+    pub fn new(command: &str, timeout: Duration) -> Helper {
+        Helper {
+            command: command.to_string(),
+            timeout,
+        }
+    }
+
+    /// The command line as configured.
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    /// Runs the helper with `input` on stdin for node `identity`. `paused` is checked
+    /// before starting; `secrets` are redacted from the stderr that is logged.
+    pub fn run(
+        &self,
+        identity: &str,
+        input: &[u8],
+        paused: bool,
+        secrets: &[&str],
+    ) -> Result<HelperRun, HelperError> {
+        let name = self.command.clone();
+        if paused {
+            return Err(HelperError::Paused(name));
+        }
+        let words =
+            shell_words::split(&self.command).map_err(|e| HelperError::Parse(e.to_string()))?;
+        let started = Instant::now();
+        let mut child = Command::new(&words[0])
+            .args(&words[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| HelperError::Start(name.clone(), e.to_string()))?;
+        let pgid = child.id() as libc::pid_t;
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let timeout = self.timeout;
+        // Watchdog: kills the whole process group if the run outlives the timeout.
+        let watchdog = std::thread::spawn(move || {
+            if done_rx.recv_timeout(timeout).is_err() {
+                // SAFETY: killpg on the group we created; ESRCH is harmless.
+                unsafe {
+                    libc::killpg(pgid, libc::SIGKILL);
+                }
+                return true;
+            }
+            false
+        });
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || {
+            let r = stdin.write_all(&input);
+            drop(stdin);
+            r
+        });
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let errors = std::thread::spawn(move || read_capped(&mut stderr, MAX_STDERR));
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let out = read_capped(&mut stdout, MAX_OUTPUT);
+        if matches!(out, Ok((_, true))) {
+            // Over the cap: stop the helper rather than buffer without bound.
+            // SAFETY: as above.
+            unsafe {
+                libc::killpg(pgid, libc::SIGKILL);
+            }
+        }
+        drop(stdout);
+        let status = child.wait();
+        let _ = done_tx.send(());
+        let timed_out = watchdog.join().unwrap_or(false);
+        let write_result = writer.join();
+        let (err_bytes, _) = errors.join().ok().and_then(|r| r.ok()).unwrap_or_default();
+        log_stderr(identity, &name, &err_bytes, secrets);
+        let elapsed = started.elapsed();
+        if timed_out {
+            return Err(HelperError::Timeout(name, timeout));
+        }
+        let (bytes, too_large) = out.map_err(|e| HelperError::Read(name.clone(), e.to_string()))?;
+        if too_large {
+            return Err(HelperError::TooLarge(name));
+        }
+        let status = status.map_err(|e| HelperError::Wait(name.clone(), e.to_string()))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) && status.success() {
+            return Err(HelperError::ZeroBytes(name));
+        }
+        if !status.success() {
+            return Err(HelperError::Wait(name, exit_status_text(status)));
+        }
+        if let Ok(Err(e)) = write_result {
+            // The helper exited 0 without reading its input: say so, but its answer counts.
+            log::debug!("helper {name} for {identity} did not read all of its input: {e}");
+        }
+        let output = HelperOutput::decode(&bytes).map_err(|e| HelperError::Decode(name, e))?;
+        Ok(HelperRun { output, elapsed })
+    }
+}
+
+/// Reads to EOF keeping at most `cap` bytes; returns the bytes and whether more came.
+fn read_capped(r: &mut impl Read, cap: usize) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut kept = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let mut overflow = false;
+    loop {
+        let n = match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let room = cap.saturating_sub(kept.len());
+        kept.extend_from_slice(&chunk[..n.min(room)]);
+        if n > room {
+            overflow = true;
+            break;
+        }
+    }
+    Ok((kept, overflow))
+}
+
+fn log_stderr(identity: &str, helper: &str, bytes: &[u8], secrets: &[&str]) {
+    if bytes.is_empty() {
+        return;
+    }
+    let text = redact(&String::from_utf8_lossy(bytes), secrets);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        log::warn!("helper {helper} for {identity} wrote to stderr: {line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_keys_in_go_order_with_nulls() {
+        let input = HelperInput {
+            identity: "n1",
+            csr: None,
+            ed25519_pubkey: None,
+            inventory: "{\"a\":1}",
+            jwt: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&input).unwrap(),
+            r#"{"identity":"n1","csr":null,"ed25519_pubkey":null,"inventory":"{\"a\":1}","jwt":null}"#
+        );
+    }
+
+    #[test]
+    fn output_matches_keys_case_insensitively_and_ignores_unknown() {
+        let o = HelperOutput::decode(
+            br#"{"Defer": false, "MSG": "hi", "Configuration": {"b": "2", "a": "1"}, "extra": [1], "ca": null}"#,
+        )
+        .unwrap();
+        assert_eq!(o.msg, "hi");
+        assert_eq!(o.configuration.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(o.ca, "");
+    }
+
+    #[test]
+    fn output_rejects_wrong_types_and_trailing_data() {
+        let e = HelperOutput::decode(br#"{"configuration": {"a": 1}}"#).unwrap_err();
+        assert!(e.contains("invalid type: integer"), "{e}");
+        assert!(HelperOutput::decode(br#"{"defer": true} {"x":1}"#).is_err());
+        assert!(HelperOutput::decode(br#"[1]"#)
+            .unwrap_err()
+            .contains("an array"));
+        assert!(HelperOutput::decode(br#"{"server_claims": "x"}"#).is_err());
+        assert!(
+            HelperOutput::decode(b"  {\"defer\": true}\n")
+                .unwrap()
+                .defer
+        );
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        assert_eq!(
+            redact("token=s3cret pw=hunter2", &["s3cret", "hunter2", ""]),
+            "token=*** pw=***"
+        );
+    }
+}

@@ -8,6 +8,7 @@ pub mod choria;
 pub mod cli;
 pub mod config;
 pub mod host;
+pub mod hosts;
 pub mod logging;
 pub mod metrics;
 

@@ -176,8 +176,14 @@ fn a_hanging_helper_and_its_children_are_killed_at_the_timeout() {
     // Dead means gone or a zombie waiting for init to reap it.
     let state = std::fs::read_to_string(format!("/proc/{grandchild}/stat"))
         .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('?')));
-    assert!(matches!(state, None | Some('Z')), "the grandchild was killed with the group: {state:?}");
+        .and_then(|s| {
+            s.rsplit_once(") ")
+                .map(|(_, r)| r.chars().next().unwrap_or('?'))
+        });
+    assert!(
+        matches!(state, None | Some('Z')),
+        "the grandchild was killed with the group: {state:?}"
+    );
 }
 
 #[test]

@@ -2,5 +2,6 @@
 
 pub mod crypto;
 pub mod helper;
+pub mod outcome;
 pub mod tokens;
 pub mod version;

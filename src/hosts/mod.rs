@@ -1,0 +1,380 @@
+//! Fleet scheduling: the identity → entry map, the bounded work queue, the worker
+//! pool and the finisher (`spec/provisioner.md` §3).
+//!
+//! All state lives in a [`Fleet`] value (Go kept it in package globals), so two
+//! provisioners can run in one process. Users observe Go's rule *an identity is
+//! queued at most once until it is finished*, with Go's defects fixed: entries carry
+//! a generation so a late finish never removes a newer entry, a full queue is
+//! reported as such (not as "added"), the gauges are exact, and shutdown waits for
+//! in-flight nodes within a bound.
+
+mod finisher;
+mod workers;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
+use parking_lot::Mutex;
+
+use crate::config::Pause;
+use crate::host::outcome::Outcome;
+use crate::metrics::Metrics;
+
+/// Go's work queue capacity.
+pub const QUEUE_CAPACITY: usize = 50_000;
+
+/// How long a provisioned node stays known after its restart (Go's 60 s).
+pub const COOLDOWN: Duration = Duration::from_secs(60);
+
+/// Provisions one node; implemented by the host layer.
+pub trait Provision: Send + Sync {
+    /// Runs one attempt for `identity`, known (or last refreshed) since
+    /// `waiting_since`. Implementations check `stopping` between steps and give up
+    /// when it is set.
+    fn provision(&self, identity: &str, waiting_since: Instant, stopping: &AtomicBool) -> Outcome;
+}
+
+/// Where an identity came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A broadcast discovery reply.
+    Discovery,
+    /// A lifecycle startup event.
+    Event,
+}
+
+/// What [`Fleet::add`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddResult {
+    /// Newly queued.
+    Added,
+    /// Already known (queued, being provisioned or cooling down); nothing queued.
+    Known,
+    /// The work queue is full; the identity is not kept, the next discovery retries.
+    QueueFull,
+    /// The fleet is stopping.
+    Stopping,
+}
+
+/// Scheduler settings.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// Worker threads.
+    pub workers: usize,
+    /// Work queue capacity (50,000 in production; small in tests).
+    pub capacity: usize,
+    /// How long an identity stays known after a successful attempt.
+    pub cooldown: Duration,
+    /// How long [`Fleet::stop`] waits for in-flight nodes.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        FleetOptions {
+            workers: 4,
+            capacity: QUEUE_CAPACITY,
+            cooldown: COOLDOWN,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A queued unit of work: one identity at one generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    /// Node identity.
+    pub identity: String,
+    /// The entry generation this job belongs to.
+    pub generation: u64,
+}
+
+/// Where an entry is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Queued,
+    Working,
+    CoolingDown,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    generation: u64,
+    since: Instant,
+    state: State,
+}
+
+/// A request to forget an entry, now or later.
+#[derive(Debug)]
+pub(crate) struct Finish {
+    identity: String,
+    generation: u64,
+    at: Instant,
+}
+
+/// The scheduler of one provisioner.
+pub struct Fleet {
+    hosts: Mutex<HashMap<String, Entry>>,
+    next_generation: AtomicU64,
+    work_tx: Sender<Job>,
+    work_rx: Receiver<Job>,
+    done_tx: Sender<Finish>,
+    done_rx: Receiver<Finish>,
+    stop_tx: Mutex<Option<Sender<()>>>,
+    stop_rx: Receiver<()>,
+    stopping: AtomicBool,
+    options: FleetOptions,
+    metrics: Arc<Metrics>,
+    pause: Arc<Pause>,
+    provisioner: Arc<dyn Provision>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    queue_full: AtomicU64,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("known", &self.hosts.lock().len())
+            .field("queued", &self.work_rx.len())
+            .finish()
+    }
+}
+
+impl Fleet {
+    /// A scheduler that hands nodes to `provisioner`; call [`Fleet::start`] to run it.
+    pub fn new(
+        options: FleetOptions,
+        metrics: Arc<Metrics>,
+        pause: Arc<Pause>,
+        provisioner: Arc<dyn Provision>,
+    ) -> Arc<Fleet> {
+        let (work_tx, work_rx) = bounded(options.capacity.max(1));
+        let (done_tx, done_rx) = unbounded();
+        let (stop_tx, stop_rx) = bounded(0);
+        metrics.waiting_nodes.set(0);
+        metrics.work_queue_entries.set(0);
+        Arc::new(Fleet {
+            hosts: Mutex::new(HashMap::new()),
+            next_generation: AtomicU64::new(1),
+            work_tx,
+            work_rx,
+            done_tx,
+            done_rx,
+            stop_tx: Mutex::new(Some(stop_tx)),
+            stop_rx,
+            stopping: AtomicBool::new(false),
+            options,
+            metrics,
+            pause,
+            provisioner,
+            threads: Mutex::new(Vec::new()),
+            queue_full: AtomicU64::new(0),
+        })
+    }
+
+    /// Starts the workers and the finisher.
+    pub fn start(self: &Arc<Fleet>) {
+        let mut threads = self.threads.lock();
+        for n in 0..self.options.workers {
+            let fleet = Arc::clone(self);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("worker-{n}"))
+                    .spawn(move || workers::run(&fleet))
+                    .expect("spawn worker thread"),
+            );
+        }
+        let fleet = Arc::clone(self);
+        threads.push(
+            std::thread::Builder::new()
+                .name("finisher".into())
+                .spawn(move || finisher::run(&fleet))
+                .expect("spawn finisher thread"),
+        );
+    }
+
+    /// Offers `identity` for provisioning. Counts `discovered`/`event_discovered`
+    /// only when it was queued.
+    pub fn add(&self, identity: &str, source: Source) -> AddResult {
+        if self.stopping.load(Ordering::Relaxed) {
+            return AddResult::Stopping;
+        }
+        let result = {
+            let mut hosts = self.hosts.lock();
+            if let Some(entry) = hosts.get_mut(identity) {
+                // A node seen again while still queued is alive: restart its stale
+                // clock but keep its place (re-queuing would cost a second slot).
+                if entry.state == State::Queued {
+                    entry.since = Instant::now();
+                }
+                AddResult::Known
+            } else {
+                let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+                let job = Job {
+                    identity: identity.to_string(),
+                    generation,
+                };
+                match self.work_tx.try_send(job) {
+                    Ok(()) => {
+                        hosts.insert(
+                            identity.to_string(),
+                            Entry {
+                                generation,
+                                since: Instant::now(),
+                                state: State::Queued,
+                            },
+                        );
+                        AddResult::Added
+                    }
+                    Err(TrySendError::Full(_)) => {
+                        self.queue_full.fetch_add(1, Ordering::Relaxed);
+                        AddResult::QueueFull
+                    }
+                    Err(TrySendError::Disconnected(_)) => AddResult::Stopping,
+                }
+            }
+        };
+        if result == AddResult::Added {
+            match source {
+                Source::Discovery => self.metrics.discovered.inc(),
+                Source::Event => self.metrics.event_discovered.inc(),
+            }
+            log::debug!(
+                "Adding {identity} to the work queue with {} entries",
+                self.work_rx.len()
+            );
+        }
+        self.update_gauges();
+        result
+    }
+
+    /// How many offers were refused because the queue was full since the last call.
+    pub fn take_queue_full(&self) -> u64 {
+        self.queue_full.swap(0, Ordering::Relaxed)
+    }
+
+    /// Forgets every identity and empties the queue (leadership lost). Nodes inside
+    /// workers carry on until their next pause check fails.
+    pub fn remove_all(&self) {
+        let mut hosts = self.hosts.lock();
+        hosts.clear();
+        while self.work_rx.try_recv().is_ok() {}
+        drop(hosts);
+        self.update_gauges();
+    }
+
+    /// True when `identity` is known at any state.
+    pub fn is_known(&self, identity: &str) -> bool {
+        self.hosts.lock().contains_key(identity)
+    }
+
+    /// Number of identities known (queued, in progress or cooling down).
+    pub fn known(&self) -> usize {
+        self.hosts.lock().len()
+    }
+
+    /// Entries waiting in the work queue.
+    pub fn queued(&self) -> usize {
+        self.work_rx.len()
+    }
+
+    /// The pause flag.
+    pub fn pause(&self) -> &Arc<Pause> {
+        &self.pause
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// A receiver that disconnects when the fleet stops, for loops to select on.
+    pub fn stopped(&self) -> Receiver<()> {
+        self.stop_rx.clone()
+    }
+
+    /// True once [`Fleet::stop`] was called.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Stops taking work, lets in-flight nodes finish their current step and waits
+    /// for the threads up to the shutdown timeout. Returns true if all stopped.
+    pub fn stop(&self) -> bool {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.stop_tx.lock().take();
+        let deadline = Instant::now() + self.options.shutdown_timeout;
+        let threads: Vec<JoinHandle<()>> = self.threads.lock().drain(..).collect();
+        let mut all = true;
+        for t in threads {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                all = false;
+            }
+        }
+        all
+    }
+
+    /// Takes the next job's entry if it is still current, marking it in progress.
+    fn begin(&self, job: &Job) -> Option<Instant> {
+        let mut hosts = self.hosts.lock();
+        let entry = hosts.get_mut(&job.identity)?;
+        if entry.generation != job.generation || entry.state != State::Queued {
+            return None;
+        }
+        entry.state = State::Working;
+        Some(entry.since)
+    }
+
+    /// Routes an attempt's outcome: forget now, or after the cool-down.
+    fn finish(&self, job: &Job, outcome: &Outcome) {
+        if outcome.needs_cooldown() {
+            if let Some(entry) = self.hosts.lock().get_mut(&job.identity) {
+                if entry.generation == job.generation {
+                    entry.state = State::CoolingDown;
+                    entry.since = Instant::now();
+                }
+            }
+            let _ = self.done_tx.send(Finish {
+                identity: job.identity.clone(),
+                generation: job.generation,
+                at: Instant::now() + self.options.cooldown,
+            });
+        } else {
+            self.remove(&job.identity, job.generation);
+        }
+    }
+
+    /// Forgets `identity` if its entry is still generation `generation`.
+    fn remove(&self, identity: &str, generation: u64) {
+        let mut hosts = self.hosts.lock();
+        if hosts
+            .get(identity)
+            .is_some_and(|e| e.generation == generation)
+        {
+            hosts.remove(identity);
+        }
+        drop(hosts);
+        self.update_gauges();
+    }
+
+    fn update_gauges(&self) {
+        self.metrics
+            .waiting_nodes
+            .set(self.hosts.lock().len() as i64);
+        self.metrics
+            .work_queue_entries
+            .set(self.work_rx.len() as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests;

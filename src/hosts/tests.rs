@@ -1,0 +1,257 @@
+//! Scheduler rules, exercised with an in-process provisioner whose outcomes the test
+//! controls (the network paths are covered by the integration tests).
+
+use super::*;
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::HashMap;
+
+/// Records every attempt; each identity's attempts wait for a go-ahead when gated.
+struct Recorder {
+    calls: Mutex<Vec<String>>,
+    outcomes: Mutex<HashMap<String, Outcome>>,
+    gate: Option<Receiver<()>>,
+    started: Sender<String>,
+}
+
+impl Provision for Recorder {
+    fn provision(&self, identity: &str, _since: Instant, stopping: &AtomicBool) -> Outcome {
+        self.calls.lock().push(identity.to_string());
+        let _ = self.started.send(identity.to_string());
+        if let Some(gate) = &self.gate {
+            while !stopping.load(Ordering::Relaxed) {
+                if gate.recv_timeout(Duration::from_millis(10)).is_ok() {
+                    break;
+                }
+            }
+        }
+        self.outcomes
+            .lock()
+            .get(identity)
+            .cloned()
+            .unwrap_or(Outcome::Done)
+    }
+}
+
+struct Rig {
+    fleet: Arc<Fleet>,
+    recorder: Arc<Recorder>,
+    started: Receiver<String>,
+    release: Option<Sender<()>>,
+}
+
+fn rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig {
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let (release, gate) = crossbeam_channel::unbounded();
+    let (started_tx, started) = crossbeam_channel::unbounded();
+    let recorder = Arc::new(Recorder {
+        calls: Mutex::new(Vec::new()),
+        outcomes: Mutex::new(HashMap::new()),
+        gate: gated.then_some(gate),
+        started: started_tx,
+    });
+    let fleet = Fleet::new(
+        FleetOptions {
+            workers,
+            capacity,
+            cooldown,
+            shutdown_timeout: Duration::from_secs(2),
+        },
+        metrics,
+        pause,
+        Arc::clone(&recorder) as Arc<dyn Provision>,
+    );
+    fleet.start();
+    Rig {
+        fleet,
+        recorder,
+        started,
+        release: gated.then_some(release),
+    }
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn an_identity_is_queued_at_most_once_until_finished() {
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    assert_eq!(r.fleet.add("n1", Source::Discovery), AddResult::Added);
+    assert_eq!(r.fleet.add("n1", Source::Event), AddResult::Known);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        r.fleet.add("n1", Source::Discovery),
+        AddResult::Known,
+        "in progress"
+    );
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("provisioned", || r.fleet.metrics().provisioned.get() == 1);
+    assert_eq!(
+        r.fleet.add("n1", Source::Discovery),
+        AddResult::Known,
+        "cooling down"
+    );
+    assert_eq!(r.recorder.calls.lock().len(), 1);
+    assert_eq!(r.fleet.metrics().discovered.get(), 1);
+    assert_eq!(r.fleet.metrics().event_discovered.get(), 0);
+    r.fleet.stop();
+}
+
+#[test]
+fn the_cooldown_ends_and_the_node_can_come_back() {
+    let r = rig(1, 10, Duration::from_millis(100), false);
+    r.fleet.add("n1", Source::Discovery);
+    wait_until("provisioned", || r.fleet.metrics().provisioned.get() == 1);
+    assert!(r.fleet.is_known("n1"));
+    wait_until("forgotten after the cool-down", || !r.fleet.is_known("n1"));
+    assert_eq!(r.fleet.add("n1", Source::Event), AddResult::Added);
+    wait_until("provisioned again", || {
+        r.fleet.metrics().provisioned.get() == 2
+    });
+    assert_eq!(r.fleet.metrics().event_discovered.get(), 1);
+    r.fleet.stop();
+}
+
+#[test]
+fn failures_and_upgrades_are_forgotten_at_once() {
+    let r = rig(1, 10, Duration::from_secs(600), false);
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("bad".into(), Outcome::Failed("boom".into()));
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("up".into(), Outcome::Upgraded);
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("later".into(), Outcome::Deferred("cmdb".into()));
+    for id in ["bad", "up", "later"] {
+        r.fleet.add(id, Source::Discovery);
+    }
+    wait_until("all attempted", || {
+        !r.fleet.is_known("bad") && !r.fleet.is_known("up") && !r.fleet.is_known("later")
+    });
+    let m = r.fleet.metrics();
+    assert_eq!(m.provision_errors.get(), 2, "failed and deferred");
+    assert_eq!(m.provisioned.get(), 1, "the upgrade counts as provisioned");
+    r.fleet.stop();
+}
+
+#[test]
+fn a_full_queue_refuses_without_losing_the_node() {
+    let r = rig(1, 2, Duration::from_millis(10), true);
+    r.fleet.add("busy", Source::Discovery);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(r.fleet.add("a", Source::Discovery), AddResult::Added);
+    assert_eq!(r.fleet.add("b", Source::Discovery), AddResult::Added);
+    assert_eq!(r.fleet.add("c", Source::Discovery), AddResult::QueueFull);
+    assert!(
+        !r.fleet.is_known("c"),
+        "not kept, so the next discovery retries it"
+    );
+    assert_eq!(r.fleet.take_queue_full(), 1);
+    assert_eq!(r.fleet.take_queue_full(), 0);
+    assert_eq!(
+        r.fleet.metrics().discovered.get(),
+        3,
+        "the refused one is not counted"
+    );
+    assert_eq!(r.fleet.metrics().work_queue_entries.get(), 2);
+    assert_eq!(r.fleet.metrics().waiting_nodes.get(), 3);
+    for _ in 0..3 {
+        r.release.as_ref().unwrap().send(()).unwrap();
+    }
+    wait_until("queue drained", || r.fleet.queued() == 0);
+    assert_eq!(r.fleet.add("c", Source::Discovery), AddResult::Added);
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("all four provisioned", || {
+        r.fleet.metrics().provisioned.get() == 4
+    });
+    r.fleet.stop();
+}
+
+#[test]
+fn gauges_follow_the_queue_as_workers_take_from_it() {
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    for id in ["a", "b", "c"] {
+        r.fleet.add(id, Source::Discovery);
+    }
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    wait_until("one dequeued", || {
+        r.fleet.metrics().work_queue_entries.get() == 2
+    });
+    assert_eq!(r.fleet.metrics().busy_workers.get(), 1);
+    assert_eq!(r.fleet.metrics().waiting_nodes.get(), 3);
+    r.fleet.stop();
+}
+
+#[test]
+fn remove_all_forgets_everything_and_a_late_finish_keeps_the_new_entry() {
+    let r = rig(1, 10, Duration::from_millis(50), true);
+    r.fleet.add("n1", Source::Discovery);
+    r.fleet.add("n2", Source::Discovery);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    r.fleet.remove_all();
+    assert_eq!(r.fleet.known(), 0);
+    assert_eq!(r.fleet.queued(), 0);
+    assert_eq!(r.fleet.metrics().waiting_nodes.get(), 0);
+    // n1 is re-added while its old attempt is still running: a new generation.
+    assert_eq!(r.fleet.add("n1", Source::Event), AddResult::Added);
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("n1".into(), Outcome::Failed("old attempt".into()));
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("old attempt finished", || {
+        r.fleet.metrics().provision_errors.get() == 1
+    });
+    assert!(
+        r.fleet.is_known("n1"),
+        "the old attempt's finish must not remove the new entry"
+    );
+    r.recorder.outcomes.lock().remove("n1");
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("new attempt done", || {
+        r.fleet.metrics().provisioned.get() == 1
+    });
+    assert_eq!(
+        *r.recorder.calls.lock(),
+        ["n1", "n1"],
+        "n2 was dropped by remove_all"
+    );
+    r.fleet.stop();
+}
+
+#[test]
+fn stop_waits_for_in_flight_nodes_within_the_bound() {
+    let r = rig(2, 10, Duration::from_secs(60), true);
+    r.fleet.add("n1", Source::Discovery);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    let started = Instant::now();
+    assert!(
+        r.fleet.stop(),
+        "the provisioner sees `stopping` and returns"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(r.fleet.add("n2", Source::Discovery), AddResult::Stopping);
+}
+
+#[test]
+fn two_fleets_in_one_process_are_independent() {
+    let a = rig(1, 10, Duration::from_secs(60), false);
+    let b = rig(1, 10, Duration::from_secs(60), false);
+    a.fleet.add("n1", Source::Discovery);
+    wait_until("a provisioned", || a.fleet.metrics().provisioned.get() == 1);
+    assert_eq!(b.fleet.add("n1", Source::Discovery), AddResult::Added);
+    wait_until("b provisioned", || b.fleet.metrics().provisioned.get() == 1);
+    assert_eq!(a.fleet.metrics().provisioned.get(), 1);
+    a.fleet.stop();
+    b.fleet.stop();
+}

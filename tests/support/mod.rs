@@ -291,3 +291,62 @@ pub fn make_tls(dir: &TempDir) -> Option<TlsFiles> {
         client_key: p("client.key"),
     })
 }
+
+/// A nats-server laid out like a Choria broker for elections (`spec/election.md` §6,
+/// layout A): JetStream lives in account `choria`, the `provisioning` account sees only
+/// the bucket's stream info and the `provisioner` key under `choria.streams.`.
+pub fn election_broker() -> NatsServer {
+    NatsServer::with_config(
+        r#"jetstream { store_dir: "{dir}/js" }
+accounts {
+  choria: {
+    jetstream: enabled
+    users: [ { user: choria, password: choria } ]
+    exports: [
+      { service: "$JS.API.STREAM.INFO.KV_CHORIA_LEADER_ELECTION", accounts: [ provisioning ] }
+      { service: "$KV.CHORIA_LEADER_ELECTION.provisioner", accounts: [ provisioning ] }
+    ]
+  }
+  provisioning: {
+    users: [ { user: provisioner, password: s3cret }, { user: node, password: n0de } ]
+    imports: [
+      { service: { account: choria, subject: "$JS.API.STREAM.INFO.KV_CHORIA_LEADER_ELECTION" }, to: "choria.streams.STREAM.INFO.KV_CHORIA_LEADER_ELECTION" }
+      { service: { account: choria, subject: "$KV.CHORIA_LEADER_ELECTION.provisioner" }, to: "choria.streams.$KV.CHORIA_LEADER_ELECTION.provisioner" }
+    ]
+  }
+}"#,
+    )
+}
+
+/// Creates the election bucket (as the broker would) with `ttl`, as user `choria`.
+pub fn create_election_bucket(server: &NatsServer, ttl: Duration) {
+    #[allow(deprecated)]
+    let nc = nats::Options::with_user_pass("choria", "choria")
+        .connect(server.url())
+        .expect("connect as choria");
+    let config = serde_json::json!({
+        "name": "KV_CHORIA_LEADER_ELECTION",
+        "subjects": ["$KV.CHORIA_LEADER_ELECTION.>"],
+        "retention": "limits",
+        "max_age": ttl.as_nanos() as u64,
+        "max_msgs_per_subject": 1,
+        "max_msg_size": 1024,
+        "discard": "new",
+        "deny_delete": true,
+        "allow_rollup_hdrs": true,
+        "storage": "memory",
+        "num_replicas": 1,
+    });
+    let reply = nc
+        .request_timeout(
+            "$JS.API.STREAM.CREATE.KV_CHORIA_LEADER_ELECTION",
+            config.to_string(),
+            Duration::from_secs(5),
+        )
+        .expect("stream create answered");
+    let answer: serde_json::Value = serde_json::from_slice(&reply.data).unwrap();
+    assert!(
+        answer.get("error").is_none(),
+        "stream create failed: {answer}"
+    );
+}

@@ -1,0 +1,160 @@
+//! The example helpers shipped in packaging/examples answer the real helper contract.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use choria_provisioner::host::helper::{CsrInfo, Ed25519Info, Helper, HelperInput};
+
+fn example(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("packaging/examples")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn has(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn input(inventory: &str, csr: Option<&CsrInfo>, ed: Option<&Ed25519Info>) -> Vec<u8> {
+    serde_json::to_vec(&HelperInput {
+        identity: "n1.example.net",
+        csr,
+        ed25519_pubkey: ed,
+        inventory,
+        jwt: None,
+    })
+    .unwrap()
+}
+
+#[test]
+fn the_shell_helper_configures_the_node() {
+    let h = Helper::new(&example("provision-helper.sh"), Duration::from_secs(5));
+    let out = h
+        .run("n1.example.net", &input("{}", None, None), false, &[])
+        .unwrap()
+        .output;
+    assert!(!out.defer);
+    assert_eq!(out.configuration["identity"], "n1.example.net");
+    assert_eq!(out.configuration["plugin.choria.server.provision"], "false");
+}
+
+#[test]
+fn the_python_helper_defers_shuts_down_and_configures() {
+    if !has("python3") {
+        eprintln!("SKIP: python3 is not installed");
+        return;
+    }
+    let h = Helper::new(&example("provision-helper.py"), Duration::from_secs(10));
+    let run = |inv: &str| {
+        h.run("n1.example.net", &input(inv, None, None), false, &[])
+            .unwrap()
+            .output
+    };
+    let out = run(r#"{"facts":{}}"#);
+    assert!(out.defer, "no role: deferred");
+    let out = run(r#"{"facts":{"role":"web","decommissioned":true}}"#);
+    assert!(out.shutdown && !out.defer);
+    let out = run(r#"{"facts":{"role":"web"}}"#);
+    assert!(!out.defer && !out.shutdown);
+    assert_eq!(out.configuration["plugin.choria.server.provision"], "false");
+}
+
+#[test]
+fn the_python_helper_signs_a_csr_with_the_configured_ca() {
+    if !has("python3") || !has("openssl") {
+        eprintln!("SKIP: python3 or openssl is not installed");
+        return;
+    }
+    let dir = support::TempDir::new("pki");
+    let Some(tls) = support::make_tls(&dir) else {
+        return;
+    };
+    let run = |args: &[&str]| {
+        assert!(std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+            .status
+            .success())
+    };
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=n1.example.net",
+        "-keyout",
+        "node.key",
+        "-out",
+        "node.csr",
+    ]);
+    let csr = CsrInfo {
+        csr: std::fs::read_to_string(dir.path().join("node.csr")).unwrap(),
+        public_key: String::new(),
+        ssldir: "/etc/choria/ssl".into(),
+    };
+    let helper_cmd = format!(
+        "env PROVISION_CA_CERT={} PROVISION_CA_KEY={} {}",
+        tls.ca.display(),
+        dir.path().join("ca.key").display(),
+        example("provision-helper.py")
+    );
+    let h = Helper::new(&helper_cmd, Duration::from_secs(10));
+    let out = h
+        .run(
+            "n1.example.net",
+            &input(r#"{"facts":{"role":"web"}}"#, Some(&csr), None),
+            false,
+            &[],
+        )
+        .unwrap()
+        .output;
+    assert!(!out.defer, "{}", out.msg);
+    assert!(out.certificate.starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(out.ca.contains("BEGIN CERTIFICATE"));
+    assert_eq!(out.ssldir, "/etc/choria/ssl");
+    assert_eq!(out.configuration["plugin.security.provider"], "file");
+}
+
+#[test]
+fn the_ed25519_helper_asks_for_server_claims() {
+    if !has("python3") {
+        eprintln!("SKIP: python3 is not installed");
+        return;
+    }
+    let ed = Ed25519Info {
+        public_key: "ab".repeat(32),
+        directory: "/etc/choria".into(),
+        signature: "cd".repeat(64),
+    };
+    let h = Helper::new(
+        &format!(
+            "env PROVISION_ISSUER_PUBLIC={} {}",
+            "ef".repeat(32),
+            example("ed25519-helper.py")
+        ),
+        Duration::from_secs(10),
+    );
+    let out = h
+        .run("n1.example.net", &input("{}", None, Some(&ed)), false, &[])
+        .unwrap()
+        .output;
+    assert!(!out.defer, "{}", out.msg);
+    assert_eq!(
+        out.configuration["plugin.security.choria.seed_file"],
+        "/etc/choria/server.seed"
+    );
+    let claims = out.server_claims.unwrap();
+    assert_eq!(claims["exp"], 5 * 365 * 24 * 3600);
+    assert_eq!(claims["permissions"]["streams"], true);
+}

@@ -8,7 +8,9 @@
 //! reported as such (not as "added"), the gauges are exact, and shutdown waits for
 //! in-flight nodes within a bound.
 
+pub mod discovery;
 pub mod election;
+pub mod events;
 mod finisher;
 mod workers;
 

@@ -255,3 +255,88 @@ fn two_fleets_in_one_process_are_independent() {
     a.fleet.stop();
     b.fleet.stop();
 }
+
+struct FixedDiscovery(Result<Vec<String>, String>);
+
+impl discovery::Discover for FixedDiscovery {
+    fn discover(&self) -> Result<Vec<String>, String> {
+        self.0.clone()
+    }
+}
+
+#[test]
+fn a_discovery_cycle_counts_and_queues_each_identity_once() {
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    let found = FixedDiscovery(Ok(vec!["a".into(), "b".into(), "a".into()]));
+    discovery::cycle(&r.fleet, &found);
+    let m = r.fleet.metrics();
+    assert_eq!(m.discover_cycles.get(), 1);
+    assert_eq!(m.discovered.get(), 2, "duplicates are not counted twice");
+    discovery::cycle(&r.fleet, &FixedDiscovery(Err("no brokers".into())));
+    assert_eq!(m.discover_cycles.get(), 2);
+    assert_eq!(m.discovery_errors.get(), 1);
+    r.fleet.pause().pause();
+    discovery::cycle(&r.fleet, &found);
+    assert_eq!(
+        m.discover_cycles.get(),
+        2,
+        "paused cycles are skipped, not counted"
+    );
+    assert_eq!(m.paused.get(), 1);
+    r.fleet.stop();
+}
+
+#[test]
+fn the_discovery_loop_runs_at_once_and_on_trigger() {
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    let fleet = Arc::clone(&r.fleet);
+    let (trigger_tx, trigger) = crossbeam_channel::bounded(1);
+    let loop_thread = std::thread::spawn(move || {
+        let found = FixedDiscovery(Ok(vec!["a".into()]));
+        discovery::run(&fleet, &found, Duration::from_secs(3600), &trigger)
+    });
+    wait_until("first cycle at start", || {
+        r.fleet.metrics().discover_cycles.get() == 1
+    });
+    trigger_tx.send(()).unwrap();
+    wait_until("triggered cycle", || {
+        r.fleet.metrics().discover_cycles.get() == 2
+    });
+    r.fleet.stop();
+    loop_thread.join().unwrap();
+}
+
+#[test]
+fn startup_events_queue_nodes_unless_paused() {
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    let fleet = Arc::clone(&r.fleet);
+    let (tx, rx) = crossbeam_channel::unbounded::<Vec<u8>>();
+    let listener = std::thread::spawn(move || {
+        let decode = |b: &[u8]| -> Result<Option<String>, String> {
+            match b {
+                b"garbage" => Err("not an event".into()),
+                b"alive" => Ok(None),
+                other => Ok(Some(String::from_utf8_lossy(other).into_owned())),
+            }
+        };
+        events::run(&fleet, &rx, &decode)
+    });
+    tx.send(b"n1".to_vec()).unwrap();
+    tx.send(b"garbage".to_vec()).unwrap();
+    tx.send(b"alive".to_vec()).unwrap();
+    wait_until("event queued", || {
+        r.fleet.metrics().event_discovered.get() == 1
+    });
+    r.fleet.pause().pause();
+    tx.send(b"n2".to_vec()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!r.fleet.is_known("n2"), "dropped while paused");
+    r.fleet.pause().resume();
+    tx.send(b"n3".to_vec()).unwrap();
+    wait_until("event queued after resume", || {
+        r.fleet.metrics().event_discovered.get() == 2
+    });
+    drop(tx);
+    listener.join().unwrap();
+    r.fleet.stop();
+}

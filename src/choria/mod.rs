@@ -7,3 +7,4 @@ pub mod client_config;
 pub mod connector;
 pub mod lifecycle;
 pub mod protocol;
+pub mod router;

@@ -6,19 +6,34 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// A fresh scratch directory with an executable helper in it.
+/// A fresh scratch directory with an executable helper in it, under one per-run
+/// parent that the test binary removes when it exits.
 fn scratch() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "prov-config-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
+    let dir = run_dir().join(N.fetch_add(1, Ordering::SeqCst).to_string());
     std::fs::create_dir_all(&dir).unwrap();
     let helper = dir.join("helper");
     std::fs::write(&helper, "#!/bin/sh\necho '{}'\n").unwrap();
     std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
+}
+
+/// The per-run parent directory; removed at exit.
+fn run_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("prov-config-test-{}", std::process::id()));
+        extern "C" fn cleanup() {
+            let dir = std::env::temp_dir().join(format!("prov-config-test-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        // SAFETY: registering a plain extern "C" function with atexit.
+        unsafe {
+            libc::atexit(cleanup);
+        }
+        dir
+    })
+    .clone()
 }
 
 /// Loads `yaml` with a valid helper prepended unless the YAML names one itself.

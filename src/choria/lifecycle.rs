@@ -1,1 +1,143 @@
-//! Choria lifecycle events.
+//! Choria lifecycle events (`spec/choria-protocol.md` §7): decoding startup (and
+//! other) events in the flat Choria format and the CloudEvents 1.0 envelope that
+//! servers send by default; encoding the provisioner's own events.
+
+use serde::{Deserialize, Serialize};
+
+use super::protocol::{gojson, ids, Layer, ProtocolError, MAX_PAYLOAD};
+
+/// A lifecycle event as the provisioner reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Normalised protocol, `io.choria.lifecycle.v1.<type>`.
+    pub protocol: String,
+    /// Event id.
+    #[serde(default)]
+    pub id: String,
+    /// Identity of the emitter.
+    #[serde(default)]
+    pub identity: String,
+    /// Emitting component (`provision_mode_server`, `provisioner`, ...).
+    #[serde(default)]
+    pub component: String,
+    /// Unix seconds.
+    #[serde(default)]
+    pub timestamp: i64,
+    /// Version (startup, alive, upgraded).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// New version (upgraded).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub new_version: String,
+}
+
+impl Event {
+    /// The event type: `startup`, `shutdown`, `provisioned`, ...
+    pub fn kind(&self) -> &str {
+        self.protocol.rsplit('.').next().unwrap_or("")
+    }
+
+    /// A new event of `kind` for `identity`/`component` stamped now.
+    pub fn new(kind: &str, identity: &str, component: &str, version: &str) -> Event {
+        Event {
+            protocol: format!("io.choria.lifecycle.v1.{kind}"),
+            id: ids::uuid_v4(),
+            identity: identity.to_string(),
+            component: component.to_string(),
+            timestamp: ids::unix_now() as i64,
+            version: version.to_string(),
+            new_version: String::new(),
+        }
+    }
+
+    /// The flat Choria format (the provisioner's own events).
+    pub fn to_choria_json(&self) -> Vec<u8> {
+        gojson::to_vec(self)
+    }
+
+    /// The CloudEvents 1.0 envelope servers publish by default.
+    pub fn to_cloudevent_json(&self) -> Vec<u8> {
+        gojson::to_vec(&serde_json::json!({
+            "specversion": "1.0",
+            "id": self.id,
+            "source": "io.choria.lifecycle",
+            "type": self.protocol,
+            "subject": self.identity,
+            "datacontenttype": "application/json",
+            "time": crate::logging::rfc3339(self.timestamp as f64),
+            "data": self,
+        }))
+    }
+
+    /// The subject this event is published on.
+    pub fn subject(&self) -> String {
+        subject(self.kind(), &self.component)
+    }
+}
+
+/// `choria.lifecycle.event.<kind>.<component>`.
+pub fn subject(kind: &str, component: &str) -> String {
+    format!("choria.lifecycle.event.{kind}.{component}")
+}
+
+fn err(reason: impl std::fmt::Display) -> ProtocolError {
+    ProtocolError::new(Layer::Transport, format!("lifecycle event: {reason}"))
+}
+
+/// Normalises `choria:lifecycle:<type>:1` to `io.choria.lifecycle.v1.<type>`.
+fn normalise(protocol: &str) -> Option<String> {
+    if let Some(kind) = protocol.strip_prefix("io.choria.lifecycle.v1.") {
+        return (!kind.is_empty()).then(|| protocol.to_string());
+    }
+    let kind = protocol
+        .strip_prefix("choria:lifecycle:")?
+        .strip_suffix(":1")?;
+    (!kind.is_empty() && !kind.contains(':')).then(|| format!("io.choria.lifecycle.v1.{kind}"))
+}
+
+fn from_choria(value: serde_json::Value) -> Result<Event, ProtocolError> {
+    let mut event: Event = serde_json::from_value(value).map_err(err)?;
+    event.protocol = normalise(&event.protocol)
+        .ok_or_else(|| err(format!("unknown protocol {:?}", event.protocol)))?;
+    Ok(event)
+}
+
+/// Decodes a lifecycle event in either format.
+pub fn decode(bytes: &[u8]) -> Result<Event, ProtocolError> {
+    if bytes.len() > MAX_PAYLOAD {
+        return Err(err(format!("{} bytes is too large", bytes.len())));
+    }
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(err)?;
+    let protocol = value.get("protocol").and_then(|p| p.as_str()).unwrap_or("");
+    if protocol.starts_with("io.choria.lifecycle") || protocol.starts_with("choria:lifecycle:") {
+        return from_choria(value);
+    }
+    if value.get("specversion").and_then(|v| v.as_str()) == Some("1.0")
+        && value.get("source").and_then(|v| v.as_str()) == Some("io.choria.lifecycle")
+    {
+        if let Some(data) = value.get("data").filter(|d| d.is_object()) {
+            return from_choria(data.clone());
+        }
+        if let Some(encoded) = value.get("data_base64").and_then(|d| d.as_str()) {
+            use base64::Engine as _;
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_err(err)?;
+            return from_choria(serde_json::from_slice(&raw).map_err(err)?);
+        }
+        return Err(err("CloudEvent without data"));
+    }
+    Err(err("neither a Choria lifecycle event nor a CloudEvent"))
+}
+
+/// The identity a startup event announces, `None` for other event types.
+pub fn startup_identity(bytes: &[u8]) -> Result<Option<String>, ProtocolError> {
+    let event = decode(bytes)?;
+    if event.kind() != "startup" {
+        return Ok(None);
+    }
+    if event.identity.is_empty() {
+        return Err(err("startup event without identity"));
+    }
+    Ok(Some(event.identity))
+}

@@ -1,10 +1,12 @@
 //! The Choria wire: the only module that knows NATS subjects and Choria envelopes.
 //!
-//! It knows nothing of provisioning: it encodes and decodes the protocol layers,
-//! parses the Choria client configuration, and (later) connects and routes replies.
+//! It knows nothing of provisioning: it parses the Choria client configuration,
+//! connects, encodes and decodes the protocol layers, routes replies, and makes RPC
+//! calls and broadcast discoveries.
 
 pub mod client_config;
 pub mod connector;
 pub mod lifecycle;
 pub mod protocol;
 pub mod router;
+pub mod rpc;

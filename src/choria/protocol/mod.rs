@@ -1,1 +1,412 @@
-//! Choria protocol v1 and v2 envelopes.
+//! Choria protocol v1 and v2 envelopes (`spec/choria-protocol.md` §2–§4), both
+//! directions: the provisioner encodes requests and decodes replies, the fleet
+//! simulator decodes requests and encodes replies.
+//!
+//! Every decoder takes arbitrary network bytes and returns a typed
+//! [`ProtocolError`] naming the layer that failed; none panics. Hashes are checked
+//! over the exact bytes received, never over re-serialised JSON. Encoders write
+//! Go's bytes (field order, escaping, base64 placement), pinned by the worked
+//! example of §2.11 in `tests/protocol_vectors.rs`.
+
+mod credentials;
+pub mod gojson;
+pub mod ids;
+pub mod mcorpc;
+mod v1;
+mod v2;
+
+use std::fmt;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+pub use credentials::{certname, client_identity, Credentials};
+
+/// Largest payload any decoder accepts (NATS' own default limit is 1 MiB).
+pub const MAX_PAYLOAD: usize = 8 * 1024 * 1024;
+
+/// The discovery request body: base64 of `ping`, sent as text.
+pub const DISCOVERY_REQUEST: &[u8] = b"cGluZw==";
+
+/// The discovery reply body.
+pub const DISCOVERY_REPLY: &[u8] = b"pong";
+
+/// Protocol version of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `choria:*:1` (x509 and insecure deployments).
+    V1,
+    /// `io.choria.protocol.v2.*` (Organization Issuer deployments).
+    V2,
+}
+
+/// The layer of the onion a decoding error happened in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// The outer transport message.
+    Transport,
+    /// The secure request or secure reply.
+    Secure,
+    /// The request.
+    Request,
+    /// The reply.
+    Reply,
+    /// The MCollective-RPC body.
+    Body,
+    /// Signing or credentials.
+    Credentials,
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Layer::Transport => "transport",
+            Layer::Secure => "secure message",
+            Layer::Request => "request",
+            Layer::Reply => "reply",
+            Layer::Body => "RPC body",
+            Layer::Credentials => "credentials",
+        })
+    }
+}
+
+/// A message that could not be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolError {
+    /// Where it failed.
+    pub layer: Layer,
+    /// What was wrong.
+    pub reason: String,
+}
+
+impl ProtocolError {
+    /// An error in `layer`.
+    pub fn new(layer: Layer, reason: impl fmt::Display) -> ProtocolError {
+        ProtocolError {
+            layer,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}: {}", self.layer, self.reason)
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// A request filter (shared by v1 and v2); Go always sends all five arrays.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Filter {
+    /// Fact filters (`{"fact","operator","value"}` objects).
+    #[serde(default, deserialize_with = "null_default")]
+    pub fact: Vec<serde_json::Value>,
+    /// Configuration-management classes.
+    #[serde(default, deserialize_with = "null_default")]
+    pub cf_class: Vec<String>,
+    /// Agents the node must have (all of them).
+    #[serde(default, deserialize_with = "null_default")]
+    pub agent: Vec<String>,
+    /// Identities (any of them).
+    #[serde(default, deserialize_with = "null_default")]
+    pub identity: Vec<String>,
+    /// Compound expressions.
+    #[serde(default, deserialize_with = "null_default")]
+    pub compound: Vec<serde_json::Value>,
+}
+
+fn null_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+impl Filter {
+    /// A filter selecting nodes that have `agent`.
+    pub fn agent(agent: &str) -> Filter {
+        Filter {
+            agent: vec![agent.to_string()],
+            ..Filter::default()
+        }
+    }
+}
+
+/// Everything needed to build one request.
+#[derive(Debug, Clone)]
+pub struct RequestSpec {
+    /// Target agent.
+    pub agent: String,
+    /// Collective (`provisioning`).
+    pub collective: String,
+    /// Caller id (`choria=<certname>` in v1, the JWT's `callerid` in v2).
+    pub caller_id: String,
+    /// Sender id (our identity).
+    pub sender_id: String,
+    /// Seconds the request stays valid.
+    pub ttl: u64,
+    /// Node filter.
+    pub filter: Filter,
+    /// The body (RPC JSON, or [`DISCOVERY_REQUEST`]).
+    pub body: Vec<u8>,
+    /// Request id to use; a new one when `None`.
+    pub request_id: Option<String>,
+    /// Creation time in Unix nanoseconds; now when `None`.
+    pub time_ns: Option<i64>,
+    /// The broker URL for the informational `seen-by` header (v1); omitted if `None`.
+    pub seen_by: Option<String>,
+}
+
+/// A reply as the provisioner reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedReply {
+    /// Version it came in.
+    pub protocol: Protocol,
+    /// Request id it answers.
+    pub request_id: String,
+    /// Identity of the node that replied (envelope sender).
+    pub sender_id: String,
+    /// Agent that answered.
+    pub agent: String,
+    /// Reply time, Unix seconds.
+    pub time: i64,
+    /// The body (RPC reply JSON or `pong`).
+    pub body: Vec<u8>,
+}
+
+/// A request as a node reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedRequest {
+    /// Version it came in.
+    pub protocol: Protocol,
+    /// Request id.
+    pub request_id: String,
+    /// Sender identity.
+    pub sender_id: String,
+    /// Caller id.
+    pub caller_id: String,
+    /// Collective.
+    pub collective: String,
+    /// Agent.
+    pub agent: String,
+    /// TTL, seconds.
+    pub ttl: i64,
+    /// Creation time, Unix seconds.
+    pub time: i64,
+    /// Filter.
+    pub filter: Filter,
+    /// Body bytes (base64-decoded where the server would decode it).
+    pub body: Vec<u8>,
+    /// Subject to reply to, from the transport header.
+    pub reply_to: String,
+}
+
+/// Why a provisioning-mode server drops a request without replying.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// Not for the `provisioning` collective.
+    Collective(String),
+    /// The request id has the wrong length for its version.
+    RequestId(String),
+    /// TTL below the v1 schema minimum of 30 (v2: below 1).
+    Ttl(i64),
+    /// Created outside `(now - ttl, now + ttl)`.
+    Expired {
+        /// Request time.
+        time: i64,
+        /// Server time.
+        now: i64,
+    },
+    /// The version differs from the one the node's security provider speaks.
+    Version(Protocol),
+    /// No reply subject.
+    NoReplyTo,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Collective(c) => write!(f, "collective {c:?} is not provisioning"),
+            Rejection::RequestId(id) => write!(f, "request id {id:?} has the wrong length"),
+            Rejection::Ttl(t) => write!(f, "ttl {t} is below the minimum"),
+            Rejection::Expired { time, now } => {
+                write!(f, "request created at {time} is outside the ttl at {now}")
+            }
+            Rejection::Version(p) => write!(f, "protocol {p:?} is not spoken here"),
+            Rejection::NoReplyTo => write!(f, "no reply subject"),
+        }
+    }
+}
+
+impl DecodedRequest {
+    /// The checks a provisioning-mode server makes before dispatching (§2.10): a
+    /// failure means the request is dropped without a reply.
+    pub fn validate_for_provisioning(&self, speaks: Protocol, now: i64) -> Result<(), Rejection> {
+        if self.protocol != speaks {
+            return Err(Rejection::Version(self.protocol));
+        }
+        let (id_ok, min_ttl) = match self.protocol {
+            Protocol::V1 => (self.request_id.len() == 32, 30),
+            Protocol::V2 => (!self.request_id.is_empty(), 1),
+        };
+        if !id_ok {
+            return Err(Rejection::RequestId(self.request_id.clone()));
+        }
+        if self.ttl < min_ttl {
+            return Err(Rejection::Ttl(self.ttl));
+        }
+        if self.collective != "provisioning" {
+            return Err(Rejection::Collective(self.collective.clone()));
+        }
+        if self.time <= now - self.ttl || self.time >= now + self.ttl {
+            return Err(Rejection::Expired {
+                time: self.time,
+                now,
+            });
+        }
+        if self.reply_to.is_empty() {
+            return Err(Rejection::NoReplyTo);
+        }
+        Ok(())
+    }
+}
+
+/// A new request id for `protocol`.
+pub fn new_request_id(protocol: Protocol) -> String {
+    match protocol {
+        Protocol::V1 => ids::v1_request_id(),
+        Protocol::V2 => ids::ksuid(),
+    }
+}
+
+/// `provisioning.reply.<md5hex(caller_id)>` for `collective`.
+pub fn reply_prefix(collective: &str, caller_id: &str) -> String {
+    use md5::{Digest, Md5};
+    format!(
+        "{collective}.reply.{}",
+        ids::hex(&Md5::digest(caller_id.as_bytes()))
+    )
+}
+
+/// Encodes a request; returns its id and the NATS payload.
+pub fn encode_request(
+    spec: &RequestSpec,
+    reply_to: &str,
+    credentials: &Credentials,
+    protocol: Protocol,
+) -> Result<(String, Vec<u8>), ProtocolError> {
+    let id = spec
+        .request_id
+        .clone()
+        .unwrap_or_else(|| new_request_id(protocol));
+    let time_ns = spec.time_ns.unwrap_or_else(ids::unix_nanos);
+    let payload = match protocol {
+        Protocol::V1 => {
+            v1::encode_request(spec, &id, time_ns / 1_000_000_000, reply_to, credentials)?
+        }
+        Protocol::V2 => v2::encode_request(spec, &id, time_ns, reply_to, credentials)?,
+    };
+    Ok((id, payload))
+}
+
+/// The transport as far as routing needs it.
+#[derive(Debug, Deserialize)]
+struct TransportProbe {
+    protocol: String,
+}
+
+fn check_size(bytes: &[u8]) -> Result<(), ProtocolError> {
+    if bytes.len() > MAX_PAYLOAD {
+        return Err(ProtocolError::new(
+            Layer::Transport,
+            format!("{} bytes exceeds the {MAX_PAYLOAD} byte limit", bytes.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Which version a payload claims to be, from the transport's `protocol` key.
+pub fn transport_version(bytes: &[u8]) -> Result<Protocol, ProtocolError> {
+    check_size(bytes)?;
+    let probe: TransportProbe =
+        serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Transport, e))?;
+    match probe.protocol.as_str() {
+        v1::TRANSPORT => Ok(Protocol::V1),
+        v2::TRANSPORT => Ok(Protocol::V2),
+        other => Err(ProtocolError::new(
+            Layer::Transport,
+            format!("unknown protocol {other:?}"),
+        )),
+    }
+}
+
+/// Decodes a reply payload of either version, checking its hash.
+pub fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
+    match transport_version(bytes)? {
+        Protocol::V1 => v1::decode_reply(bytes),
+        Protocol::V2 => v2::decode_reply(bytes),
+    }
+}
+
+/// The transport sender (`mc_sender` / `sender`) of a reply, all discovery reads.
+pub fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
+    let sender = match transport_version(bytes)? {
+        Protocol::V1 => v1::transport_sender(bytes)?,
+        Protocol::V2 => v2::transport_sender(bytes)?,
+    };
+    if sender.is_empty() {
+        return Err(ProtocolError::new(Layer::Transport, "no sender header"));
+    }
+    Ok(sender)
+}
+
+/// Decodes a request payload of either version (server side).
+pub fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
+    match transport_version(bytes)? {
+        Protocol::V1 => v1::decode_request(bytes),
+        Protocol::V2 => v2::decode_request(bytes),
+    }
+}
+
+/// Encodes a reply to `request` from `sender` with `body` made at `time_ns`;
+/// `seen_by` is the broker URL for v1's informational `seen-by` header.
+pub fn encode_reply(
+    request: &DecodedRequest,
+    sender: &str,
+    body: &[u8],
+    time_ns: i64,
+    seen_by: Option<&str>,
+) -> Vec<u8> {
+    match request.protocol {
+        Protocol::V1 => v1::encode_reply(request, sender, body, time_ns / 1_000_000_000, seen_by),
+        Protocol::V2 => v2::encode_reply(request, sender, body, time_ns),
+    }
+}
+
+/// base64 (standard, padded) of `bytes`.
+pub fn b64(bytes: &[u8]) -> String {
+    B64.encode(bytes)
+}
+
+/// Decodes standard base64 for `layer`.
+fn unb64(text: &str, layer: Layer, what: &str) -> Result<Vec<u8>, ProtocolError> {
+    B64.decode(text)
+        .map_err(|e| ProtocolError::new(layer, format!("{what} is not base64: {e}")))
+}
+
+/// base64 of the SHA-256 of `bytes`.
+fn hash(bytes: &[u8]) -> String {
+    b64(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
+}
+
+/// The body a server dispatches: base64-decoded if it decodes, else as sent (§2.8).
+fn server_body(message: &[u8]) -> Vec<u8> {
+    std::str::from_utf8(message)
+        .ok()
+        .and_then(|text| B64.decode(text).ok())
+        .unwrap_or_else(|| message.to_vec())
+}

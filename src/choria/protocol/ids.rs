@@ -1,0 +1,137 @@
+//! Identifiers: v1 request ids (a UUIDv4 without dashes, 32 lowercase hex), KSUIDs
+//! (v2 request ids, JWT ids), UUIDv4 with dashes (lifecycle event ids).
+
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// Fills `buf` from the system random source.
+pub fn random_bytes(buf: &mut [u8]) {
+    // The system RNG failing is not something a daemon can recover from; ring only
+    // fails when getrandom(2) itself is unavailable.
+    SystemRandom::new()
+        .fill(buf)
+        .expect("the system random number generator is available");
+}
+
+fn uuid_v4_bytes() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    random_bytes(&mut b);
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    b
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    out
+}
+
+/// A v1 request id: a random UUIDv4 without dashes.
+pub fn v1_request_id() -> String {
+    hex(&uuid_v4_bytes())
+}
+
+/// A random UUIDv4 with dashes (lifecycle event ids).
+pub fn uuid_v4() -> String {
+    let h = hex(&uuid_v4_bytes());
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// The KSUID epoch (2014-05-13T16:53:20Z).
+pub const KSUID_EPOCH: u64 = 1_400_000_000;
+
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// A KSUID for Unix time `unix_seconds` with the given 16 payload bytes: 4-byte
+/// big-endian `(seconds - 1400000000)` then the payload, base62, 27 characters.
+pub fn ksuid_from(unix_seconds: u64, payload: [u8; 16]) -> String {
+    let mut bytes = [0u8; 20];
+    let ts = unix_seconds.saturating_sub(KSUID_EPOCH) as u32;
+    bytes[..4].copy_from_slice(&ts.to_be_bytes());
+    bytes[4..].copy_from_slice(&payload);
+    // Repeated division of the 160-bit big-endian number by 62.
+    let mut digits = Vec::with_capacity(27);
+    let mut number = bytes.to_vec();
+    while number.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for byte in number.iter_mut() {
+            let acc = (rem << 8) | u32::from(*byte);
+            *byte = (acc / 62) as u8;
+            rem = acc % 62;
+        }
+        digits.push(BASE62[rem as usize]);
+    }
+    while digits.len() < 27 {
+        digits.push(b'0');
+    }
+    digits.reverse();
+    String::from_utf8(digits).expect("base62 is ASCII")
+}
+
+/// A new KSUID for the current time.
+pub fn ksuid() -> String {
+    let mut payload = [0u8; 16];
+    random_bytes(&mut payload);
+    ksuid_from(unix_now(), payload)
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Nanoseconds since the Unix epoch.
+pub fn unix_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_have_their_shapes() {
+        let id = v1_request_id();
+        assert_eq!(id.len(), 32);
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_eq!(&id[12..13], "4", "version nibble");
+        let u = uuid_v4();
+        assert_eq!(u.len(), 36);
+        assert_eq!(u.matches('-').count(), 4);
+        assert_eq!(ksuid().len(), 27);
+        assert_ne!(v1_request_id(), v1_request_id());
+    }
+
+    #[test]
+    fn ksuid_matches_the_reference_encoding() {
+        // segmentio/ksuid: the nil KSUID and the maximum KSUID.
+        assert_eq!(
+            ksuid_from(KSUID_EPOCH, [0; 16]),
+            "000000000000000000000000000"
+        );
+        assert_eq!(
+            ksuid_from(KSUID_EPOCH + u64::from(u32::MAX), [0xff; 16]),
+            "aWgEPTl1tmebfsQzFP4bxwgy80V"
+        );
+    }
+}

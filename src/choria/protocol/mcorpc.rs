@@ -1,0 +1,182 @@
+//! The MCollective-RPC layer inside request and reply messages
+//! (`spec/choria-protocol.md` §4): `{"agent","action","data"}` requests and
+//! `{"action","statuscode","statusmsg","data"}` replies.
+
+use serde::{Deserialize, Serialize};
+
+use super::{gojson, Layer, ProtocolError};
+
+/// MCollective SimpleRPC status codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusCode {
+    /// 0: the action completed.
+    Ok = 0,
+    /// 1: refused or failed (token, lock, abort).
+    Aborted = 1,
+    /// 2: no such action.
+    UnknownAction = 2,
+    /// 3: a required input is missing.
+    MissingData = 3,
+    /// 4: the request or its data could not be parsed.
+    InvalidData = 4,
+    /// 5: generic failure.
+    UnknownError = 5,
+}
+
+/// A request body, keys in Go's order (`agent`, `action`, `data`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RpcRequestBody {
+    /// Agent name.
+    pub agent: String,
+    /// Action name.
+    pub action: String,
+    /// Inputs (an object; Go's map makes the keys sorted).
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+impl RpcRequestBody {
+    /// A body for `agent#action` with `data` (objects are sent with sorted keys).
+    pub fn new(agent: &str, action: &str, data: serde_json::Value) -> RpcRequestBody {
+        RpcRequestBody {
+            agent: agent.to_string(),
+            action: action.to_string(),
+            data: sorted(data),
+        }
+    }
+
+    /// The body's bytes as Go writes them.
+    pub fn encode(&self) -> Vec<u8> {
+        gojson::to_vec(self)
+    }
+
+    /// Decodes a request body (server side); `data` of `null` becomes `{}`.
+    pub fn decode(bytes: &[u8]) -> Result<RpcRequestBody, ProtocolError> {
+        let mut body: RpcRequestBody =
+            serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Body, e))?;
+        if body.data.is_null() {
+            body.data = serde_json::json!({});
+        }
+        Ok(body)
+    }
+}
+
+/// Sorts object keys recursively, as Go's map encoding does.
+fn sorted(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted).collect())
+        }
+        other => other,
+    }
+}
+
+/// A reply body.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RpcReply {
+    /// The action that answered (`""` when the request could not be parsed).
+    pub action: String,
+    /// Status code, 0 for OK.
+    pub statuscode: u64,
+    /// `OK` or the reason for failure.
+    pub statusmsg: String,
+    /// The outputs (always an object here; Go's occasional string `"{}"` becomes `{}`).
+    pub data: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct WireReply {
+    #[serde(default)]
+    action: Option<String>,
+    statuscode: u64,
+    #[serde(default)]
+    statusmsg: Option<String>,
+    #[serde(default)]
+    data: serde_json::Value,
+}
+
+impl RpcReply {
+    /// A reply with `code`, `msg` and `data`.
+    pub fn new(action: &str, code: StatusCode, msg: &str, data: serde_json::Value) -> RpcReply {
+        RpcReply {
+            action: action.to_string(),
+            statuscode: code as u64,
+            statusmsg: msg.to_string(),
+            data,
+        }
+    }
+
+    /// The body's bytes as Go writes them.
+    pub fn encode(&self) -> Vec<u8> {
+        gojson::to_vec(self)
+    }
+
+    /// Decodes a reply body, tolerating `data` as `null` or as a string holding JSON.
+    pub fn decode(bytes: &[u8]) -> Result<RpcReply, ProtocolError> {
+        let wire: WireReply =
+            serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Body, e))?;
+        let data = match wire.data {
+            serde_json::Value::Null => serde_json::json!({}),
+            serde_json::Value::String(text) => serde_json::from_str(&text).map_err(|e| {
+                ProtocolError::new(
+                    Layer::Body,
+                    format!("data is a string that is not JSON: {e}"),
+                )
+            })?,
+            other => other,
+        };
+        if !data.is_object() {
+            return Err(ProtocolError::new(Layer::Body, "data is not an object"));
+        }
+        Ok(RpcReply {
+            action: wire.action.unwrap_or_default(),
+            statuscode: wire.statuscode,
+            statusmsg: wire.statusmsg.unwrap_or_default(),
+            data,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_bodies_as_go_writes_them() {
+        let body = RpcRequestBody::new(
+            "choria_provision",
+            "restart",
+            serde_json::json!({"token": "s3cret", "splay": 1}),
+        );
+        assert_eq!(
+            String::from_utf8(body.encode()).unwrap(),
+            r#"{"agent":"choria_provision","action":"restart","data":{"splay":1,"token":"s3cret"}}"#
+        );
+        let inventory = RpcRequestBody::new("rpcutil", "inventory", serde_json::json!({}));
+        assert_eq!(
+            inventory.encode().len(),
+            50,
+            "the 50 bytes of the worked example"
+        );
+    }
+
+    #[test]
+    fn replies_tolerate_string_and_null_data() {
+        let r = RpcReply::decode(br#"{"action":"x","statuscode":0,"statusmsg":"OK","data":"{}"}"#)
+            .unwrap();
+        assert_eq!(r.data, serde_json::json!({}));
+        let r = RpcReply::decode(
+            br#"{"statuscode":1,"statusmsg":"Could not obtain provisioning lock","data":null}"#,
+        )
+        .unwrap();
+        assert_eq!(r.statuscode, 1);
+        assert!(RpcReply::decode(br#"{"statuscode":"0"}"#).is_err());
+        assert!(RpcReply::decode(br#"{"statuscode":0,"data":[1]}"#).is_err());
+        assert!(RpcReply::decode(b"pong").is_err());
+    }
+}

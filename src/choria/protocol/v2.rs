@@ -1,0 +1,248 @@
+//! Protocol v2 (`io.choria.protocol.v2.*`): every nested payload is base64 (Go
+//! `[]byte`), times are nanoseconds, ids are KSUIDs, and the caller's JWT travels
+//! in the secure request.
+
+use serde::{Deserialize, Serialize};
+
+use super::credentials::Credentials;
+use super::{
+    b64, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter, Layer, Protocol,
+    ProtocolError, RequestSpec,
+};
+
+/// Transport protocol string.
+pub(super) const TRANSPORT: &str = "io.choria.protocol.v2.transport";
+const SECURE_REQUEST: &str = "io.choria.protocol.v2.secure_request";
+const SECURE_REPLY: &str = "io.choria.protocol.v2.secure_reply";
+const REQUEST: &str = "io.choria.protocol.v2.request";
+const REPLY: &str = "io.choria.protocol.v2.reply";
+
+#[derive(Serialize)]
+struct Transport<'a> {
+    protocol: &'a str,
+    data: String,
+    headers: Headers<'a>,
+}
+
+#[derive(Serialize)]
+struct Headers<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reply: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    sender: &'a str,
+}
+
+#[derive(Deserialize)]
+struct TransportIn {
+    protocol: String,
+    data: String,
+    #[serde(default)]
+    headers: HeadersIn,
+}
+
+#[derive(Deserialize, Default)]
+struct HeadersIn {
+    #[serde(default)]
+    reply: Option<String>,
+    #[serde(default)]
+    sender: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SecureRequest {
+    protocol: String,
+    request: String,
+    signature: String,
+    caller: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    signer: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SecureReply {
+    protocol: String,
+    reply: String,
+    hash: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    signature: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    sender: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Request {
+    protocol: String,
+    message: String,
+    id: String,
+    sender: String,
+    caller: String,
+    collective: String,
+    agent: String,
+    ttl: i64,
+    time: i64,
+    #[serde(default)]
+    filter: Filter,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Reply {
+    protocol: String,
+    message: String,
+    request: String,
+    sender: String,
+    agent: String,
+    time: i64,
+}
+
+fn transport(data: &[u8], reply: &str, sender: &str) -> Vec<u8> {
+    gojson::to_vec(&Transport {
+        protocol: TRANSPORT,
+        data: b64(data),
+        headers: Headers { reply, sender },
+    })
+}
+
+pub(super) fn encode_request(
+    spec: &RequestSpec,
+    id: &str,
+    time_ns: i64,
+    reply_to: &str,
+    credentials: &Credentials,
+) -> Result<Vec<u8>, ProtocolError> {
+    let request = gojson::to_vec(&Request {
+        protocol: REQUEST.into(),
+        message: b64(&spec.body),
+        id: id.into(),
+        sender: spec.sender_id.clone(),
+        caller: spec.caller_id.clone(),
+        collective: spec.collective.clone(),
+        agent: spec.agent.clone(),
+        ttl: spec.ttl as i64,
+        time: time_ns,
+        filter: spec.filter.clone(),
+    });
+    let (signature, caller_jwt) = credentials.sign_v2(&request)?;
+    let secure = gojson::to_vec(&SecureRequest {
+        protocol: SECURE_REQUEST.into(),
+        request: b64(&request),
+        signature: b64(&signature),
+        caller: caller_jwt,
+        signer: String::new(),
+    });
+    Ok(transport(&secure, reply_to, &spec.sender_id))
+}
+
+fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
+    let t: TransportIn =
+        serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Transport, e))?;
+    if t.protocol != TRANSPORT {
+        return Err(ProtocolError::new(
+            Layer::Transport,
+            format!("protocol {:?} is not {TRANSPORT}", t.protocol),
+        ));
+    }
+    Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
+}
+
+pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
+    Ok(open(bytes)?.1.sender.unwrap_or_default())
+}
+
+pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
+    let (data, _) = open(bytes)?;
+    let secure: SecureReply =
+        serde_json::from_slice(&data).map_err(|e| ProtocolError::new(Layer::Secure, e))?;
+    if secure.protocol != SECURE_REPLY {
+        return Err(ProtocolError::new(
+            Layer::Secure,
+            format!("protocol {:?} is not {SECURE_REPLY}", secure.protocol),
+        ));
+    }
+    let reply_bytes = unb64(&secure.reply, Layer::Secure, "reply")?;
+    if hash(&reply_bytes) != secure.hash {
+        return Err(ProtocolError::new(
+            Layer::Secure,
+            "the reply hash does not match the message",
+        ));
+    }
+    let reply: Reply =
+        serde_json::from_slice(&reply_bytes).map_err(|e| ProtocolError::new(Layer::Reply, e))?;
+    if reply.protocol != REPLY {
+        return Err(ProtocolError::new(
+            Layer::Reply,
+            format!("protocol {:?} is not {REPLY}", reply.protocol),
+        ));
+    }
+    Ok(DecodedReply {
+        protocol: Protocol::V2,
+        request_id: reply.request,
+        sender_id: reply.sender,
+        agent: reply.agent,
+        time: reply.time / 1_000_000_000,
+        body: unb64(&reply.message, Layer::Reply, "message")?,
+    })
+}
+
+pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
+    let (data, headers) = open(bytes)?;
+    let secure: SecureRequest =
+        serde_json::from_slice(&data).map_err(|e| ProtocolError::new(Layer::Secure, e))?;
+    if secure.protocol != SECURE_REQUEST {
+        return Err(ProtocolError::new(
+            Layer::Secure,
+            format!("protocol {:?} is not {SECURE_REQUEST}", secure.protocol),
+        ));
+    }
+    if secure.caller.is_empty() {
+        return Err(ProtocolError::new(
+            Layer::Secure,
+            "caller must not be empty",
+        ));
+    }
+    let request_bytes = unb64(&secure.request, Layer::Secure, "request")?;
+    let request: Request = serde_json::from_slice(&request_bytes)
+        .map_err(|e| ProtocolError::new(Layer::Request, e))?;
+    if request.protocol != REQUEST {
+        return Err(ProtocolError::new(
+            Layer::Request,
+            format!("protocol {:?} is not {REQUEST}", request.protocol),
+        ));
+    }
+    Ok(DecodedRequest {
+        protocol: Protocol::V2,
+        body: server_body(&unb64(&request.message, Layer::Request, "message")?),
+        request_id: request.id,
+        sender_id: request.sender,
+        caller_id: request.caller,
+        collective: request.collective,
+        agent: request.agent,
+        ttl: request.ttl,
+        time: request.time.div_euclid(1_000_000_000),
+        filter: request.filter,
+        reply_to: headers.reply.unwrap_or_default(),
+    })
+}
+
+pub(super) fn encode_reply(
+    request: &DecodedRequest,
+    sender: &str,
+    body: &[u8],
+    time_ns: i64,
+) -> Vec<u8> {
+    let reply = gojson::to_vec(&Reply {
+        protocol: REPLY.into(),
+        message: b64(body),
+        request: request.request_id.clone(),
+        sender: sender.into(),
+        agent: request.agent.clone(),
+        time: time_ns,
+    });
+    let secure = gojson::to_vec(&SecureReply {
+        protocol: SECURE_REPLY.into(),
+        hash: hash(&reply),
+        reply: b64(&reply),
+        signature: String::new(),
+        sender: String::new(),
+    });
+    transport(&secure, "", sender)
+}

@@ -1,0 +1,174 @@
+//! The one RPC wrapper every call to a node goes through (`spec/provisioner.md` §2.4):
+//! pause check before and between tries, go-choria's FiveSec back-off with jitter,
+//! `rpc_time{rpc}` per try, `rpc_errors{rpc}` once per failed call.
+//!
+//! Beyond Go: a refusal that retrying cannot change (wrong token, node not in
+//! provisioning mode, provisioning lock held by another provisioner) fails at once
+//! with the node's own message; the error of an exhausted call names the action, the
+//! node, the number of tries and the last real reason (Go said `context canceled`);
+//! and a stopping daemon is noticed between tries.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::backoff::FIVE_SEC;
+use crate::choria::rpc::{Reply, RpcClient};
+use crate::config::Pause;
+use crate::metrics::Metrics;
+
+/// Status messages of go-choria's provision agent that no retry can change
+/// (`providers/agent/mcorpc/golang/provision`).
+pub const FATAL_REFUSALS: [&str; 6] = [
+    "Incorrect provision token supplied",
+    "Could not obtain provisioning lock",
+    "Cannot reconfigure a server that is not in provisioning mode",
+    "Cannot update a server that is not in provisioning mode",
+    "Cannot restart a server that is not in provisioning mode or with no token set",
+    "Cannot shutdown a server that is not in provisioning mode or with no token set",
+];
+
+/// True when `statusmsg` is a refusal retrying cannot change.
+pub fn is_fatal_refusal(statusmsg: &str) -> bool {
+    FATAL_REFUSALS.iter().any(|m| statusmsg.starts_with(m))
+        || statusmsg == "Version updates is not enabled in the configuration"
+}
+
+/// What one try's reply check decided.
+pub enum Check<T> {
+    /// The reply is good.
+    Accept(T),
+    /// The reply is bad in a way another try may fix.
+    Retry(String),
+    /// The reply is bad in a way no try will fix.
+    Fail(String),
+}
+
+/// Everything the wrapper needs for one call.
+pub struct Call<'a> {
+    /// The node.
+    pub identity: &'a str,
+    /// Agent name (`choria_provision`, `rpcutil`).
+    pub agent: &'a str,
+    /// Action name.
+    pub action: &'a str,
+    /// Maximum tries.
+    pub tries: usize,
+    /// Per-try timeout.
+    pub timeout: Duration,
+}
+
+impl Call<'_> {
+    /// `agent#action`, the `rpc` label.
+    pub fn label(&self) -> String {
+        format!("{}#{}", self.agent, self.action)
+    }
+}
+
+/// Shared dependencies of the wrapper.
+pub struct Wrapper<'a> {
+    /// The wire.
+    pub rpc: &'a RpcClient,
+    /// Metrics.
+    pub metrics: &'a Metrics,
+    /// Pause flag.
+    pub pause: &'a Pause,
+    /// Set when the daemon is stopping.
+    pub stopping: &'a AtomicBool,
+}
+
+impl Wrapper<'_> {
+    /// Runs `call`, building the request data per try with `data` and judging each
+    /// OK reply with `check`. Non-OK statuses are retried unless fatal.
+    pub fn run<T>(
+        &self,
+        call: &Call,
+        mut data: impl FnMut() -> serde_json::Value,
+        mut check: impl FnMut(&Reply) -> Check<T>,
+    ) -> Result<T, String> {
+        let label = call.label();
+        if self.pause.paused() {
+            return Err(format!("provisioning is paused, cannot perform {label}"));
+        }
+        let mut last = String::from("no try was made");
+        for attempt in 1..=call.tries {
+            if attempt > 1 {
+                if let Some(why) = self.sleep(FIVE_SEC.duration(attempt - 1)) {
+                    self.metrics.rpc_errors.with_label_values(&[&label]).inc();
+                    return Err(format!("{label} failed for {}: {why}", call.identity));
+                }
+            }
+            let started = Instant::now();
+            let result = self
+                .rpc
+                .call(call.identity, call.agent, call.action, &data(), call.timeout);
+            self.metrics
+                .observe_rpc(&label, started.elapsed().as_secs_f64());
+            let outcome = match result {
+                Err(e) => Check::Retry(e.to_string()),
+                Ok(reply) if reply.statuscode != 0 => {
+                    let why = format!(
+                        "invalid response from {}: {} ({})",
+                        reply.sender, reply.statusmsg, reply.statuscode
+                    );
+                    if is_fatal_refusal(&reply.statusmsg) {
+                        Check::Fail(why)
+                    } else {
+                        Check::Retry(why)
+                    }
+                }
+                Ok(reply) => check(&reply),
+            };
+            match outcome {
+                Check::Accept(value) => return Ok(value),
+                Check::Fail(why) => {
+                    self.metrics.rpc_errors.with_label_values(&[&label]).inc();
+                    return Err(format!("{label} failed for {}: {why}", call.identity));
+                }
+                Check::Retry(why) => {
+                    log::warn!(
+                        "{label} try {attempt}/{} for {} failed: {why}",
+                        call.tries,
+                        call.identity
+                    );
+                    last = why;
+                }
+            }
+        }
+        self.metrics.rpc_errors.with_label_values(&[&label]).inc();
+        Err(format!(
+            "{label} failed for {} after {} tries: {last}",
+            call.identity, call.tries
+        ))
+    }
+
+    /// Sleeps `d` unless paused or stopping first; returns why it was cut short.
+    fn sleep(&self, d: Duration) -> Option<String> {
+        let until = Instant::now() + d;
+        loop {
+            if self.pause.paused() {
+                return Some("provisioning was paused".into());
+            }
+            if self.stopping.load(Ordering::Relaxed) {
+                return Some("the provisioner is shutting down".into());
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fatal_refusals_are_recognised() {
+        assert!(is_fatal_refusal("Incorrect provision token supplied"));
+        assert!(is_fatal_refusal("Could not obtain provisioning lock"));
+        assert!(!is_fatal_refusal("Could not create keypair: entropy"));
+        assert!(!is_fatal_refusal("OK"));
+    }
+}

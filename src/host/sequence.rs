@@ -1,0 +1,420 @@
+//! The provisioning sequence for one node (`spec/provisioner.md` §2.2): every step in
+//! order with its condition, tries and timeout, ending in an [`Outcome`].
+//!
+//! A [`Provisioner`] holds what every attempt shares (configuration, keys loaded
+//! once at start, the wire, metrics); an attempt keeps what it learnt from the node
+//! in an [`Attempt`]. Nothing survives between attempts, as in Go: a node queued
+//! again is asked everything again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::helper::{CsrInfo, Ed25519Info, Helper, HelperError, HelperInput, HelperOutput};
+use super::outcome::Outcome;
+use super::rpc::{Call, Check, Wrapper};
+use crate::choria::rpc::RpcClient;
+use crate::config::{Config, Pause};
+use crate::metrics::Metrics;
+
+/// Per-try timeouts: `discovery_timeout` + the agent's DDL timeout.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// `choria_provision` actions (22 s by default).
+    pub provision: Duration,
+    /// `rpcutil` actions (4 s by default).
+    pub rpcutil: Duration,
+}
+
+/// What every attempt shares.
+pub struct Provisioner {
+    config: Arc<Config>,
+    rpc: Arc<RpcClient>,
+    metrics: Arc<Metrics>,
+    pause: Arc<Pause>,
+    helper: Helper,
+    timeouts: Timeouts,
+    keys: super::keys::Keys,
+}
+
+/// What one attempt learnt from the node so far.
+#[derive(Default)]
+struct Attempt {
+    claims: Option<Value>,
+    ecdh_public: String,
+    ed25519: Option<Ed25519Info>,
+    inventory: String,
+    version: String,
+    upgradable: bool,
+    csr: Option<CsrInfo>,
+}
+
+/// Why an attempt ended early: the outcome to report.
+type Step<T> = Result<T, Outcome>;
+
+fn failed(msg: impl Into<String>) -> Outcome {
+    Outcome::Failed(msg.into())
+}
+
+impl Provisioner {
+    /// A provisioner for `config`, loading and checking every key it will need.
+    pub fn new(
+        config: Arc<Config>,
+        rpc: Arc<RpcClient>,
+        metrics: Arc<Metrics>,
+        pause: Arc<Pause>,
+        timeouts: Timeouts,
+    ) -> Result<Provisioner, String> {
+        let keys = super::keys::Keys::load(&config)?;
+        Ok(Provisioner {
+            helper: Helper::new(&config.helper, config.helper_timeout),
+            config,
+            rpc,
+            metrics,
+            pause,
+            timeouts,
+            keys,
+        })
+    }
+
+    /// Runs one attempt for `identity`.
+    pub fn provision(&self, identity: &str, waiting_since: Instant, stopping: &AtomicBool) -> Outcome {
+        match self.attempt(identity, waiting_since, stopping) {
+            Ok(outcome) | Err(outcome) => outcome,
+        }
+    }
+
+    fn wrapper<'a>(&'a self, stopping: &'a AtomicBool) -> Wrapper<'a> {
+        Wrapper {
+            rpc: &self.rpc,
+            metrics: &self.metrics,
+            pause: &self.pause,
+            stopping,
+        }
+    }
+
+    fn call<'a>(&self, identity: &'a str, action: &'a str, tries: usize) -> Call<'a> {
+        Call {
+            identity,
+            agent: "choria_provision",
+            action,
+            tries,
+            timeout: self.timeouts.provision,
+        }
+    }
+
+    fn token(&self) -> &str {
+        self.config.token.expose()
+    }
+
+    fn attempt(&self, identity: &str, since: Instant, stopping: &AtomicBool) -> Step<Outcome> {
+        let waited = since.elapsed();
+        if waited > self.config.stale_after() {
+            return Err(failed(format!(
+                "skipping node that's been waiting {:.0}s",
+                waited.as_secs_f64()
+            )));
+        }
+        let between = || -> Step<()> {
+            if stopping.load(Ordering::Relaxed) {
+                return Err(failed(format!(
+                    "stopped provisioning {identity}: the provisioner is shutting down"
+                )));
+            }
+            Ok(())
+        };
+        let w = self.wrapper(stopping);
+        let mut a = Attempt::default();
+        if self.config.features.jwt {
+            self.fetch_jwt(&w, identity, &mut a)?;
+            between()?;
+        }
+        if self.config.features.ed25519 {
+            self.fetch_ed25519(&w, identity, &mut a)?;
+            between()?;
+        }
+        self.fetch_inventory(&w, identity, &mut a)?;
+        between()?;
+        if self.config.features.pki {
+            self.fetch_csr(&w, identity, &mut a)?;
+            between()?;
+        }
+        let answer = self.run_helper(identity, &a)?;
+        if answer.defer {
+            return Err(Outcome::Deferred(answer.msg));
+        }
+        if answer.shutdown {
+            return self.shutdown(&w, identity, &answer.msg);
+        }
+        between()?;
+        let server_jwt = if self.config.features.ed25519 {
+            self.keys.server_jwt(identity, &a, &answer)?
+        } else {
+            String::new()
+        };
+        let (key, ecdh_public) = self.encrypt_key(identity, &a, &answer)?;
+        if let Some(outcome) = self.upgrade(&w, identity, &a, &answer)? {
+            return Ok(outcome);
+        }
+        between()?;
+        self.configure(&w, identity, &a, &answer, &key, &ecdh_public, &server_jwt)?;
+        between()?;
+        self.restart(&w, identity)?;
+        Ok(Outcome::Done)
+    }
+
+    fn fetch_jwt(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
+        let token = self.token().to_string();
+        let (jwt, ecdh) = w
+            .run(
+                &self.call(identity, "jwt", 3),
+                || json!({ "token": token }),
+                |r| {
+                    let jwt = r.data["jwt"].as_str().unwrap_or_default().to_string();
+                    let ecdh = r.data["ecdh_public"].as_str().unwrap_or_default().to_string();
+                    Check::Accept((jwt, ecdh))
+                },
+            )
+            .map_err(failed)?;
+        if jwt.is_empty() {
+            return Err(failed(format!("no JWT received from {identity}")));
+        }
+        a.claims = Some(self.keys.verify_provisioning_jwt(identity, &jwt)?);
+        a.ecdh_public = ecdh;
+        Ok(())
+    }
+
+    fn fetch_ed25519(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
+        let token = self.token().to_string();
+        let mut nonce = String::new();
+        let info = w
+            .run(
+                &self.call(identity, "gen25519", 5),
+                || {
+                    nonce = super::keys::new_nonce();
+                    json!({ "nonce": nonce, "token": token })
+                },
+                |r| {
+                    let info = Ed25519Info {
+                        public_key: r.data["public_key"].as_str().unwrap_or_default().into(),
+                        directory: r.data["directory"].as_str().unwrap_or_default().into(),
+                        signature: r.data["signature"].as_str().unwrap_or_default().into(),
+                    };
+                    match super::keys::check_nonce_signature(&info, &nonce) {
+                        Ok(()) => Check::Accept(info),
+                        Err(e) => Check::Retry(e),
+                    }
+                },
+            )
+            .map_err(failed)?;
+        a.ed25519 = Some(info);
+        Ok(())
+    }
+
+    fn fetch_inventory(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
+        let call = Call {
+            identity,
+            agent: "rpcutil",
+            action: "inventory",
+            tries: 5,
+            timeout: self.timeouts.rpcutil,
+        };
+        let data = w
+            .run(&call, || json!({}), |r| {
+                if r.data.is_object() {
+                    Check::Accept(r.data.clone())
+                } else {
+                    Check::Retry("inventory data is not an object".into())
+                }
+            })
+            .map_err(failed)?;
+        a.version = data["version"].as_str().unwrap_or_default().to_string();
+        a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
+        a.inventory = data.to_string();
+        Ok(())
+    }
+
+    fn fetch_csr(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
+        let token = self.token().to_string();
+        // Go tries once; a lost reply then costs a whole attempt. The node makes a new
+        // key and CSR on every call, so retrying is safe.
+        let csr = w
+            .run(
+                &self.call(identity, "gencsr", 3),
+                || json!({ "token": token, "cn": identity }),
+                |r| {
+                    Check::Accept(CsrInfo {
+                        csr: r.data["csr"].as_str().unwrap_or_default().into(),
+                        public_key: r.data["public_key"].as_str().unwrap_or_default().into(),
+                        ssldir: r.data["ssldir"].as_str().unwrap_or_default().into(),
+                    })
+                },
+            )
+            .map_err(failed)?;
+        self.keys.check_csr(identity, &csr.csr)?;
+        a.csr = Some(csr);
+        Ok(())
+    }
+
+    fn run_helper(&self, identity: &str, a: &Attempt) -> Step<HelperOutput> {
+        let input = HelperInput {
+            identity,
+            csr: a.csr.as_ref(),
+            ed25519_pubkey: a.ed25519.as_ref(),
+            inventory: &a.inventory,
+            jwt: a.claims.as_ref(),
+        };
+        let bytes = serde_json::to_vec(&input)
+            .map_err(|e| failed(format!("could not JSON encode host: {e}")))?;
+        let secrets = self.secrets(a);
+        let started = Instant::now();
+        let result = self
+            .helper
+            .run(identity, &bytes, self.pause.paused(), &secrets);
+        self.metrics.observe_helper(started.elapsed().as_secs_f64());
+        match result {
+            Ok(run) => Ok(run.output),
+            Err(e) => {
+                // A paused refusal is not the helper's fault (Go counted it).
+                if !matches!(e, HelperError::Paused(_)) {
+                    self.metrics.helper_errors.inc();
+                }
+                Err(failed(format!("could not invoke configure helper: {e}")))
+            }
+        }
+    }
+
+    /// Values in the helper input that must never reach a log line.
+    fn secrets<'a>(&'a self, a: &'a Attempt) -> Vec<&'a str> {
+        let mut out = vec![self.token()];
+        if let Some(claims) = &a.claims {
+            for key in ["cht", "chpwd"] {
+                if let Some(v) = claims[key].as_str() {
+                    out.push(v);
+                }
+            }
+        }
+        out
+    }
+
+    fn shutdown(&self, w: &Wrapper, identity: &str, msg: &str) -> Step<Outcome> {
+        log::warn!("Shutting down {identity} as the helper asked: {msg}");
+        let token = self.token().to_string();
+        w.run(
+            &self.call(identity, "shutdown", 3),
+            || json!({ "token": token }),
+            |_| Check::Accept(()),
+        )
+        // Go counted a refused shutdown as success; the node would keep running.
+        .map_err(failed)?;
+        self.metrics.helper_shutdown_requests.inc();
+        Ok(Outcome::Done)
+    }
+
+    fn encrypt_key(&self, identity: &str, a: &Attempt, answer: &HelperOutput) -> Step<(String, String)> {
+        if answer.key.is_empty() {
+            return Ok((String::new(), String::new()));
+        }
+        if a.ecdh_public.is_empty() {
+            return Err(failed(format!(
+                "private key received from helper but server {identity} did not start Diffie-Hellman exchange"
+            )));
+        }
+        super::keys::encrypt_for_node(&answer.key, &a.ecdh_public)
+            .map_err(|e| failed(format!("could not encrypt the private key for {identity}: {e}")))
+    }
+
+    fn upgrade(&self, w: &Wrapper, identity: &str, a: &Attempt, answer: &HelperOutput) -> Step<Option<Outcome>> {
+        if !self.config.features.upgrades || answer.upgrade.is_empty() {
+            return Ok(None);
+        }
+        let target = answer.upgrade.as_str();
+        let refuse = |why: String| -> Step<Option<Outcome>> {
+            if self.config.upgrades_optional {
+                log::warn!("Could not upgrade {identity} to {target}, continuing: {why}");
+                Ok(None)
+            } else {
+                Err(failed(format!("could not upgrade {identity} to {target}: {why}")))
+            }
+        };
+        if self.config.upgrades_repository.is_empty() {
+            return refuse("upgrades_repository is not set".into());
+        }
+        if a.version.is_empty() {
+            return refuse("did not receive a version in inventory".into());
+        }
+        if !a.upgradable {
+            return refuse(format!("{identity} does not support upgrades"));
+        }
+        if super::version::compare(&a.version, target) == std::cmp::Ordering::Equal {
+            log::info!("{identity} already runs {target}, upgrade skipped");
+            return Ok(None);
+        }
+        let token = self.token().to_string();
+        let repository = self.config.upgrades_repository.clone();
+        match w.run(
+            &self.call(identity, "release_update", 3),
+            || json!({ "repository": repository, "token": token, "version": target }),
+            |_| Check::Accept(()),
+        ) {
+            Ok(()) => {
+                log::info!("Upgrading {identity} from {} to {target}", a.version);
+                Ok(Some(Outcome::Upgraded))
+            }
+            Err(e) => refuse(e),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn configure(
+        &self,
+        w: &Wrapper,
+        identity: &str,
+        a: &Attempt,
+        answer: &HelperOutput,
+        key: &str,
+        ecdh_public: &str,
+        server_jwt: &str,
+    ) -> Step<()> {
+        if answer.configuration.is_empty() {
+            return Err(failed(format!(
+                "choria_provision#configure failed for {identity}: empty configuration"
+            )));
+        }
+        let config = serde_json::to_string(&answer.configuration)
+            .map_err(|e| failed(format!("could not encode the configuration: {e}")))?;
+        // The node writes its key where its CSR reply said; the helper cannot move it.
+        let ssldir = a
+            .csr
+            .as_ref()
+            .map(|c| c.ssldir.clone())
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| answer.ssldir.clone());
+        let data = json!({
+            "token": self.token(),
+            "config": config,
+            "ca": answer.ca,
+            "certificate": answer.certificate,
+            "ssldir": ssldir,
+            "key": key,
+            "ecdh_public": ecdh_public,
+            "action_policies": answer.action_policies,
+            "opa_policies": answer.opa_policies,
+            "server_jwt": server_jwt,
+        });
+        w.run(&self.call(identity, "configure", 5), || data.clone(), |_| Check::Accept(()))
+            .map_err(failed)
+    }
+
+    fn restart(&self, w: &Wrapper, identity: &str) -> Step<()> {
+        let token = self.token().to_string();
+        w.run(
+            &self.call(identity, "restart", 3),
+            || json!({ "token": token, "splay": 1 }),
+            |_| Check::Accept(()),
+        )
+        .map_err(failed)
+    }
+}

@@ -1,0 +1,318 @@
+//! Direct RPC and broadcast discovery against a real nats-server, with responders
+//! written here that decode requests with the server side of our codec.
+#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use choria_provisioner::choria::client_config::ClientConfig;
+use choria_provisioner::choria::connector::Connector;
+use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
+use choria_provisioner::choria::protocol::{self, ids, Protocol};
+use choria_provisioner::choria::rpc::{RpcClient, RpcError};
+use choria_provisioner::config::Config;
+use choria_provisioner::metrics::Metrics;
+use crossbeam_channel::bounded;
+use support::{NatsServer, TempDir};
+
+/// How a responder misbehaves.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Good,
+    WrongSender,
+    WrongHash,
+    Silent,
+}
+
+/// Answers every request for `identity` (or every identity under `provisioning.node.>`
+/// when `identity` is `*`) like a provisioning-mode node would.
+fn responder(server: &NatsServer, identity: &str, mode: Mode) -> nats::Connection {
+    let nc = nats::connect(server.url()).unwrap();
+    let subject = if identity == "*" {
+        "provisioning.node.>".to_string()
+    } else {
+        format!("provisioning.node.{identity}")
+    };
+    let sub = nc.subscribe(&subject).unwrap();
+    let publisher = nc.clone();
+    sub.with_handler(move |msg| {
+        let me = msg
+            .subject
+            .trim_start_matches("provisioning.node.")
+            .to_string();
+        let Ok(request) = protocol::decode_request(&msg.data) else {
+            return Ok(());
+        };
+        if request
+            .validate_for_provisioning(Protocol::V1, ids::unix_now() as i64)
+            .is_err()
+        {
+            return Ok(());
+        }
+        let body = RpcRequestBody::decode(&request.body).unwrap();
+        let reply = RpcReply::new(
+            &body.action,
+            StatusCode::Ok,
+            "OK",
+            serde_json::json!({"echo": body.data, "me": me}),
+        );
+        let sender = if mode == Mode::WrongSender {
+            "impostor.example.net"
+        } else {
+            me.as_str()
+        };
+        let mut payload =
+            protocol::encode_reply(&request, sender, &reply.encode(), ids::unix_nanos(), None);
+        if mode == Mode::WrongHash {
+            payload = forge_hash(&payload);
+        }
+        if mode != Mode::Silent {
+            publisher.publish(&request.reply_to, payload)?;
+        }
+        Ok(())
+    });
+    nc.flush().unwrap();
+    nc
+}
+
+/// Changes the reply message but keeps the old hash.
+fn forge_hash(payload: &[u8]) -> Vec<u8> {
+    let mut t: serde_json::Value = serde_json::from_slice(payload).unwrap();
+    let secure = STANDARD.decode(t["data"].as_str().unwrap()).unwrap();
+    let secure = String::from_utf8(secure).unwrap().replace("OK", "KO");
+    t["data"] = STANDARD.encode(secure).into();
+    t.to_string().into_bytes()
+}
+
+/// Answers discovery broadcasts for `count` identities `node-<n>`.
+fn discovery_responders(server: &NatsServer, count: usize) -> nats::Connection {
+    let nc = nats::connect(server.url()).unwrap();
+    let sub = nc
+        .subscribe("provisioning.broadcast.agent.discovery")
+        .unwrap();
+    let publisher = nc.clone();
+    sub.with_handler(move |msg| {
+        let Ok(request) = protocol::decode_request(&msg.data) else {
+            return Ok(());
+        };
+        if request.body != b"ping" || request.filter.agent != ["choria_provision"] {
+            return Ok(());
+        }
+        for n in 0..count {
+            let payload = protocol::encode_reply(
+                &request,
+                &format!("node-{n}"),
+                b"pong",
+                ids::unix_nanos(),
+                None,
+            );
+            publisher.publish(&request.reply_to, payload)?;
+        }
+        Ok(())
+    });
+    nc.flush().unwrap();
+    nc
+}
+
+fn client(server: &NatsServer, dir: &TempDir) -> RpcClient {
+    let cfg = dir.write(
+        "choria.cfg",
+        &format!(
+            "identity = provisioner.test.local\nplugin.choria.middleware_hosts = {}\n",
+            server.url()
+        ),
+    );
+    let helper = dir.script("helper", "#!/bin/sh\n");
+    let yaml = dir.write(
+        "p.yaml",
+        &format!("helper: {}\nchoria_insecure: true\n", helper.display()),
+    );
+    let config = Config::load(&yaml).unwrap().config;
+    let mut c = ClientConfig::load(&cfg).unwrap();
+    c.apply_provisioner_overrides(&config);
+    let metrics = Arc::new(Metrics::new("t").unwrap());
+    let (_stop, shutdown) = bounded::<()>(0);
+    let conn = Connector::connect(&c, &metrics, &shutdown).unwrap();
+    RpcClient::new(&conn, &c).unwrap()
+}
+
+#[test]
+fn a_direct_rpc_succeeds() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _node = responder(&server, "n1.example.net", Mode::Good);
+    let rpc = client(&server, &dir);
+    let reply = rpc
+        .call(
+            "n1.example.net",
+            "choria_provision",
+            "jwt",
+            &serde_json::json!({"token": "t"}),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+    assert_eq!(reply.sender, "n1.example.net");
+    assert_eq!(reply.statuscode, 0);
+    assert_eq!(reply.data["echo"]["token"], "t");
+    assert_eq!(
+        rpc.router().pending(),
+        0,
+        "the route is gone after the call"
+    );
+}
+
+#[test]
+fn no_reply_times_out_with_go_s_message() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _node = responder(&server, "n1.example.net", Mode::Silent);
+    let rpc = client(&server, &dir);
+    let started = Instant::now();
+    let err = rpc
+        .call(
+            "n1.example.net",
+            "rpcutil",
+            "inventory",
+            &serde_json::json!({}),
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(matches!(err, RpcError::NoReply { .. }));
+    assert!(
+        err.to_string()
+            .starts_with("received 0 responses while expecting a response from n1.example.net"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_reply_from_the_wrong_sender_is_ignored() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _node = responder(&server, "n1.example.net", Mode::WrongSender);
+    let rpc = client(&server, &dir);
+    let err = rpc
+        .call(
+            "n1.example.net",
+            "rpcutil",
+            "inventory",
+            &serde_json::json!({}),
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("1 rejected, last: reply comes from impostor.example.net"),
+        "{err}"
+    );
+    assert_eq!(rpc.rejected(), 1);
+}
+
+#[test]
+fn a_reply_with_a_wrong_hash_is_rejected() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _node = responder(&server, "n1.example.net", Mode::WrongHash);
+    let rpc = client(&server, &dir);
+    let err = rpc
+        .call(
+            "n1.example.net",
+            "rpcutil",
+            "inventory",
+            &serde_json::json!({}),
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("hash does not match"), "{err}");
+}
+
+#[test]
+fn a_thousand_concurrent_rpcs_from_sixteen_threads_are_all_answered_correctly() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _nodes = responder(&server, "*", Mode::Good);
+    let rpc = Arc::new(client(&server, &dir));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let (rpc, ok) = (Arc::clone(&rpc), Arc::clone(&ok));
+            std::thread::spawn(move || {
+                for i in 0..63 {
+                    let id = format!("node-{t}-{i}.example.net");
+                    let reply = rpc
+                        .call(
+                            &id,
+                            "rpcutil",
+                            "inventory",
+                            &serde_json::json!({"n": i}),
+                            Duration::from_secs(10),
+                        )
+                        .unwrap();
+                    assert_eq!(
+                        reply.data["me"],
+                        id.as_str(),
+                        "each caller gets its own reply"
+                    );
+                    assert_eq!(reply.data["echo"]["n"], i);
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(ok.load(Ordering::Relaxed), 16 * 63);
+    assert_eq!(rpc.rejected(), 0);
+    assert_eq!(rpc.router().pending(), 0);
+}
+
+#[test]
+fn discovery_of_two_hundred_nodes_closes_its_window_early() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _fleet = discovery_responders(&server, 200);
+    let rpc = client(&server, &dir);
+    let started = Instant::now();
+    let found = rpc
+        .discover(
+            Duration::from_secs(2),
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(found.len(), 200);
+    assert!(found.iter().all(|id| id.starts_with("node-")));
+    assert!(
+        took < Duration::from_millis(1500),
+        "closed 300 ms after the last reply: {took:?}"
+    );
+}
+
+#[test]
+fn discovery_with_nobody_listening_ends_at_the_initial_wait() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let rpc = client(&server, &dir);
+    let started = Instant::now();
+    let found = rpc
+        .discover(
+            Duration::from_millis(400),
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    assert!(found.is_empty());
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}

@@ -259,10 +259,11 @@ fn workers(n: Option<i64>) -> Result<Option<usize>, Problem> {
     }
 }
 
-/// `/re/` is accepted for a pattern, as in Go: the slashes are stripped.
+/// `/re/` is accepted for a pattern, as in Go: a pattern matching `^/.+/$` has every
+/// leading and trailing `/` stripped.
 pub(crate) fn strip_slashes(pattern: &str) -> &str {
-    if pattern.len() >= 2 && pattern.starts_with('/') && pattern.ends_with('/') {
-        &pattern[1..pattern.len() - 1]
+    if pattern.len() >= 3 && pattern.starts_with('/') && pattern.ends_with('/') {
+        pattern.trim_matches('/')
     } else {
         pattern
     }

@@ -1,1 +1,252 @@
-//! crypto
+//! The private-key transport (`spec/provision-agent.md` §6): an ephemeral X25519
+//! agreement with the node's `ecdh_public`, and Go's legacy `x509.EncryptPEMBlock`
+//! (AES-256-CBC, OpenSSL `EVP_BytesToKey` with MD5) keyed with the raw shared secret.
+//! Deprecated cryptography, kept byte-compatible because every deployed server
+//! decrypts exactly this; do not "improve" it. Also the `gen25519` nonce and its
+//! signature check.
+
+use aes::cipher::{block_padding::Pkcs7, BlockDecryptMut, BlockEncryptMut, KeyIvInit};
+use md5::{Digest, Md5};
+use ring::agreement::{agree_ephemeral, EphemeralPrivateKey, UnparsedPublicKey, X25519};
+use ring::rand::SystemRandom;
+
+use super::pem::{self, Block};
+use crate::choria::protocol::ids::{hex, random_bytes, unhex as hexdec, v1_request_id};
+
+type Enc = cbc::Encryptor<aes::Aes256>;
+type Dec = cbc::Decryptor<aes::Aes256>;
+
+/// OpenSSL's `EVP_BytesToKey` (MD5, one round) for a 32-byte key: `D1 = MD5(pw‖salt)`,
+/// `D2 = MD5(D1‖pw‖salt)`, key = `D1‖D2`.
+pub fn evp_bytes_to_key(password: &[u8], salt: &[u8]) -> [u8; 32] {
+    let d1 = Md5::new()
+        .chain_update(password)
+        .chain_update(salt)
+        .finalize();
+    let d2 = Md5::new()
+        .chain_update(d1)
+        .chain_update(password)
+        .chain_update(salt)
+        .finalize();
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(&d1);
+    key[16..].copy_from_slice(&d2);
+    key
+}
+
+/// Go's `x509.EncryptPEMBlock(rand, "RSA PRIVATE KEY", der, password, AES256)` with
+/// the given IV.
+pub fn encrypt_pem_block(der: &[u8], password: &[u8], iv: [u8; 16]) -> String {
+    let key = evp_bytes_to_key(password, &iv[..8]);
+    let ciphertext = Enc::new(&key.into(), &iv.into()).encrypt_padded_vec_mut::<Pkcs7>(der);
+    pem::encode(&Block {
+        label: "RSA PRIVATE KEY".into(),
+        headers: vec![
+            ("Proc-Type".into(), "4,ENCRYPTED".into()),
+            ("DEK-Info".into(), format!("AES-256-CBC,{}", hex(&iv))),
+        ],
+        der: ciphertext,
+    })
+}
+
+/// Go's `x509.DecryptPEMBlock` for AES-256-CBC blocks (the node side).
+pub fn decrypt_pem_block(block: &Block, password: &[u8]) -> Result<Vec<u8>, String> {
+    let info = block.header("DEK-Info").ok_or("key is not encrypted")?;
+    let (cipher, iv_hex) = info.split_once(',').ok_or("malformed DEK-Info header")?;
+    if cipher != "AES-256-CBC" {
+        return Err(format!("unsupported cipher {cipher}"));
+    }
+    let iv: [u8; 16] = hexdec(iv_hex)
+        .and_then(|v| v.try_into().ok())
+        .ok_or("incorrect IV size")?;
+    if block.der.is_empty() || block.der.len() % 16 != 0 {
+        return Err("x509: encrypted PEM data is not a multiple of the block size".into());
+    }
+    let key = evp_bytes_to_key(password, &iv[..8]);
+    Dec::new(&key.into(), &iv.into())
+        .decrypt_padded_vec_mut::<Pkcs7>(&block.der)
+        .map_err(|_| "x509: decryption password incorrect".to_string())
+}
+
+/// Encrypts the helper's private key PEM for the node whose X25519 public key is
+/// `node_public_hex`; returns the encrypted PEM and our public key in hex.
+pub fn encrypt_key_for_node(
+    key_pem: &str,
+    node_public_hex: &str,
+) -> Result<(String, String), String> {
+    let block = pem::decode(key_pem).ok_or("bad key received")?;
+    let node_public = hexdec(node_public_hex)
+        .filter(|k| k.len() == 32)
+        .ok_or("the node's ecdh_public is not 64 hex characters")?;
+    let rng = SystemRandom::new();
+    let ours = EphemeralPrivateKey::generate(&X25519, &rng)
+        .map_err(|_| "could not generate an X25519 key")?;
+    let our_public = ours
+        .compute_public_key()
+        .map_err(|_| "could not compute the X25519 public key")?;
+    let mut iv = [0u8; 16];
+    random_bytes(&mut iv);
+    let pem = agree_ephemeral(
+        ours,
+        &UnparsedPublicKey::new(&X25519, &node_public),
+        |secret| encrypt_pem_block(&block.der, secret, iv),
+    )
+    .map_err(|_| "the node's ecdh_public is not a usable X25519 key")?;
+    Ok((pem, hex(our_public.as_ref())))
+}
+
+/// A `gen25519` nonce: 32 lowercase hex characters, new for every try.
+pub fn new_nonce() -> String {
+    v1_request_id()
+}
+
+/// Checks a `gen25519` reply as Go does, with the lengths checked first (Go's
+/// `ed25519.Verify` panics on a key that is not 32 bytes).
+pub fn verify_nonce_signature(
+    public_key_hex: &str,
+    nonce: &str,
+    signature_hex: &str,
+) -> Result<(), String> {
+    if public_key_hex.is_empty() {
+        return Err("no public key received".into());
+    }
+    if signature_hex.is_empty() {
+        return Err("no signature received".into());
+    }
+    let public = hexdec(public_key_hex).ok_or("invalid public key received: not hex")?;
+    if public.len() != 32 {
+        return Err(format!(
+            "invalid public key received: {} bytes, not 32",
+            public.len()
+        ));
+    }
+    let signature = hexdec(signature_hex).ok_or("invalid signature")?;
+    if signature.len() != 64 {
+        return Err(format!(
+            "invalid signature: {} bytes, not 64",
+            signature.len()
+        ));
+    }
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, &public)
+        .verify(nonce.as_bytes(), &signature)
+        .map_err(|_| "invalid nonce signature".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unhex(s: &str) -> Vec<u8> {
+        hexdec(s).unwrap()
+    }
+
+    #[test]
+    fn the_worked_vector_of_the_spec() {
+        let secret = unhex("2052e6e903184821071a1d5e82444d6e5e5a6bb2cbaf29f4b40b4bd3317e6c20");
+        let iv: [u8; 16] = unhex("000102030405060708090a0b0c0d0e0f")
+            .try_into()
+            .unwrap();
+        assert_eq!(
+            hex(&evp_bytes_to_key(&secret, &iv[..8])),
+            "3c2dd28e7a3cde3c14f62afccf0cac6c10d56c0b6d7746cce1d44597e12cde25"
+        );
+        let pem = encrypt_pem_block(b"choria provisioning!", &secret, iv);
+        assert_eq!(
+            pem,
+            "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-256-CBC,000102030405060708090a0b0c0d0e0f\n\n4YyMhsaqj/rOQ64+dL6/oD5sEI2+H/U1CramLV9yLNY=\n-----END RSA PRIVATE KEY-----\n"
+        );
+        let block = pem::decode(&pem).unwrap();
+        assert_eq!(
+            decrypt_pem_block(&block, &secret).unwrap(),
+            b"choria provisioning!"
+        );
+        let wrong = decrypt_pem_block(&block, &[0u8; 32]).unwrap_err();
+        assert!(
+            wrong.contains("decryption password incorrect") || wrong.contains("block size"),
+            "{wrong}"
+        );
+    }
+
+    #[test]
+    fn the_key_exchange_matches_the_spec_keys() {
+        use x25519_dalek::{PublicKey, StaticSecret};
+        let server: [u8; 32] =
+            unhex("67e4a9b3934a3030470ed7a30f89eeaf7dab7b492aa9ee02fb864d690b7e6eeb")
+                .try_into()
+                .unwrap();
+        let server = StaticSecret::from(server);
+        assert_eq!(
+            hex(PublicKey::from(&server).as_bytes()),
+            "88a9a0ed27dc93c29466ea2bef99e078342b27e7a1d789fc35a9131f86c3a022"
+        );
+        let key_pem = pem::encode(&Block {
+            label: "PRIVATE KEY".into(),
+            headers: vec![],
+            der: b"a key".to_vec(),
+        });
+        let (encrypted, ours) = encrypt_key_for_node(
+            &key_pem,
+            "88a9a0ed27dc93c29466ea2bef99e078342b27e7a1d789fc35a9131f86c3a022",
+        )
+        .unwrap();
+        // The node side: its static secret and our public key give the same secret.
+        let ours: [u8; 32] = unhex(&ours).try_into().unwrap();
+        let shared = server.diffie_hellman(&PublicKey::from(ours));
+        let block = pem::decode(&encrypted).unwrap();
+        assert_eq!(
+            block.label, "RSA PRIVATE KEY",
+            "always this label, as Go writes it"
+        );
+        assert_eq!(
+            decrypt_pem_block(&block, shared.as_bytes()).unwrap(),
+            b"a key"
+        );
+    }
+
+    #[test]
+    fn hostile_key_exchange_input_is_an_error() {
+        let key_pem = pem::encode(&Block {
+            label: "RSA PRIVATE KEY".into(),
+            headers: vec![],
+            der: vec![1, 2, 3],
+        });
+        assert_eq!(
+            encrypt_key_for_node("not pem", &"00".repeat(32)).unwrap_err(),
+            "bad key received"
+        );
+        assert!(encrypt_key_for_node(&key_pem, "abc").is_err());
+        assert!(encrypt_key_for_node(&key_pem, &"zz".repeat(32)).is_err());
+        // The all-zero point is a low-order point: no usable shared secret.
+        assert!(encrypt_key_for_node(&key_pem, &"00".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn the_nonce_signature_vector_and_its_failures() {
+        let public = "b012ef1e447947b3cdaf3f6e9459342407e24e597ec5b4ceccac8ab5cb03a6e9";
+        let nonce = "6f0c3b9e2a4d4f1c8b7e5d3a2c1b0f9e";
+        let sig = "ed441a6ca0a293309266a2e30a72b8cc19c6c8b4e3816a683398f2bc1cc1c15c0eaf07ff94022e68f156da33aaf4e7c3eeea5a18e6b1a2f54fa5d7745afaec09";
+        assert_eq!(verify_nonce_signature(public, nonce, sig), Ok(()));
+        assert_eq!(
+            verify_nonce_signature(public, "other", sig).unwrap_err(),
+            "invalid nonce signature"
+        );
+        assert_eq!(
+            verify_nonce_signature("", nonce, sig).unwrap_err(),
+            "no public key received"
+        );
+        assert_eq!(
+            verify_nonce_signature(public, nonce, "").unwrap_err(),
+            "no signature received"
+        );
+        assert!(verify_nonce_signature(&public[..62], nonce, sig)
+            .unwrap_err()
+            .contains("31 bytes"));
+        assert!(verify_nonce_signature("xyz", nonce, sig)
+            .unwrap_err()
+            .contains("not hex"));
+        assert!(verify_nonce_signature(public, nonce, &sig[..10])
+            .unwrap_err()
+            .contains("5 bytes"));
+        assert_eq!(new_nonce().len(), 32);
+    }
+}

@@ -3,5 +3,6 @@
 pub mod crypto;
 pub mod helper;
 pub mod outcome;
+pub mod pem;
 pub mod tokens;
 pub mod version;

@@ -196,7 +196,7 @@ pub fn client_identity(
             let jwt = jwt.trim();
             let seed_hex = read(client.get("plugin.security.choria.seed_file"), "seed file")?;
             let seed =
-                hex_decode(seed_hex.trim()).ok_or_else(|| err("the seed file is not hex"))?;
+                super::ids::unhex(seed_hex.trim()).ok_or_else(|| err("the seed file is not hex"))?;
             let caller = jwt_caller_id(jwt)?;
             Ok((
                 Protocol::V2,
@@ -214,15 +214,4 @@ pub fn client_identity(
             Ok((Protocol::V1, Credentials::rsa(&key, &cert)?, v1_caller))
         }
     }
-}
-
-/// Decodes hex text.
-pub fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }

@@ -31,6 +31,17 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// Decodes hex text (either case); `None` unless it is whole bytes of hex.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
 /// A v1 request id: a random UUIDv4 without dashes.
 pub fn v1_request_id() -> String {
     hex(&uuid_v4_bytes())

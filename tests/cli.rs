@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, wait_for_port, TempDir};
+use support::{free_port, wait_for_port, NatsServer, TempDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
 
@@ -28,15 +28,33 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// A directory with a valid provisioner YAML, choria.cfg and helper.
+/// A directory with a valid provisioner YAML, choria.cfg and helper, and a broker.
 struct Rig {
     dir: TempDir,
     yaml: PathBuf,
     cfg: PathBuf,
+    _broker: Option<NatsServer>,
 }
 
 impl Rig {
+    /// A rig whose choria.cfg points at a running nats-server.
     fn new(extra_yaml: &str) -> Rig {
+        let broker = NatsServer::start();
+        let mut rig = Rig::without_broker(extra_yaml);
+        std::fs::write(
+            &rig.cfg,
+            format!(
+                "identity = provisioner.test.local\nplugin.choria.middleware_hosts = {}\n",
+                broker.url()
+            ),
+        )
+        .unwrap();
+        rig._broker = Some(broker);
+        rig
+    }
+
+    /// A rig whose broker address has nothing listening.
+    fn without_broker(extra_yaml: &str) -> Rig {
         let dir = TempDir::new("cli");
         let helper = dir.script("helper.sh", "#!/bin/sh\necho '{\"defer\":true}'\n");
         let yaml = dir.write(
@@ -48,9 +66,17 @@ impl Rig {
         );
         let cfg = dir.write(
             "choria.cfg",
-            "identity = provisioner.test.local\nplugin.choria.middleware_hosts = 127.0.0.1:4222\n",
+            &format!(
+                "identity = provisioner.test.local\nplugin.choria.middleware_hosts = 127.0.0.1:{}\n",
+                free_port()
+            ),
         );
-        Rig { dir, yaml, cfg }
+        Rig {
+            dir,
+            yaml,
+            cfg,
+            _broker: None,
+        }
     }
 
     fn args(&self) -> Vec<String> {
@@ -457,4 +483,37 @@ fn logfile_gets_json_lines() {
     let second = std::fs::read_to_string(&log).unwrap();
     assert!(second.contains("Reopened the log file"), "{second}");
     assert!(!first.contains("s3cr3t-t0ken") && !second.contains("s3cr3t-t0ken"));
+}
+
+#[test]
+fn sigterm_while_the_broker_is_unreachable_exits_1_with_go_s_message() {
+    let rig = Rig::without_broker("");
+    let pid = rig.dir.path().join("p.pid");
+    let mut child = rig.spawn(&["--pid", &pid.display().to_string()]);
+    assert!(wait_for_file(&pid, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(700));
+    let signalled = Instant::now();
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(10)).expect("exits");
+    assert!(signalled.elapsed() < Duration::from_secs(2), "promptly");
+    assert_eq!(status.code(), Some(1));
+    let mut e = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut e).unwrap();
+    assert!(
+        e.contains("choria-provisioner: error: Provisioning could not start: could not create initial events connection: exiting on shut down"),
+        "{e}"
+    );
+    assert!(!pid.exists(), "pid file removed");
+}
+
+#[test]
+fn a_feature_this_build_cannot_do_is_refused_at_start() {
+    let rig = Rig::new("features: {pki: true}\n");
+    let o = Command::new(BIN).args(rig.args()).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("features.pki is not supported by this build"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -2,7 +2,10 @@
 
 pub mod crypto;
 pub mod helper;
+pub mod keys;
 pub mod outcome;
 pub mod pem;
+pub mod rpc;
+pub mod sequence;
 pub mod tokens;
 pub mod version;

@@ -98,9 +98,13 @@ impl Wrapper<'_> {
                 }
             }
             let started = Instant::now();
-            let result = self
-                .rpc
-                .call(call.identity, call.agent, call.action, &data(), call.timeout);
+            let result = self.rpc.call(
+                call.identity,
+                call.agent,
+                call.action,
+                &data(),
+                call.timeout,
+            );
             self.metrics
                 .observe_rpc(&label, started.elapsed().as_secs_f64());
             let outcome = match result {

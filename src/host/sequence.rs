@@ -80,7 +80,12 @@ impl Provisioner {
     }
 
     /// Runs one attempt for `identity`.
-    pub fn provision(&self, identity: &str, waiting_since: Instant, stopping: &AtomicBool) -> Outcome {
+    pub fn provision(
+        &self,
+        identity: &str,
+        waiting_since: Instant,
+        stopping: &AtomicBool,
+    ) -> Outcome {
         match self.attempt(identity, waiting_since, stopping) {
             Ok(outcome) | Err(outcome) => outcome,
         }
@@ -150,7 +155,8 @@ impl Provisioner {
         }
         between()?;
         let server_jwt = if self.config.features.ed25519 {
-            self.keys.server_jwt(identity, &a, &answer)?
+            self.keys
+                .server_jwt(identity, a.ed25519.as_ref(), &answer)?
         } else {
             String::new()
         };
@@ -173,7 +179,10 @@ impl Provisioner {
                 || json!({ "token": token }),
                 |r| {
                     let jwt = r.data["jwt"].as_str().unwrap_or_default().to_string();
-                    let ecdh = r.data["ecdh_public"].as_str().unwrap_or_default().to_string();
+                    let ecdh = r.data["ecdh_public"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
                     Check::Accept((jwt, ecdh))
                 },
             )
@@ -188,13 +197,16 @@ impl Provisioner {
 
     fn fetch_ed25519(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
         let token = self.token().to_string();
-        let mut nonce = String::new();
+        // A fresh nonce per try; the check reads the one the try sent.
+        let nonce = std::cell::RefCell::new(String::new());
         let info = w
             .run(
                 &self.call(identity, "gen25519", 5),
                 || {
-                    nonce = super::keys::new_nonce();
-                    json!({ "nonce": nonce, "token": token })
+                    let fresh = super::crypto::new_nonce();
+                    let data = json!({ "nonce": fresh, "token": token });
+                    *nonce.borrow_mut() = fresh;
+                    data
                 },
                 |r| {
                     let info = Ed25519Info {
@@ -202,7 +214,11 @@ impl Provisioner {
                         directory: r.data["directory"].as_str().unwrap_or_default().into(),
                         signature: r.data["signature"].as_str().unwrap_or_default().into(),
                     };
-                    match super::keys::check_nonce_signature(&info, &nonce) {
+                    match super::crypto::verify_nonce_signature(
+                        &info.public_key,
+                        &nonce.borrow(),
+                        &info.signature,
+                    ) {
                         Ok(()) => Check::Accept(info),
                         Err(e) => Check::Retry(e),
                     }
@@ -222,17 +238,29 @@ impl Provisioner {
             timeout: self.timeouts.rpcutil,
         };
         let data = w
-            .run(&call, || json!({}), |r| {
-                if r.data.is_object() {
-                    Check::Accept(r.data.clone())
-                } else {
-                    Check::Retry("inventory data is not an object".into())
-                }
-            })
+            .run(
+                &call,
+                || json!({}),
+                |r| {
+                    if r.data.is_object() {
+                        Check::Accept(r.data.clone())
+                    } else {
+                        Check::Retry("inventory data is not an object".into())
+                    }
+                },
+            )
             .map_err(failed)?;
         a.version = data["version"].as_str().unwrap_or_default().to_string();
         a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
-        a.inventory = data.to_string();
+        // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added.
+        let mut sorted: std::collections::BTreeMap<String, Value> = data
+            .as_object()
+            .map(|m| m.clone().into_iter().collect())
+            .unwrap_or_default();
+        sorted
+            .entry("upgradable".into())
+            .or_insert(Value::Bool(false));
+        a.inventory = crate::choria::protocol::gojson::to_string(&sorted);
         Ok(())
     }
 
@@ -313,7 +341,12 @@ impl Provisioner {
         Ok(Outcome::Done)
     }
 
-    fn encrypt_key(&self, identity: &str, a: &Attempt, answer: &HelperOutput) -> Step<(String, String)> {
+    fn encrypt_key(
+        &self,
+        identity: &str,
+        a: &Attempt,
+        answer: &HelperOutput,
+    ) -> Step<(String, String)> {
         if answer.key.is_empty() {
             return Ok((String::new(), String::new()));
         }
@@ -322,11 +355,20 @@ impl Provisioner {
                 "private key received from helper but server {identity} did not start Diffie-Hellman exchange"
             )));
         }
-        super::keys::encrypt_for_node(&answer.key, &a.ecdh_public)
-            .map_err(|e| failed(format!("could not encrypt the private key for {identity}: {e}")))
+        super::crypto::encrypt_key_for_node(&answer.key, &a.ecdh_public).map_err(|e| {
+            failed(format!(
+                "could not encrypt the private key for {identity}: {e}"
+            ))
+        })
     }
 
-    fn upgrade(&self, w: &Wrapper, identity: &str, a: &Attempt, answer: &HelperOutput) -> Step<Option<Outcome>> {
+    fn upgrade(
+        &self,
+        w: &Wrapper,
+        identity: &str,
+        a: &Attempt,
+        answer: &HelperOutput,
+    ) -> Step<Option<Outcome>> {
         if !self.config.features.upgrades || answer.upgrade.is_empty() {
             return Ok(None);
         }
@@ -336,7 +378,9 @@ impl Provisioner {
                 log::warn!("Could not upgrade {identity} to {target}, continuing: {why}");
                 Ok(None)
             } else {
-                Err(failed(format!("could not upgrade {identity} to {target}: {why}")))
+                Err(failed(format!(
+                    "could not upgrade {identity} to {target}: {why}"
+                )))
             }
         };
         if self.config.upgrades_repository.is_empty() {
@@ -404,8 +448,12 @@ impl Provisioner {
             "opa_policies": answer.opa_policies,
             "server_jwt": server_jwt,
         });
-        w.run(&self.call(identity, "configure", 5), || data.clone(), |_| Check::Accept(()))
-            .map_err(failed)
+        w.run(
+            &self.call(identity, "configure", 5),
+            || data.clone(),
+            |_| Check::Accept(()),
+        )
+        .map_err(failed)
     }
 
     fn restart(&self, w: &Wrapper, identity: &str) -> Step<()> {

@@ -70,3 +70,24 @@ pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) {
         fleet.queued()
     );
 }
+
+/// Broadcast discovery over the wire with the sliding window of §3.2: wait up to
+/// `initial` for the first reply, stop `window` after the last one, never after `limit`.
+pub struct BroadcastDiscovery {
+    /// The wire.
+    pub rpc: std::sync::Arc<crate::choria::rpc::RpcClient>,
+    /// Wait for the first reply (`discovery_timeout`).
+    pub initial: Duration,
+    /// Stop this long after the last reply (300 ms).
+    pub window: Duration,
+    /// Hard limit of one discovery.
+    pub limit: Duration,
+}
+
+impl Discover for BroadcastDiscovery {
+    fn discover(&self) -> Result<Vec<String>, String> {
+        self.rpc
+            .discover(self.initial, self.window, self.limit)
+            .map_err(|e| e.to_string())
+    }
+}

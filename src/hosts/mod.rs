@@ -379,5 +379,11 @@ impl Fleet {
     }
 }
 
+impl Provision for crate::host::sequence::Provisioner {
+    fn provision(&self, identity: &str, waiting_since: Instant, stopping: &AtomicBool) -> Outcome {
+        crate::host::sequence::Provisioner::provision(self, identity, waiting_since, stopping)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ mod summary;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 pub use process::{ProcessCollector, ProcessStats};
-pub use server::{MetricsServer, ServeError};
+pub use server::{HealthSource, MetricsServer, ServeError};
 pub use summary::SumCountVec;
 
 /// The metric families of one provisioner, all labelled `site`.

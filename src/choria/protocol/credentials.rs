@@ -195,8 +195,8 @@ pub fn client_identity(
             )?;
             let jwt = jwt.trim();
             let seed_hex = read(client.get("plugin.security.choria.seed_file"), "seed file")?;
-            let seed =
-                super::ids::unhex(seed_hex.trim()).ok_or_else(|| err("the seed file is not hex"))?;
+            let seed = super::ids::unhex(seed_hex.trim())
+                .ok_or_else(|| err("the seed file is not hex"))?;
             let caller = jwt_caller_id(jwt)?;
             Ok((
                 Protocol::V2,

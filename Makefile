@@ -15,14 +15,14 @@ help:
 	@echo "make clean     remove build output"
 
 build:
-	$(CARGO) build
+	$(CARGO) build --features sim
 
 release:
 	$(CARGO) build --release
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features sim -- -D warnings
 
 nats-server:
 	@scripts/ensure-nats-server.sh
@@ -30,7 +30,7 @@ nats-server:
 # Tests start their own nats-server on a free 127.0.0.1 port; this finds or installs
 # the binary first so a fresh machine needs nothing by hand.
 test: lint
-	NATS_SERVER="$$(scripts/ensure-nats-server.sh)" $(CARGO) test
+	NATS_SERVER="$$(scripts/ensure-nats-server.sh)" $(CARGO) test --features sim
 
 clean:
 	$(CARGO) clean

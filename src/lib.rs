@@ -11,6 +11,8 @@ pub mod host;
 pub mod hosts;
 pub mod logging;
 pub mod metrics;
+#[cfg(feature = "sim")]
+pub mod sim;
 
 /// The version printed by `--version` and sent in the startup event; it comes from
 /// `Cargo.toml` only, and the RPM spec reads the same value.

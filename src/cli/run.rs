@@ -2,30 +2,19 @@
 //! `/metrics`, signals, pid file, broker connection, own startup event, election,
 //! listener, workers, discovery), then the daemon until a signal stops it.
 
-#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
-
 use std::sync::Arc;
-use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use crate::choria::client_config::ClientConfig;
-use crate::choria::connector::{ConnectError, Connector};
-use crate::choria::lifecycle::{self, Event};
-use crate::choria::rpc::RpcClient;
 use crate::config::{Config, Pause};
-use crate::host::sequence::{Provisioner, Timeouts};
-use crate::hosts::discovery::BroadcastDiscovery;
-use crate::hosts::election::{Callbacks, Election, ElectionOptions, ElectionState, Handover};
-use crate::hosts::{Fleet, FleetOptions, Provision, COOLDOWN, QUEUE_CAPACITY};
+use crate::hosts::daemon::{Daemon, DaemonOptions};
+use crate::hosts::election::ElectionState;
 use crate::metrics::{Metrics, MetricsServer};
 
 use super::args::Invocation;
 use super::{fail, prepare, signals, usage, PidFile};
-
-/// The component of the provisioner's own lifecycle events.
-const COMPONENT: &str = "provisioner";
 
 /// Runs the daemon; returns the exit code.
 pub fn run(inv: &Invocation) -> i32 {
@@ -129,177 +118,27 @@ fn serve(
     health: &Arc<Health>,
     shutdown: &Receiver<()>,
 ) -> i32 {
-    let connector = match Connector::connect(client, metrics, shutdown) {
-        Ok(c) => c,
-        Err(e @ ConnectError::Shutdown) | Err(e @ ConnectError::Config(_)) => {
-            return fail(format!(
-                "Provisioning could not start: could not create initial events connection: {e}"
-            ))
-        }
-    };
-    *health.connection.lock() = Some(connector.state());
-    let startup = Event::new("startup", &client.identity, COMPONENT, crate::VERSION);
-    if let Err(e) = connector
-        .nats()
-        .publish(&startup.subject(), startup.to_choria_json())
-    {
-        log::warn!("Could not publish the startup event: {e}");
-    }
-    let rpc = match RpcClient::new(&connector, client) {
-        Ok(rpc) => Arc::new(rpc),
-        Err(e) => return fail(format!("Provisioning could not configure Choria: {e}")),
-    };
-    let timeouts = Timeouts {
-        provision: client.rpc_timeout(Duration::from_secs(20)),
-        rpcutil: client.rpc_timeout(Duration::from_secs(2)),
-    };
-    let provisioner = match Provisioner::new(
-        Arc::clone(config),
-        Arc::clone(&rpc),
-        Arc::clone(metrics),
-        Arc::clone(pause),
-        timeouts,
+    let daemon = match Daemon::start(
+        config,
+        client,
+        metrics,
+        pause,
+        DaemonOptions::default(),
+        shutdown,
     ) {
-        Ok(p) => Arc::new(p) as Arc<dyn Provision>,
-        Err(e) => return fail(format!("Provisioning could not be configured: {e}")),
+        Ok(d) => d,
+        Err(e) => return fail(e),
     };
-    let fleet = Fleet::new(
-        FleetOptions {
-            workers: config.workers,
-            capacity: QUEUE_CAPACITY,
-            cooldown: COOLDOWN,
-            shutdown_timeout: config.shutdown_timeout,
-        },
-        Arc::clone(metrics),
-        Arc::clone(pause),
-        provisioner,
-    );
-    let (trigger_tx, trigger) = bounded::<()>(1);
-    let mut threads = Vec::new();
-    if config.leader_election {
-        pause.pause();
-        let (election, state) = election(&connector, client, metrics, &fleet, trigger_tx.clone());
-        *health.election.lock() = Some(state);
-        threads.push(election);
-    }
-    fleet.start();
-    threads.push(listen_for_events(&connector, config, &fleet));
-    let discoverer = BroadcastDiscovery {
-        rpc: Arc::clone(&rpc),
-        initial: client.discovery_timeout,
-        window: Duration::from_millis(300),
-        // Go stopped at a fixed 2 s, truncating large fleets; the window still ends
-        // discovery 300 ms after the last reply.
-        limit: client.discovery_timeout + Duration::from_secs(8),
-    };
-    let discovery_fleet = Arc::clone(&fleet);
-    let interval = config.interval;
-    threads.push(
-        std::thread::Builder::new()
-            .name("discovery".into())
-            .spawn(move || {
-                crate::hosts::discovery::run(&discovery_fleet, &discoverer, interval, &trigger)
-            })
-            .expect("spawn discovery thread"),
-    );
+    *health.connection.lock() = Some(daemon.connection());
+    *health.election.lock() = daemon.election();
     let _ = shutdown.recv();
     log::warn!("Stopping: no new nodes are taken, in-flight nodes finish their current step");
-    drop(trigger_tx);
-    if !fleet.stop() {
+    if !daemon.stop() {
         log::warn!(
             "Some nodes were still being provisioned after {:?}; they will be picked up again",
             config.shutdown_timeout
         );
     }
-    for t in threads {
-        let _ = t.join();
-    }
-    connector.close();
     log::info!("Choria Provisioner stopped");
     0
-}
-
-/// Subscribes to startup events of the configured component and runs the listener.
-fn listen_for_events(
-    connector: &Connector,
-    config: &Config,
-    fleet: &Arc<Fleet>,
-) -> std::thread::JoinHandle<()> {
-    let (tx, rx) = bounded::<Vec<u8>>(1000);
-    let subject = lifecycle::subject("startup", &config.lifecycle_component);
-    match connector.nats().subscribe(&subject) {
-        Ok(sub) => {
-            // The handler only forwards bytes: decoding happens on the listener thread.
-            // (Dropping the returned handle does not unsubscribe.)
-            sub.with_handler(move |msg| {
-                if tx.try_send(msg.data).is_err() {
-                    log::warn!("Dropping a startup event: the listener is 1000 events behind");
-                }
-                Ok(())
-            });
-        }
-        Err(e) => log::error!("Could not subscribe to {subject}: {e}"),
-    }
-    let fleet = Arc::clone(fleet);
-    std::thread::Builder::new()
-        .name("events".into())
-        .spawn(move || {
-            let decode = |b: &[u8]| lifecycle::startup_identity(b).map_err(|e| e.to_string());
-            crate::hosts::events::run(&fleet, &rx, &decode)
-        })
-        .expect("spawn events thread")
-}
-
-/// Starts the election thread; returns it and its state for `/healthz`.
-fn election(
-    connector: &Connector,
-    client: &ClientConfig,
-    metrics: &Arc<Metrics>,
-    fleet: &Arc<Fleet>,
-    trigger: crossbeam_channel::Sender<()>,
-) -> (std::thread::JoinHandle<()>, Arc<Mutex<ElectionState>>) {
-    let election = Election::new(
-        connector.nats().clone(),
-        &client.identity,
-        ElectionOptions::default(),
-        Arc::clone(metrics),
-    );
-    let state = election.state();
-    let (won_fleet, lost_fleet, stop_fleet) =
-        (Arc::clone(fleet), Arc::clone(fleet), Arc::clone(fleet));
-    let identity = client.identity.clone();
-    let thread = std::thread::Builder::new()
-        .name("election".into())
-        .spawn(move || {
-            let callbacks = Callbacks {
-                won: Box::new(move || {
-                    won_fleet.pause().resume();
-                    log::warn!("Became leader after winning election");
-                    // Never block the campaign on a discovery in progress (Go did).
-                    if trigger.try_send(()).is_ok() {
-                        log::info!("Triggered a discovery after becoming leader");
-                    }
-                }),
-                lost: Box::new(move || {
-                    lost_fleet.pause().pause();
-                    log::warn!("Lost leadership");
-                    lost_fleet.remove_all();
-                }),
-            };
-            let handover = Handover {
-                subject: lifecycle::subject("shutdown", COMPONENT),
-                message: Box::new(move || {
-                    Event::new("shutdown", &identity, COMPONENT, crate::VERSION).to_choria_json()
-                }),
-                resigned: Box::new(|bytes| {
-                    lifecycle::decode(bytes)
-                        .ok()
-                        .filter(|e| e.kind() == "shutdown" && e.component == COMPONENT)
-                        .map(|e| e.identity)
-                }),
-            };
-            election.run(callbacks, Some(handover), &stop_fleet.stopped());
-        })
-        .expect("spawn election thread");
-    (thread, state)
 }

@@ -8,6 +8,7 @@
 //! reported as such (not as "added"), the gauges are exact, and shutdown waits for
 //! in-flight nodes within a bound.
 
+pub mod daemon;
 pub mod discovery;
 pub mod election;
 pub mod events;

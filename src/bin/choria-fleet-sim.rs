@@ -1,0 +1,181 @@
+//! `choria-fleet-sim`: plays N go-choria servers in provisioning mode on a NATS
+//! broker, for tests, the demo, the benchmark, and for trying a helper or a
+//! configuration before real machines see it.
+
+use std::time::{Duration, Instant};
+
+use argh::FromArgs;
+use choria_provisioner::config::parse_duration;
+use choria_provisioner::sim::{Faults, Sim, SimOptions};
+
+/// Emulates a fleet of provisioning-mode Choria servers.
+#[derive(FromArgs)]
+struct Args {
+    /// NATS URL of the provisioning broker (default nats://127.0.0.1:4222)
+    #[argh(option, default = "String::from(\"nats://127.0.0.1:4222\")")]
+    nats: String,
+    /// allow a broker that is not on this machine
+    #[argh(switch)]
+    allow_remote: bool,
+    /// number of nodes (default 10)
+    #[argh(option, default = "10")]
+    nodes: usize,
+    /// how long to run, e.g. 60s or 10m (default: until every node is done or a signal)
+    #[argh(option)]
+    duration: Option<String>,
+    /// provisioning token the nodes expect (default: accept any)
+    #[argh(option, default = "String::new()")]
+    token: String,
+    /// server version the nodes report (default 0.30.2)
+    #[argh(option, default = "String::from(\"0.30.2\")")]
+    version: String,
+    /// nodes allow release_update
+    #[argh(switch)]
+    upgradable: bool,
+    /// nodes booted per second (default: all at once)
+    #[argh(option, default = "0.0")]
+    boot_rate: f64,
+    /// fraction of nodes that come back in provisioning mode after their restart
+    #[argh(option, default = "0.0")]
+    comeback: f64,
+    /// fraction of nodes that ignore their first requests
+    #[argh(option, default = "0.0")]
+    fault_silent: f64,
+    /// how many requests a silent node ignores (default 2)
+    #[argh(option, default = "2")]
+    silent_first: u32,
+    /// fraction of nodes that answer slowly
+    #[argh(option, default = "0.0")]
+    fault_slow: f64,
+    /// delay of a slow node's answers in milliseconds (default 1500)
+    #[argh(option, default = "1500")]
+    slow_ms: u64,
+    /// fraction of nodes whose first answer is an error status
+    #[argh(option, default = "0.0")]
+    fault_error: f64,
+    /// fraction of nodes whose first answer is garbage
+    #[argh(option, default = "0.0")]
+    fault_garbage: f64,
+    /// fraction of nodes that reboot in the middle of being provisioned
+    #[argh(option, default = "0.0")]
+    fault_reboot: f64,
+    /// request-processing threads (default 2)
+    #[argh(option, default = "2")]
+    workers: usize,
+    /// write the per-node JSON summary here at the end (default: standard output)
+    #[argh(option)]
+    summary: Option<String>,
+    /// no progress line
+    #[argh(switch)]
+    quiet: bool,
+}
+
+fn is_loopback(url: &str) -> bool {
+    url.split(',').all(|u| {
+        let host = choria_provisioner::choria::client_config::broker_host_port(u)
+            .map(|(h, _)| h)
+            .unwrap_or_default();
+        host == "localhost"
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    })
+}
+
+fn main() {
+    let args: Args = argh::from_env();
+    std::process::exit(run(args));
+}
+
+fn run(args: Args) -> i32 {
+    if !args.allow_remote && !is_loopback(&args.nats) {
+        eprintln!(
+            "choria-fleet-sim: refusing to flood {} with simulated servers: it is not on this machine (use --allow-remote)",
+            args.nats
+        );
+        return 1;
+    }
+    let duration = match args.duration.as_deref().map(parse_duration) {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => {
+            eprintln!("choria-fleet-sim: --duration: {e}");
+            return 1;
+        }
+    };
+    let options = SimOptions {
+        nodes: args.nodes,
+        version: args.version,
+        token: args.token,
+        boot_rate: args.boot_rate,
+        comeback: args.comeback,
+        upgradable: args.upgradable,
+        workers: args.workers,
+        faults: Faults {
+            silent: args.fault_silent,
+            silent_first: args.silent_first,
+            slow: args.fault_slow,
+            slow_by: Duration::from_millis(args.slow_ms),
+            error: args.fault_error,
+            garbage: args.fault_garbage,
+            reboot: args.fault_reboot,
+        },
+        ..SimOptions::default()
+    };
+    let sim = match Sim::start(&args.nats, options) {
+        Ok(sim) => sim,
+        Err(e) => {
+            eprintln!("choria-fleet-sim: cannot connect to {}: {e}", args.nats);
+            return 1;
+        }
+    };
+    let stop = match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ]) {
+        Ok(mut signals) => {
+            let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+            std::thread::spawn(move || {
+                if signals.forever().next().is_some() {
+                    drop(tx);
+                }
+            });
+            rx
+        }
+        Err(e) => {
+            eprintln!("choria-fleet-sim: cannot install signal handlers: {e}");
+            return 1;
+        }
+    };
+    let started = Instant::now();
+    loop {
+        let signalled = stop
+            .recv_timeout(Duration::from_secs(1))
+            .is_err_and(|e| e.is_disconnected());
+        let p = sim.progress();
+        if !args.quiet {
+            eprintln!(
+                "choria-fleet-sim: booted {}/{} discovery replies {} configured {} restarted {} provisioned {} failed {} dropped {}",
+                p.booted, args.nodes, p.discovery_replies, p.configured, p.restarted, p.provisioned, p.failed, p.dropped
+            );
+        }
+        let timed_out = duration.is_some_and(|d| started.elapsed() >= d);
+        let done = duration.is_none() && p.provisioned as usize >= args.nodes;
+        if signalled || timed_out || done {
+            break;
+        }
+    }
+    let summary = sim.summary();
+    sim.stop();
+    let json = serde_json::to_string_pretty(&summary).unwrap_or_default();
+    match args.summary {
+        Some(path) => {
+            if let Err(e) = std::fs::write(&path, json) {
+                eprintln!("choria-fleet-sim: cannot write the summary to {path}: {e}");
+                return 1;
+            }
+        }
+        None => println!("{json}"),
+    }
+    0
+}

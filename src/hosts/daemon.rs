@@ -1,0 +1,270 @@
+//! One provisioner assembled from its parts: the connection, the RPC client, the
+//! provisioning sequence, the fleet, the lifecycle listener, discovery and (when
+//! configured) the election. `cli::run` starts one; tests start two in one process.
+
+#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::discovery::BroadcastDiscovery;
+use super::election::{Callbacks, Election, ElectionOptions, ElectionState, Handover};
+use super::{Fleet, FleetOptions, Provision, COOLDOWN, QUEUE_CAPACITY};
+use crate::choria::client_config::ClientConfig;
+use crate::choria::connector::{ConnectError, ConnectionState, Connector};
+use crate::choria::lifecycle::{self, Event};
+use crate::choria::rpc::RpcClient;
+use crate::config::{Config, Pause};
+use crate::host::sequence::{Provisioner, Timeouts};
+use crate::metrics::Metrics;
+
+/// The component of the provisioner's own lifecycle events.
+pub const COMPONENT: &str = "provisioner";
+
+/// Settings that are not in the YAML (tests shorten them).
+#[derive(Debug, Clone)]
+pub struct DaemonOptions {
+    /// Work queue capacity.
+    pub capacity: usize,
+    /// How long a provisioned identity stays known.
+    pub cooldown: Duration,
+    /// Discovery period; `None` uses the configuration's `interval`.
+    pub interval: Option<Duration>,
+    /// Election settings.
+    pub election: ElectionOptions,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions {
+            capacity: QUEUE_CAPACITY,
+            cooldown: COOLDOWN,
+            interval: None,
+            election: ElectionOptions::default(),
+        }
+    }
+}
+
+/// A running provisioner.
+pub struct Daemon {
+    fleet: Arc<Fleet>,
+    connector: Connector,
+    rpc: Arc<RpcClient>,
+    threads: Vec<JoinHandle<()>>,
+    election: Option<Arc<Mutex<ElectionState>>>,
+    trigger: Option<Sender<()>>,
+}
+
+impl Daemon {
+    /// Connects (retrying until `shutdown` disconnects), announces itself and starts
+    /// every thread.
+    pub fn start(
+        config: &Arc<Config>,
+        client: &ClientConfig,
+        metrics: &Arc<Metrics>,
+        pause: &Arc<Pause>,
+        options: DaemonOptions,
+        shutdown: &Receiver<()>,
+    ) -> Result<Daemon, String> {
+        let connector = Connector::connect(client, metrics, shutdown).map_err(|e| match e {
+            ConnectError::Shutdown | ConnectError::Config(_) => format!(
+                "Provisioning could not start: could not create initial events connection: {e}"
+            ),
+        })?;
+        let startup = Event::new("startup", &client.identity, COMPONENT, crate::VERSION);
+        if let Err(e) = connector
+            .nats()
+            .publish(&startup.subject(), startup.to_choria_json())
+        {
+            log::warn!("Could not publish the startup event: {e}");
+        }
+        let rpc = Arc::new(
+            RpcClient::new(&connector, client)
+                .map_err(|e| format!("Provisioning could not configure Choria: {e}"))?,
+        );
+        let timeouts = Timeouts {
+            provision: client.rpc_timeout(Duration::from_secs(20)),
+            rpcutil: client.rpc_timeout(Duration::from_secs(2)),
+        };
+        let provisioner = Provisioner::new(
+            Arc::clone(config),
+            Arc::clone(&rpc),
+            Arc::clone(metrics),
+            Arc::clone(pause),
+            timeouts,
+        )
+        .map_err(|e| format!("Provisioning could not be configured: {e}"))?;
+        let fleet = Fleet::new(
+            FleetOptions {
+                workers: config.workers,
+                capacity: options.capacity,
+                cooldown: options.cooldown,
+                shutdown_timeout: config.shutdown_timeout,
+            },
+            Arc::clone(metrics),
+            Arc::clone(pause),
+            Arc::new(provisioner) as Arc<dyn Provision>,
+        );
+        let (trigger_tx, trigger) = bounded::<()>(1);
+        let mut daemon = Daemon {
+            fleet: Arc::clone(&fleet),
+            connector,
+            rpc: Arc::clone(&rpc),
+            threads: Vec::new(),
+            election: None,
+            trigger: Some(trigger_tx.clone()),
+        };
+        if config.leader_election {
+            pause.pause();
+            let (thread, state) =
+                daemon.start_election(client, metrics, options.election, trigger_tx);
+            daemon.election = Some(state);
+            daemon.threads.push(thread);
+        }
+        fleet.start();
+        daemon
+            .threads
+            .push(daemon.listen_for_events(&config.lifecycle_component));
+        let discoverer = BroadcastDiscovery {
+            rpc,
+            initial: client.discovery_timeout,
+            window: Duration::from_millis(300),
+            // Go stopped at a fixed 2 s, truncating large fleets; the sliding window
+            // still ends discovery 300 ms after the last reply.
+            limit: client.discovery_timeout + Duration::from_secs(8),
+        };
+        let interval = options.interval.unwrap_or(config.interval);
+        daemon.threads.push(
+            std::thread::Builder::new()
+                .name("discovery".into())
+                .spawn(move || super::discovery::run(&fleet, &discoverer, interval, &trigger))
+                .map_err(|e| format!("cannot start the discovery thread: {e}"))?,
+        );
+        Ok(daemon)
+    }
+
+    /// The scheduler.
+    pub fn fleet(&self) -> &Arc<Fleet> {
+        &self.fleet
+    }
+
+    /// The RPC client.
+    pub fn rpc(&self) -> &Arc<RpcClient> {
+        &self.rpc
+    }
+
+    /// The broker connection's state.
+    pub fn connection(&self) -> Arc<ConnectionState> {
+        self.connector.state()
+    }
+
+    /// The election state, when elections are on.
+    pub fn election(&self) -> Option<Arc<Mutex<ElectionState>>> {
+        self.election.clone()
+    }
+
+    /// The broker connection (tests kill it to simulate a crash).
+    pub fn connector(&self) -> &Connector {
+        &self.connector
+    }
+
+    /// Stops: no new nodes, in-flight nodes finish their current step within the
+    /// shutdown timeout, a leader resigns, the connection closes. True if everything
+    /// stopped within the bound.
+    pub fn stop(mut self) -> bool {
+        self.trigger.take();
+        let clean = self.fleet.stop();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.connector.close();
+        clean
+    }
+
+    fn listen_for_events(&self, component: &str) -> JoinHandle<()> {
+        let (tx, rx) = bounded::<Vec<u8>>(1000);
+        let subject = lifecycle::subject("startup", component);
+        match self.connector.nats().subscribe(&subject) {
+            Ok(sub) => {
+                // Only forwards bytes; decoding happens on the listener thread.
+                // Dropping the returned handle does not unsubscribe.
+                sub.with_handler(move |msg| {
+                    if tx.try_send(msg.data).is_err() {
+                        log::warn!("Dropping a startup event: the listener is 1000 events behind");
+                    }
+                    Ok(())
+                });
+            }
+            Err(e) => log::error!("Could not subscribe to {subject}: {e}"),
+        }
+        let fleet = Arc::clone(&self.fleet);
+        std::thread::Builder::new()
+            .name("events".into())
+            .spawn(move || {
+                let decode = |b: &[u8]| lifecycle::startup_identity(b).map_err(|e| e.to_string());
+                super::events::run(&fleet, &rx, &decode)
+            })
+            .expect("spawn events thread")
+    }
+
+    fn start_election(
+        &self,
+        client: &ClientConfig,
+        metrics: &Arc<Metrics>,
+        options: ElectionOptions,
+        trigger: Sender<()>,
+    ) -> (JoinHandle<()>, Arc<Mutex<ElectionState>>) {
+        let election = Election::new(
+            self.connector.nats().clone(),
+            &client.identity,
+            options,
+            Arc::clone(metrics),
+        );
+        let state = election.state();
+        let (won, lost, stop) = (
+            Arc::clone(&self.fleet),
+            Arc::clone(&self.fleet),
+            Arc::clone(&self.fleet),
+        );
+        let identity = client.identity.clone();
+        let thread = std::thread::Builder::new()
+            .name("election".into())
+            .spawn(move || {
+                let callbacks = Callbacks {
+                    won: Box::new(move || {
+                        won.pause().resume();
+                        log::warn!("Became leader after winning election");
+                        // Never block the campaign on a discovery in progress (Go did).
+                        if trigger.try_send(()).is_ok() {
+                            log::info!("Triggered a discovery after becoming leader");
+                        }
+                    }),
+                    lost: Box::new(move || {
+                        lost.pause().pause();
+                        log::warn!("Lost leadership");
+                        lost.remove_all();
+                    }),
+                };
+                let handover = Handover {
+                    subject: lifecycle::subject("shutdown", COMPONENT),
+                    message: Box::new(move || {
+                        Event::new("shutdown", &identity, COMPONENT, crate::VERSION)
+                            .to_choria_json()
+                    }),
+                    resigned: Box::new(|bytes| {
+                        lifecycle::decode(bytes)
+                            .ok()
+                            .filter(|e| e.kind() == "shutdown" && e.component == COMPONENT)
+                            .map(|e| e.identity)
+                    }),
+                };
+                election.run(callbacks, Some(handover), &stop.stopped());
+            })
+            .expect("spawn election thread");
+        (thread, state)
+    }
+}

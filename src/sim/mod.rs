@@ -1,0 +1,579 @@
+//! `choria-fleet-sim`: N provisioning-mode Choria servers on one NATS connection.
+//!
+//! Built for tests, the demo and the benchmark, and for operators who want to try a
+//! helper or a configuration before pointing the provisioner at real machines. One
+//! wildcard subscription serves every node (no thread per node); a few worker
+//! threads decode requests with the server side of the real codec, check them as a
+//! provisioning-mode server does (dropping what it would drop), and answer from the
+//! node's state; one timer thread runs delayed work (slow replies, restarts).
+
+#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+
+pub mod faults;
+pub mod node;
+mod timer;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::choria::lifecycle::Event;
+use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
+use crate::choria::protocol::{self, ids, Protocol};
+pub use faults::{Fault, Faults};
+pub use node::{AfterRestart, Node, Phase};
+use timer::Timer;
+
+/// Simulator settings.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Identity of node *n* is `<prefix><n>.<domain>`.
+    pub prefix: String,
+    /// Domain of the identities.
+    pub domain: String,
+    /// Server version in inventory.
+    pub version: String,
+    /// Provisioning token (`cht`); empty accepts any token.
+    pub token: String,
+    /// Nodes booted per second (0: all at once).
+    pub boot_rate: f64,
+    /// Fraction of nodes that come back in provisioning mode after their restart.
+    pub comeback: f64,
+    /// Whether nodes allow `release_update`.
+    pub upgradable: bool,
+    /// Delay before a restarted or upgraded node is back (go-choria: 2 s).
+    pub restart_delay: Duration,
+    /// Lifecycle component of the startup events.
+    pub component: String,
+    /// Request-processing threads.
+    pub workers: usize,
+    /// Faults and the fractions of nodes that have them.
+    pub faults: Faults,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            nodes: 10,
+            prefix: "sim-".into(),
+            domain: "example.net".into(),
+            version: "0.30.2".into(),
+            token: String::new(),
+            boot_rate: 0.0,
+            comeback: 0.0,
+            upgradable: false,
+            restart_delay: Duration::from_secs(2),
+            component: "provision_mode_server".into(),
+            workers: 2,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// Counters for the progress line.
+#[derive(Debug, Default, Serialize, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Nodes that have booted.
+    pub booted: u64,
+    /// Discovery replies sent.
+    pub discovery_replies: u64,
+    /// Successful `configure` calls.
+    pub configured: u64,
+    /// Successful `restart` calls.
+    pub restarted: u64,
+    /// Nodes provisioned and gone from the provisioning collective.
+    pub provisioned: u64,
+    /// Requests answered with a non-OK status.
+    pub failed: u64,
+    /// Requests dropped as a provisioning-mode server would.
+    pub dropped: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    booted: AtomicU64,
+    discovery_replies: AtomicU64,
+    configured: AtomicU64,
+    restarted: AtomicU64,
+    failed: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// A node in the summary.
+#[derive(Debug, Serialize)]
+pub struct NodeSummary {
+    /// Identity.
+    pub identity: String,
+    /// Final phase.
+    pub phase: Phase,
+    /// Fault the node was given.
+    pub fault: Option<Fault>,
+    /// Actions received in order.
+    pub rpcs: Vec<String>,
+    /// Configuration written by the last `configure`.
+    pub configuration: Option<std::collections::BTreeMap<String, String>>,
+    /// The decrypted private key (PEM), when one was sent.
+    pub private_key: Option<String>,
+    /// The server JWT written, when one was sent.
+    pub server_jwt: Option<String>,
+    /// Policy files written.
+    pub policies: Vec<String>,
+    /// Successful restarts.
+    pub restarts: u32,
+    /// Versions upgraded to, in order.
+    pub upgrades: Vec<String>,
+    /// Version now.
+    pub version: String,
+}
+
+/// The whole fleet at the end of a run.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// Counters.
+    pub progress: Progress,
+    /// Every node.
+    pub nodes: Vec<NodeSummary>,
+}
+
+struct Shared {
+    nc: nats::Connection,
+    nodes: Vec<Mutex<Node>>,
+    faults: Vec<Option<Fault>>,
+    booted: Vec<AtomicBool>,
+    index: HashMap<String, usize>,
+    counters: Counters,
+    options: SimOptions,
+    timer: Timer,
+    url: String,
+}
+
+/// A running simulated fleet.
+pub struct Sim {
+    shared: Arc<Shared>,
+    stop: Option<Sender<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// The identity of node `n`.
+pub fn identity(options: &SimOptions, n: usize) -> String {
+    format!("{}{n:05}.{}", options.prefix, options.domain)
+}
+
+/// A provisioning JWT as `choria jwt prov` makes one, signed with a throw-away
+/// ed25519 issuer key (nodes read it unverified).
+fn provisioning_jwt(token: &str, url: &str) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    let now = ids::unix_now();
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"EdDSA","typ":"JWT"}"#);
+    let claims = URL_SAFE_NO_PAD.encode(
+        serde_json::json!({
+            "cht": token, "chs": false, "chu": url, "chpd": true, "extensions": null,
+            "purpose": "choria_provisioning", "iss": "choria-fleet-sim",
+            "sub": "choria_provisioning", "iat": now, "nbf": now, "exp": now + 365 * 86_400,
+        })
+        .to_string(),
+    );
+    let mut seed = [0u8; 32];
+    ids::random_bytes(&mut seed);
+    let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed).expect("32-byte seed");
+    let signing_input = format!("{header}.{claims}");
+    let sig = URL_SAFE_NO_PAD.encode(key.sign(signing_input.as_bytes()).as_ref());
+    format!("{signing_input}.{sig}")
+}
+
+impl Sim {
+    /// Connects to `url` and starts serving `options.nodes` nodes.
+    pub fn start(url: &str, options: SimOptions) -> std::io::Result<Sim> {
+        let nc = nats::Options::new()
+            .with_name("choria-fleet-sim")
+            .max_reconnects(None)
+            .connect(url)?;
+        let jwt = provisioning_jwt(&options.token, url);
+        let mut nodes = Vec::with_capacity(options.nodes);
+        let mut index = HashMap::with_capacity(options.nodes);
+        let mut faults = Vec::with_capacity(options.nodes);
+        for n in 0..options.nodes {
+            let id = identity(&options, n);
+            let mut node = Node::new(&id, &options.version, &options.token, jwt.clone());
+            node.upgradable = options.upgradable;
+            if faults::fraction_pick(n, 0x5eed, options.comeback) {
+                node.after_restart = AfterRestart::ComeBack;
+            }
+            faults.push(options.faults.pick(n));
+            index.insert(id, n);
+            nodes.push(Mutex::new(node));
+        }
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let shared = Arc::new(Shared {
+            nc: nc.clone(),
+            booted: (0..options.nodes).map(|_| AtomicBool::new(false)).collect(),
+            nodes,
+            faults,
+            index,
+            counters: Counters::default(),
+            timer: Timer::start(stopped.clone()),
+            url: url.to_string(),
+            options,
+        });
+        let (inbox, work) = unbounded::<nats::Message>();
+        for subject in [
+            "provisioning.node.>",
+            "provisioning.broadcast.agent.discovery",
+        ] {
+            let tx = inbox.clone();
+            nc.subscribe(subject)?.with_handler(move |m| {
+                let _ = tx.send(m);
+                Ok(())
+            });
+        }
+        nc.flush()?;
+        let mut threads = Vec::new();
+        for n in 0..shared.options.workers.max(1) {
+            let (shared, work, stopped) = (Arc::clone(&shared), work.clone(), stopped.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("sim-worker-{n}"))
+                    .spawn(move || worker(&shared, &work, &stopped))?,
+            );
+        }
+        let boot = Arc::clone(&shared);
+        threads.push(
+            std::thread::Builder::new()
+                .name("sim-boot".into())
+                .spawn(move || boot_all(&boot, &stopped))?,
+        );
+        Ok(Sim {
+            shared,
+            stop: Some(stop),
+            threads,
+        })
+    }
+
+    /// The counters now.
+    pub fn progress(&self) -> Progress {
+        let c = &self.shared.counters;
+        let provisioned = self
+            .shared
+            .nodes
+            .iter()
+            .filter(|n| n.lock().phase == Phase::Provisioned)
+            .count() as u64;
+        Progress {
+            booted: c.booted.load(Ordering::Relaxed),
+            discovery_replies: c.discovery_replies.load(Ordering::Relaxed),
+            configured: c.configured.load(Ordering::Relaxed),
+            restarted: c.restarted.load(Ordering::Relaxed),
+            provisioned,
+            failed: c.failed.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every node's state.
+    pub fn summary(&self) -> Summary {
+        let nodes = self
+            .shared
+            .nodes
+            .iter()
+            .zip(&self.shared.faults)
+            .map(|(n, fault)| {
+                let n = n.lock();
+                NodeSummary {
+                    identity: n.identity.clone(),
+                    phase: n.phase,
+                    fault: *fault,
+                    rpcs: n.rpcs.clone(),
+                    configuration: n.configuration.clone(),
+                    private_key: n.private_key.as_ref().map(|der| {
+                        crate::host::pem::encode(&crate::host::pem::Block {
+                            label: "RSA PRIVATE KEY".into(),
+                            headers: vec![],
+                            der: der.clone(),
+                        })
+                    }),
+                    server_jwt: n.server_jwt.clone(),
+                    policies: n.policies.clone(),
+                    restarts: n.restarts,
+                    upgrades: n.upgrades.clone(),
+                    version: n.version.clone(),
+                }
+            })
+            .collect();
+        Summary {
+            progress: self.progress(),
+            nodes,
+        }
+    }
+
+    /// Stops serving and disconnects.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        self.shared.timer.join();
+        let _ = self.shared.nc.flush_timeout(Duration::from_secs(1));
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Boots every node at the configured rate, each announcing itself with a
+/// CloudEvents startup event.
+fn boot_all(shared: &Arc<Shared>, stopped: &Receiver<()>) {
+    let gap = if shared.options.boot_rate > 0.0 {
+        Duration::from_secs_f64(1.0 / shared.options.boot_rate)
+    } else {
+        Duration::ZERO
+    };
+    let started = Instant::now();
+    for n in 0..shared.nodes.len() {
+        if !gap.is_zero() {
+            let due = started + gap * n as u32;
+            let wait = due.saturating_duration_since(Instant::now());
+            if !wait.is_zero()
+                && stopped
+                    .recv_timeout(wait)
+                    .is_err_and(|e| e.is_disconnected())
+            {
+                return;
+            }
+        }
+        shared.booted[n].store(true, Ordering::Relaxed);
+        shared.counters.booted.fetch_add(1, Ordering::Relaxed);
+        announce(shared, n);
+    }
+}
+
+/// Publishes node `n`'s startup event.
+fn announce(shared: &Shared, n: usize) {
+    let identity = shared.nodes[n].lock().identity.clone();
+    let version = shared.nodes[n].lock().version.clone();
+    let event = Event::new("startup", &identity, &shared.options.component, &version);
+    let _ = shared
+        .nc
+        .publish(&event.subject(), event.to_cloudevent_json());
+}
+
+fn worker(shared: &Arc<Shared>, work: &Receiver<nats::Message>, stopped: &Receiver<()>) {
+    loop {
+        let msg = crossbeam_channel::select! {
+            recv(work) -> m => match m { Ok(m) => m, Err(_) => return },
+            recv(stopped) -> _ => return,
+        };
+        if msg.subject == "provisioning.broadcast.agent.discovery" {
+            discovery(shared, &msg.data);
+        } else if let Some(id) = msg.subject.strip_prefix("provisioning.node.") {
+            if let Some(&n) = shared.index.get(id) {
+                direct(shared, n, &msg.data);
+            }
+        }
+    }
+}
+
+fn now_secs() -> i64 {
+    ids::unix_now() as i64
+}
+
+/// Answers a broadcast discovery for every booted node in provisioning mode whose
+/// agents pass the filter.
+fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
+    let Ok(request) = protocol::decode_request(payload) else {
+        shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let agents = ["choria_provision", "choria_util", "discovery", "rpcutil"];
+    if request
+        .validate_for_provisioning(Protocol::V1, now_secs())
+        .is_err()
+        || request.body != b"ping"
+        || !request
+            .filter
+            .agent
+            .iter()
+            .all(|a| agents.contains(&a.as_str()))
+    {
+        shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    for (n, node) in shared.nodes.iter().enumerate() {
+        if !shared.booted[n].load(Ordering::Relaxed) {
+            continue;
+        }
+        let node = node.lock();
+        if node.phase != Phase::Provisioning {
+            continue;
+        }
+        let reply = protocol::encode_reply(
+            &request,
+            &node.identity,
+            protocol::DISCOVERY_REPLY,
+            ids::unix_nanos(),
+            Some(&shared.url),
+        );
+        drop(node);
+        let _ = shared.nc.publish(&request.reply_to, reply);
+        shared
+            .counters
+            .discovery_replies
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Handles one direct request to node `n`.
+fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
+    let dropped = || {
+        shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
+    };
+    if !shared.booted[n].load(Ordering::Relaxed) {
+        return dropped();
+    }
+    let Ok(request) = protocol::decode_request(payload) else {
+        return dropped();
+    };
+    if request
+        .validate_for_provisioning(Protocol::V1, now_secs())
+        .is_err()
+    {
+        return dropped();
+    }
+    let fault = shared.faults[n];
+    let mut node = shared.nodes[n].lock();
+    if node.phase != Phase::Provisioning {
+        return dropped();
+    }
+    node.requests += 1;
+    let nth = node.requests;
+    match fault {
+        Some(Fault::Silent) if nth <= shared.options.faults.silent_first => return dropped(),
+        Some(Fault::Reboot) if nth == 3 => {
+            // The node restarts mid-sequence: forgets its keys and lock, announces itself.
+            node.reboot();
+            drop(node);
+            let s = Arc::clone(shared);
+            shared
+                .timer
+                .after(Duration::from_millis(500), move || announce(&s, n));
+            return dropped();
+        }
+        _ => {}
+    }
+    let reply = match RpcRequestBody::decode(&request.body) {
+        Err(e) => RpcReply::new(
+            "",
+            StatusCode::InvalidData,
+            &format!("Could not process request: {e}"),
+            serde_json::json!({}),
+        ),
+        Ok(_) if matches!(fault, Some(Fault::Error)) && nth == 1 => RpcReply::new(
+            "",
+            StatusCode::UnknownError,
+            "simulated failure",
+            serde_json::json!({}),
+        ),
+        Ok(body) => {
+            let owner = format!("{}.{}", request.sender_id, request.caller_id);
+            let (reply, effect) = node.handle(
+                &request.agent,
+                &body.action,
+                &body.data,
+                &owner,
+                Instant::now(),
+            );
+            if reply.statuscode == 0 {
+                match body.action.as_str() {
+                    "configure" => {
+                        shared.counters.configured.fetch_add(1, Ordering::Relaxed);
+                    }
+                    "restart" => {
+                        shared.counters.restarted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+            apply(shared, n, &mut node, effect);
+            reply
+        }
+    };
+    if reply.statuscode != 0 {
+        shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+    }
+    let identity = node.identity.clone();
+    drop(node);
+    let mut payload = protocol::encode_reply(
+        &request,
+        &identity,
+        &reply.encode(),
+        ids::unix_nanos(),
+        Some(&shared.url),
+    );
+    if let Some(Fault::Garbage) = fault {
+        if nth == 1 {
+            payload = faults::garble(&payload, n, &request);
+        }
+    }
+    let subject = request.reply_to;
+    match fault {
+        Some(Fault::Slow) => {
+            let nc = shared.nc.clone();
+            shared.timer.after(shared.options.faults.slow_by, move || {
+                let _ = nc.publish(&subject, payload);
+            });
+        }
+        _ => {
+            let _ = shared.nc.publish(&subject, payload);
+        }
+    }
+}
+
+/// Carries out what an action started: restarts, upgrades, shutdowns.
+fn apply(shared: &Arc<Shared>, n: usize, node: &mut Node, effect: node::Effect) {
+    let delay = shared.options.restart_delay;
+    match effect {
+        node::Effect::None => {}
+        node::Effect::Shutdown => node.phase = Phase::Shutdown,
+        node::Effect::Restart => {
+            node.phase = Phase::Restarting;
+            let s = Arc::clone(shared);
+            shared.timer.after(delay, move || {
+                let mut node = s.nodes[n].lock();
+                node.reboot();
+                if node.after_restart == AfterRestart::ComeBack && node.restarts == 1 {
+                    node.phase = Phase::Provisioning;
+                    drop(node);
+                    announce(&s, n);
+                } else {
+                    node.phase = Phase::Provisioned;
+                }
+            });
+        }
+        node::Effect::Upgrade(version) => {
+            node.phase = Phase::Restarting;
+            let s = Arc::clone(shared);
+            shared.timer.after(delay, move || {
+                let mut node = s.nodes[n].lock();
+                node.reboot();
+                node.version = version;
+                node.phase = Phase::Provisioning;
+                drop(node);
+                announce(&s, n);
+            });
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! The whole provisioner against a real nats-server and the fleet simulator, both
+//! in this process: exactly-once provisioning, faults, events vs discovery, a full
+//! queue, pausing, a broker restart, and two provisioners with leader election.
+#![cfg(feature = "sim")]
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use choria_provisioner::choria::client_config::ClientConfig;
+use choria_provisioner::config::{Config, Pause};
+use choria_provisioner::hosts::daemon::{Daemon, DaemonOptions};
+use choria_provisioner::hosts::election::{ElectionOptions, ElectionState};
+use choria_provisioner::metrics::Metrics;
+use choria_provisioner::sim::{Faults, Phase, Sim, SimOptions, Summary};
+use crossbeam_channel::{bounded, Sender};
+use support::{create_election_bucket, election_broker, NatsServer, TempDir};
+
+fn helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/examples/provision-helper.sh")
+}
+
+/// One provisioner in this process.
+struct Provisioner {
+    daemon: Option<Daemon>,
+    metrics: Arc<Metrics>,
+    pause: Arc<Pause>,
+    _stop: Sender<()>,
+    _dir: TempDir,
+}
+
+impl Provisioner {
+    fn start(url: &str, identity: &str, yaml: &str, options: DaemonOptions) -> Provisioner {
+        Provisioner::start_paused(url, identity, yaml, options, false)
+    }
+
+    fn start_paused(
+        url: &str,
+        identity: &str,
+        yaml: &str,
+        options: DaemonOptions,
+        paused: bool,
+    ) -> Provisioner {
+        let dir = TempDir::new("fleet");
+        let cfg = dir.write(
+            "choria.cfg",
+            &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n"),
+        );
+        let yaml = dir.write(
+            "p.yaml",
+            &format!(
+                "{}helper: {}\nchoria_insecure: true\nshutdown_timeout: 5s\n{yaml}",
+                if yaml.contains("workers:") {
+                    ""
+                } else {
+                    "workers: 8\n"
+                },
+                helper().display()
+            ),
+        );
+        let config = Arc::new(Config::load(&yaml).unwrap().config);
+        let mut client = ClientConfig::load(&cfg).unwrap();
+        client.apply_provisioner_overrides(&config);
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let pause = Arc::new(Pause::new(metrics.paused.clone()));
+        if paused {
+            pause.pause();
+        }
+        let (stop, shutdown) = bounded::<()>(0);
+        let daemon = Daemon::start(&config, &client, &metrics, &pause, options, &shutdown).unwrap();
+        Provisioner {
+            daemon: Some(daemon),
+            metrics,
+            pause,
+            _stop: stop,
+            _dir: dir,
+        }
+    }
+
+    fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().unwrap()
+    }
+
+    fn stop(&mut self) -> bool {
+        self.daemon.take().map(|d| d.stop()).unwrap_or(true)
+    }
+}
+
+impl Drop for Provisioner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn fast() -> DaemonOptions {
+    DaemonOptions {
+        cooldown: Duration::from_secs(3),
+        interval: Some(Duration::from_secs(2)),
+        ..DaemonOptions::default()
+    }
+}
+
+fn sim(url: &str, nodes: usize, f: impl FnOnce(&mut SimOptions)) -> Sim {
+    let mut options = SimOptions {
+        nodes,
+        restart_delay: Duration::from_millis(500),
+        ..SimOptions::default()
+    };
+    f(&mut options);
+    Sim::start(url, options).unwrap()
+}
+
+fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const SEQUENCE: [&str; 3] = [
+    "rpcutil#inventory",
+    "choria_provision#configure",
+    "choria_provision#restart",
+];
+
+/// Every node provisioned; each restarted exactly `expected(node)` times.
+fn assert_provisioned(summary: &Summary, expected: impl Fn(&str) -> u32) {
+    for node in &summary.nodes {
+        assert_eq!(
+            node.phase,
+            Phase::Provisioned,
+            "{} is {:?}",
+            node.identity,
+            node.phase
+        );
+        assert_eq!(
+            node.restarts,
+            expected(&node.identity),
+            "{} restarts: {:?}",
+            node.identity,
+            node.rpcs
+        );
+        let config = node.configuration.as_ref().unwrap();
+        assert_eq!(config["identity"], node.identity);
+        assert_eq!(config["plugin.choria.server.provision"], "false");
+    }
+}
+
+#[test]
+fn a_thousand_nodes_are_provisioned_exactly_once_including_nodes_that_come_back() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 1000, |o| o.comeback = 0.1);
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_until("all provisioned", Duration::from_secs(120), || {
+        fleet.progress().provisioned == 1000
+    });
+    let summary = fleet.summary();
+    let comebacks: std::collections::HashSet<String> = summary
+        .nodes
+        .iter()
+        .filter(|n| n.restarts == 2)
+        .map(|n| n.identity.clone())
+        .collect();
+    assert!(
+        (50..150).contains(&comebacks.len()),
+        "about 10% came back: {}",
+        comebacks.len()
+    );
+    assert_provisioned(&summary, |id| if comebacks.contains(id) { 2 } else { 1 });
+    for node in summary.nodes.iter().filter(|n| n.restarts == 1) {
+        assert_eq!(node.rpcs, SEQUENCE, "{}", node.identity);
+    }
+    assert_eq!(
+        prov.metrics.provisioned.get(),
+        1000 + comebacks.len() as u64
+    );
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+}
+
+#[test]
+fn a_fleet_with_ten_percent_faulty_nodes_is_provisioned() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 200, |o| {
+        o.faults = Faults {
+            silent: 0.02,
+            silent_first: 2,
+            slow: 0.02,
+            slow_by: Duration::from_millis(1500),
+            error: 0.02,
+            garbage: 0.02,
+            reboot: 0.02,
+        }
+    });
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_until("all provisioned", Duration::from_secs(150), || {
+        fleet.progress().provisioned == 200
+    });
+    let summary = fleet.summary();
+    let faulty = summary.nodes.iter().filter(|n| n.fault.is_some()).count();
+    assert!(faulty >= 10, "faults were exercised: {faulty}");
+    assert_provisioned(&summary, |_| 1);
+    assert!(
+        prov.daemon().rpc().rejected() > 0,
+        "garbage replies were rejected"
+    );
+    assert!(prov
+        .metrics
+        .render()
+        .contains("choria_provisioner_rpc_time_count"));
+}
+
+#[test]
+fn nodes_found_by_events_only() {
+    let server = NatsServer::start();
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        "",
+        DaemonOptions {
+            interval: Some(Duration::from_secs(3600)),
+            ..fast()
+        },
+    );
+    // The first discovery ran before any node booted.
+    wait_until("first discovery done", Duration::from_secs(10), || {
+        prov.metrics.discover_cycles.get() == 1
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let fleet = sim(&server.url(), 50, |_| {});
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 50
+    });
+    assert_eq!(prov.metrics.event_discovered.get(), 50);
+    assert_eq!(prov.metrics.discovered.get(), 0);
+    assert_provisioned(&fleet.summary(), |_| 1);
+}
+
+#[test]
+fn nodes_found_by_discovery_only() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 50, |_| {});
+    wait_until("booted", Duration::from_secs(10), || {
+        fleet.progress().booted == 50
+    });
+    // Listening to another component: no startup event reaches the provisioner.
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        "lifecycle_component: elsewhere\n",
+        fast(),
+    );
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 50
+    });
+    assert_eq!(prov.metrics.discovered.get(), 50);
+    assert_eq!(prov.metrics.event_discovered.get(), 0);
+    assert_provisioned(&fleet.summary(), |_| 1);
+}
+
+#[test]
+fn a_full_queue_loses_no_node() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 60, |_| {});
+    wait_until("booted", Duration::from_secs(10), || {
+        fleet.progress().booted == 60
+    });
+    let _prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        "workers: 2\n",
+        DaemonOptions {
+            capacity: 5,
+            ..fast()
+        },
+    );
+    wait_until("all provisioned", Duration::from_secs(90), || {
+        fleet.progress().provisioned == 60
+    });
+    assert_provisioned(&fleet.summary(), |_| 1);
+}
+
+#[test]
+fn a_paused_fleet_provisions_nothing_until_resumed() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 20, |_| {});
+    let prov = Provisioner::start_paused(&server.url(), "p1.test", "", fast(), true);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        fleet.summary().nodes.iter().all(|n| n.rpcs.is_empty()),
+        "nothing was asked while paused"
+    );
+    assert_eq!(prov.metrics.discover_cycles.get(), 0);
+    prov.pause.resume();
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 20
+    });
+    assert_provisioned(&fleet.summary(), |_| 1);
+}
+
+#[test]
+fn a_broker_restart_mid_run_loses_no_node() {
+    let mut server = NatsServer::start();
+    let fleet = sim(&server.url(), 300, |o| o.boot_rate = 100.0);
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_until("some provisioned", Duration::from_secs(30), || {
+        fleet.progress().provisioned > 20
+    });
+    server.restart();
+    wait_until("reconnected", Duration::from_secs(30), || {
+        prov.daemon().connection().is_connected()
+    });
+    wait_until("all provisioned", Duration::from_secs(120), || {
+        fleet.progress().provisioned == 300
+    });
+    for node in fleet.summary().nodes {
+        assert_eq!(node.phase, Phase::Provisioned);
+        assert!(node.restarts >= 1);
+    }
+}
+
+#[test]
+fn two_provisioners_with_leader_election_one_provisions_and_the_standby_takes_over() {
+    let server = election_broker();
+    create_election_bucket(&server, Duration::from_secs(30));
+    let url = server
+        .url()
+        .replace("nats://", "nats://provisioner:s3cret@");
+    let node_url = server.url().replace("nats://", "nats://node:n0de@");
+    let election = || DaemonOptions {
+        election: ElectionOptions {
+            startup_spread: Duration::from_millis(200),
+            ..ElectionOptions::default()
+        },
+        ..fast()
+    };
+    let mut a = Provisioner::start(&url, "a.test", "leader_election: true\n", election());
+    let mut b = Provisioner::start(&url, "b.test", "leader_election: true\n", election());
+    let leader_of = |p: &Provisioner| {
+        p.daemon()
+            .election()
+            .map(|s| *s.lock() == ElectionState::Leader)
+            .unwrap_or(false)
+    };
+    wait_until("a leader", Duration::from_secs(15), || {
+        leader_of(&a) || leader_of(&b)
+    });
+    let first = sim(&node_url, 50, |o| o.prefix = "first-".into());
+    wait_until("first batch provisioned", Duration::from_secs(60), || {
+        first.progress().provisioned == 50
+    });
+    let (leader, standby) = if leader_of(&a) {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    assert_eq!(leader.metrics.provisioned.get(), 50);
+    assert_eq!(
+        standby.metrics.provisioned.get(),
+        0,
+        "the standby provisions nothing"
+    );
+    assert_eq!(standby.metrics.paused.get(), 1);
+
+    assert!(leader.stop(), "clean stop");
+    let started = Instant::now();
+    wait_until("standby leads", Duration::from_secs(10), || {
+        leader_of(standby)
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "handover took {:?}",
+        started.elapsed()
+    );
+    let second = sim(&node_url, 50, |o| o.prefix = "second-".into());
+    wait_until("second batch provisioned", Duration::from_secs(60), || {
+        second.progress().provisioned == 50
+    });
+    assert_eq!(standby.metrics.provisioned.get(), 50);
+    assert_provisioned(&first.summary(), |_| 1);
+    assert_provisioned(&second.summary(), |_| 1);
+}

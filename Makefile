@@ -1,7 +1,7 @@
 # choria-provisioner build and test entry points. `make help` lists them.
 CARGO ?= cargo
 
-.PHONY: all help build release test lint unit nats-server clean
+.PHONY: all help build release test lint unit nats-server clean demo bench
 
 all: build
 
@@ -9,6 +9,7 @@ help:
 	@echo "make build     debug build"
 	@echo "make release   optimised, stripped binary in target/release/"
 	@echo "make test      lint + every test (installs a nats-server if none is found)"
+	@echo "make demo      provision 200 simulated nodes on a local nats-server"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make dist      source tarball with vendored crates (air-gapped builds)"
 	@echo "make rpm       RPM from that tarball into target/rpm/"
@@ -31,6 +32,10 @@ nats-server:
 # the binary first so a fresh machine needs nothing by hand.
 test: lint
 	NATS_SERVER="$$(scripts/ensure-nats-server.sh)" $(CARGO) test --features sim
+
+# The README's first command: 200 simulated nodes provisioned on this machine.
+demo: build
+	scripts/demo.sh
 
 clean:
 	$(CARGO) clean

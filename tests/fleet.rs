@@ -385,3 +385,66 @@ fn two_provisioners_with_leader_election_one_provisions_and_the_standby_takes_ov
     assert_provisioned(&first.summary(), |_| 1);
     assert_provisioned(&second.summary(), |_| 1);
 }
+
+/// The provisioner binary against `url`, logging to a file in `dir`.
+fn spawn_binary(dir: &TempDir, url: &str) -> std::process::Child {
+    let cfg = dir.write(
+        "choria.cfg",
+        &format!("identity = p1.test\nplugin.choria.middleware_hosts = {url}\n"),
+    );
+    let yaml = dir.write(
+        "p.yaml",
+        &format!(
+            "workers: 4\nhelper: {}\nchoria_insecure: true\nshutdown_timeout: 3s\nlogfile: {}\n",
+            helper().display(),
+            dir.path().join("p.log").display()
+        ),
+    );
+    std::process::Command::new(env!("CARGO_BIN_EXE_choria-provisioner"))
+        .args([
+            "--config",
+            &yaml.display().to_string(),
+            "--choria-config",
+            &cfg.display().to_string(),
+        ])
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn sigterm_mid_run_exits_0_within_the_bound_and_a_second_run_finishes_the_rest() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 200, |o| {
+        o.faults = Faults {
+            slow: 0.5,
+            slow_by: Duration::from_millis(300),
+            ..Faults::default()
+        }
+    });
+    let dir = TempDir::new("sigterm");
+    let mut first = spawn_binary(&dir, &server.url());
+    wait_until("some provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned >= 20
+    });
+    let signalled = Instant::now();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
+    let status = first.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(3 + 3),
+        "bounded: {:?}",
+        signalled.elapsed()
+    );
+    let done = fleet.progress().provisioned;
+    assert!(done < 200, "the first run was interrupted ({done} done)");
+    let mut second = spawn_binary(&dir, &server.url());
+    wait_until("the rest provisioned", Duration::from_secs(120), || {
+        fleet.progress().provisioned == 200
+    });
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    assert_eq!(second.wait().unwrap().code(), Some(0));
+    for node in fleet.summary().nodes {
+        assert_eq!(node.phase, Phase::Provisioned, "{}", node.identity);
+    }
+}

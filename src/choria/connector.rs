@@ -163,10 +163,22 @@ impl Connector {
         self.nc.flush_timeout(timeout)
     }
 
-    /// Closes the connection after flushing what is pending.
-    pub fn close(&self) {
-        let _ = self.nc.flush_timeout(Duration::from_secs(1));
-        self.nc.clone().close();
+    /// Closes the connection after flushing what is pending, waiting at most
+    /// `within`: the client's close joins its reconnect thread, which never ends
+    /// while the broker is down, so the close runs on a thread of its own.
+    pub fn close(&self, within: Duration) {
+        let nc = self.nc.clone();
+        let (done, closed) = crossbeam_channel::bounded::<()>(1);
+        let spawned = std::thread::Builder::new()
+            .name("nats-close".into())
+            .spawn(move || {
+                let _ = nc.flush_timeout(Duration::from_secs(1));
+                nc.close();
+                let _ = done.send(());
+            });
+        if spawned.is_ok() && closed.recv_timeout(within).is_err() {
+            log::warn!("The broker connection did not close within {within:?}; leaving it");
+        }
     }
 }
 

@@ -181,7 +181,7 @@ impl Daemon {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        self.connector.close();
+        self.connector.close(Duration::from_secs(2));
         clean
     }
 

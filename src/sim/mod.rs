@@ -131,6 +131,8 @@ pub struct NodeSummary {
     pub upgrades: Vec<String>,
     /// Version now.
     pub version: String,
+    /// Milliseconds from the first request to the last restart request.
+    pub provisioning_ms: Option<u64>,
 }
 
 /// The whole fleet at the end of a run.
@@ -304,6 +306,12 @@ impl Sim {
                     restarts: n.restarts,
                     upgrades: n.upgrades.clone(),
                     version: n.version.clone(),
+                    provisioning_ms: match (n.first_request, n.restarted_at) {
+                        (Some(a), Some(b)) => {
+                            Some(b.saturating_duration_since(a).as_millis() as u64)
+                        }
+                        _ => None,
+                    },
                 }
             })
             .collect();
@@ -459,6 +467,7 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
         return dropped();
     }
     node.requests += 1;
+    node.first_request.get_or_insert_with(Instant::now);
     let nth = node.requests;
     match fault {
         Some(Fault::Silent) if nth <= shared.options.faults.silent_first => return dropped(),

@@ -72,6 +72,10 @@ pub struct Node {
     pub upgrades: Vec<String>,
     /// Requests received (all agents), for faults.
     pub requests: u32,
+    /// When the first request arrived.
+    pub first_request: Option<Instant>,
+    /// When the last successful restart was asked for.
+    pub restarted_at: Option<Instant>,
     lock: Option<(String, Instant)>,
     ecdh: Option<[u8; 32]>,
     seed: Option<[u8; 32]>,
@@ -126,6 +130,8 @@ impl Node {
             restarts: 0,
             upgrades: Vec::new(),
             requests: 0,
+            first_request: None,
+            restarted_at: None,
             lock: None,
             ecdh: None,
             seed: None,
@@ -386,6 +392,7 @@ impl Node {
             return Err((StatusCode::Aborted, "Configuration /etc/choria/server.conf enables provisioning, restart cannot continue".into()));
         }
         self.restarts += 1;
+        self.restarted_at = Some(Instant::now());
         Ok((
             ok(
                 "restart",

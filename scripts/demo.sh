@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# make demo: a nats-server on a free 127.0.0.1 port, choria-fleet-sim with 200 nodes
+# (some of them faulty), and the provisioner with the example shell helper and
+# /metrics. Shows progress, ends with a summary, stops everything it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NODES="${NODES:-200}"
+TIMEOUT="${TIMEOUT:-180}"
+out="$PWD/target/demo"
+rm -rf "$out" && mkdir -p "$out"
+bin="$PWD/target/debug"
+nats_server="$(scripts/ensure-nats-server.sh)"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+nats_port=$(free_port)
+monitor_port=$(free_port)
+pids=()
+cleanup() {
+  # Newest first: the provisioner stops while its broker is still up.
+  for ((i=${#pids[@]}-1; i>=0; i--)); do
+    kill "${pids[$i]}" 2>/dev/null || true
+    wait "${pids[$i]}" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+
+"$nats_server" -a 127.0.0.1 -p "$nats_port" >"$out/nats-server.log" 2>&1 &
+pids+=($!)
+
+cat >"$out/provisioner.yaml" <<YAML
+workers: 16
+interval: 1m
+logfile: $out/provisioner.log
+loglevel: info
+helper: $PWD/packaging/examples/provision-helper.sh
+token: demo-token
+choria_insecure: true
+site: demo
+monitor_port: $monitor_port
+monitor_host: 127.0.0.1
+YAML
+cat >"$out/choria.cfg" <<CFG
+identity = provisioner.demo.local
+plugin.choria.middleware_hosts = nats://127.0.0.1:$nats_port
+plugin.choria.use_srv = false
+CFG
+
+echo "demo: nats-server on 127.0.0.1:$nats_port, /metrics on http://127.0.0.1:$monitor_port/metrics"
+"$bin/choria-provisioner" check --config "$out/provisioner.yaml" --choria-config "$out/choria.cfg" >"$out/check.txt"
+"$bin/choria-provisioner" run --config "$out/provisioner.yaml" --choria-config "$out/choria.cfg" --pid "$out/provisioner.pid" 2>"$out/provisioner.stderr" &
+pids+=($!)
+"$bin/choria-fleet-sim" --nats "nats://127.0.0.1:$nats_port" --nodes "$NODES" --token demo-token \
+  --boot-rate 50 --fault-silent 0.02 --fault-slow 0.02 --fault-error 0.02 \
+  --fault-garbage 0.02 --fault-reboot 0.02 --summary "$out/summary.json" \
+  2>"$out/fleet-sim.log" &
+sim=$!
+pids+=($sim)
+
+metric() { curl -s "http://127.0.0.1:$monitor_port/metrics" 2>/dev/null | awk -v m="$1" '$1 ~ "^"m"[{ ]" {s+=$2} END {print s+0}'; }
+start=$(date +%s)
+while kill -0 "$sim" 2>/dev/null; do
+  sleep 2
+  line=$(tail -n 1 "$out/fleet-sim.log" 2>/dev/null || true)
+  printf 'demo: %3ss  provisioned %s  errors %s  | %s\n' "$(( $(date +%s) - start ))" \
+    "$(metric choria_provisioner_provisioned)" "$(metric choria_provisioner_provision_errors)" "${line#choria-fleet-sim: }"
+  if [ $(( $(date +%s) - start )) -ge "$TIMEOUT" ]; then
+    echo "demo: stopping after ${TIMEOUT}s"
+    kill -INT "$sim" 2>/dev/null || true
+    break
+  fi
+done
+wait "$sim" 2>/dev/null || true
+sleep 0.2
+
+python3 - "$out/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+nodes = s["nodes"]
+done = sum(1 for n in nodes if n["phase"] == "provisioned")
+faulty = [n for n in nodes if n["fault"]]
+print(f"demo: {done}/{len(nodes)} nodes provisioned; {sum(1 for n in faulty if n['phase']=='provisioned')}/{len(faulty)} faulty nodes recovered")
+print(f"demo: {sum(1 for n in nodes if n['restarts'] > 1)} nodes came back in provisioning mode and were provisioned again")
+PY
+echo "demo: provisioner metrics: provisioned $(metric choria_provisioner_provisioned), errors $(metric choria_provisioner_provision_errors), rpc errors $(metric choria_provisioner_rpc_errors)"
+echo "demo: logs and the per-node summary are in $out/"

@@ -10,6 +10,7 @@ help:
 	@echo "make release   optimised, stripped binary in target/release/"
 	@echo "make test      lint + every test (installs a nats-server if none is found)"
 	@echo "make demo      provision 200 simulated nodes on a local nats-server"
+	@echo "make bench     provision 10,000 simulated nodes and report speed and memory"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make dist      source tarball with vendored crates (air-gapped builds)"
 	@echo "make rpm       RPM from that tarball into target/rpm/"
@@ -36,6 +37,10 @@ test: lint
 # The README's first command: 200 simulated nodes provisioned on this machine.
 demo: build
 	scripts/demo.sh
+
+# 10,000 simulated nodes with a compiled helper; prints throughput, latency, CPU, RSS.
+bench:
+	scripts/bench.sh
 
 clean:
 	$(CARGO) clean

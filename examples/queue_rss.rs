@@ -1,0 +1,48 @@
+//! Memory of a paused provisioner holding 50,000 queued nodes (`make bench`).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use choria_provisioner::config::Pause;
+use choria_provisioner::host::outcome::Outcome;
+use choria_provisioner::hosts::{Fleet, FleetOptions, Provision, Source};
+use choria_provisioner::metrics::{Metrics, ProcessStats};
+
+struct Never;
+
+impl Provision for Never {
+    fn provision(&self, _: &str, _: Instant, _: &AtomicBool) -> Outcome {
+        Outcome::Failed("paused".into())
+    }
+}
+
+fn main() {
+    let before = ProcessStats::read().resident_bytes;
+    let metrics = Arc::new(Metrics::new("bench").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    pause.pause();
+    // No workers run: a paused provisioner's queue only fills.
+    let fleet = Fleet::new(
+        FleetOptions {
+            workers: 0,
+            ..FleetOptions::default()
+        },
+        Arc::clone(&metrics),
+        pause,
+        Arc::new(Never),
+    );
+    for n in 0..50_000 {
+        fleet.add(
+            &format!("node-{n:05}.rack-{:03}.dc1.example.net", n % 997),
+            Source::Discovery,
+        );
+    }
+    let after = ProcessStats::read().resident_bytes;
+    println!(
+        "queued {} nodes: RSS {:.1} MB (was {:.1} MB before the fleet)",
+        fleet.queued(),
+        after / 1e6,
+        before / 1e6
+    );
+}

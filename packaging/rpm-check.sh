@@ -153,6 +153,56 @@ else
     echo "SKIP: $name has no check subcommand yet (its check --help does not document --config)"
 fi
 
+echo "== upgrade from the Go package"
+# A stand-in for Go's RPM (its %files of §6.2: the packager metadata as the YAML,
+# a regular empty log file), installed into a scratch rpm root, edited as an
+# operator would, then upgraded to ours: edits and log content must survive.
+# --oldpackage: Go's versions (0.29.x, nightly 0.99.0.<date>) may sort above ours.
+go=$work/go
+mkdir -p "$go"
+cat > "$go/go.spec" <<'SPEC'
+Name: choria-provisioner
+Version: 0.29.4
+Release: 1.el
+Summary: stand-in for the Go package
+License: Apache-2.0
+%global debug_package %{nil}
+%description
+stand-in
+%install
+mkdir -p %{buildroot}/usr/sbin %{buildroot}/etc/choria-provisioner %{buildroot}/var/log
+printf '#!/bin/sh\n' > %{buildroot}/usr/sbin/choria-provisioner
+printf 'required_properties: []\n' > %{buildroot}/etc/choria-provisioner/choria-provisioner.yaml
+touch %{buildroot}/var/log/choria-provisioner.log
+%files
+%config(noreplace) %attr(0640,root,root) /etc/choria-provisioner/choria-provisioner.yaml
+%attr(0755,root,root) /usr/sbin/choria-provisioner
+%attr(0644,root,root) /var/log/choria-provisioner.log
+SPEC
+r=$go/root
+quiet() { "$@" 2>&1 | grep -vE 'use Alien|assuming you know' || true; }
+if rpmbuild -bb --quiet --define "_topdir $go/top" "$go/go.spec" > "$go/build.log" 2>&1; then
+    mkdir -p "$r"
+    rpm --root "$r" --initdb
+    quiet rpm --root "$r" -i --nodeps --noscripts "$go"/top/RPMS/*/*.rpm
+    echo "site: edited" > "$r/etc/$name/$name.yaml"
+    echo "plugin.choria.middleware_hosts = site:4222" > "$r/etc/$name/choria.cfg"
+    echo "an old log line" > "$r/var/log/$name.log"
+    quiet rpm --root "$r" -U --oldpackage --nodeps --noscripts "$rpm"
+    got=$(rpm --root "$r" -q "$name" 2>/dev/null)
+    [ "$got" = "$(rpm -qp "$rpm" 2>/dev/null)" ] || fail "upgrade: installed is '$got'"
+    expect upgrade "$r/etc/$name/$name.yaml" "site: edited"
+    expect upgrade "$r/etc/$name/choria.cfg" "plugin.choria.middleware_hosts = site:4222"
+    expect upgrade "$r/var/log/$name.log" "an old log line"
+    cmp -s "$r/etc/$name/$name.yaml.rpmnew" packaging/$name.yaml || fail "upgrade: no $name.yaml.rpmnew"
+    cmp -s "$r/etc/$name/choria.cfg.rpmnew" packaging/choria.cfg || fail "upgrade: no choria.cfg.rpmnew"
+    rpm --root "$r" -qf "/var/log/$name.log" 2>/dev/null | grep -q "^$name-$version-" ||
+        fail "upgrade: the log file is not owned by the new package"
+else
+    cat "$go/build.log"
+    fail "could not build the stand-in Go package"
+fi
+
 if [ "$failures" -gt 0 ]; then
     echo "rpm-check: $failures failure(s)"
     exit 1

@@ -22,8 +22,8 @@ DIST_DIR    := target/dist
 STAGE       := $(DIST_DIR)/$(PKG_NAME)-$(PKG_VERSION)
 TARBALL     := $(DIST_DIR)/$(PKG_NAME)-$(PKG_VERSION).tar.gz
 RPM_TOPDIR  := $(CURDIR)/target/rpm
-RPM_ARCH    := $(shell rpm --eval '%{_arch}' 2>/dev/null)
-RPM_FILE    := $(RPM_TOPDIR)/RPMS/$(RPM_ARCH)/$(PKG_NAME)-$(PKG_VERSION)-$(RELEASE)$(RPM_DIST).$(RPM_ARCH).rpm
+RPM_ARCH     = $(shell rpm --eval '%{_arch}' 2>/dev/null)
+RPM_FILE     = $(RPM_TOPDIR)/RPMS/$(RPM_ARCH)/$(PKG_NAME)-$(PKG_VERSION)-$(RELEASE)$(RPM_DIST).$(RPM_ARCH).rpm
 # Debian's rpm database knows nothing of the dpkg-installed build tools.
 RPM_NODEPS  ?= $(if $(wildcard /etc/debian_version),--nodeps)
 # rpm-check sets this to `unshare -n`.

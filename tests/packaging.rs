@@ -27,8 +27,9 @@ fn rpm_check_passes() {
         );
         return;
     }
-    let status = Command::new("make")
-        .arg("rpm-check")
+    // One stream, captured: cargo test shows it only when the test fails.
+    let out = Command::new("sh")
+        .args(["-c", "make rpm-check 2>&1"])
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
         // The outer `make test` jobserver is not ours, and a CARGO_TARGET_DIR
         // of the outer build must not redirect the build inside rpmbuild.
@@ -36,7 +37,12 @@ fn rpm_check_passes() {
         .env_remove("MFLAGS")
         .env_remove("MAKELEVEL")
         .env_remove("CARGO_TARGET_DIR")
-        .status()
-        .expect("make runs");
-    assert!(status.success(), "make rpm-check failed: {status}");
+        .output()
+        .expect("sh runs");
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "make rpm-check failed: {}",
+        out.status
+    );
 }

@@ -400,3 +400,81 @@ fn every_decoder_survives_random_and_mutated_input() {
     // Unmutated seeds still decode: the mutations, not the decoders, break them.
     assert!(protocol::decode_reply(&seeds[1]).is_ok() && protocol::decode_reply(&seeds[3]).is_ok());
 }
+
+#[test]
+fn v1_requests_are_signed_with_the_file_provider_rsa_key() {
+    let cert = include_str!("fixtures/rsa2048-cert.pem");
+    for key in [
+        include_str!("fixtures/rsa2048-pkcs1.pem"),
+        include_str!("fixtures/rsa2048-pkcs8.pem"),
+    ] {
+        let creds = Credentials::rsa(key, cert).unwrap();
+        let (_, payload) =
+            protocol::encode_request(&inventory_spec(Protocol::V1), "r", &creds, Protocol::V1)
+                .unwrap();
+        let transport: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        let secure: serde_json::Value = serde_json::from_slice(
+            &STANDARD
+                .decode(transport["data"].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(secure["pubcert"], cert);
+        let signature = STANDARD
+            .decode(secure["signature"].as_str().unwrap())
+            .unwrap();
+        // Verified with the public half, independently of the signer.
+        let der = pem_der(key);
+        let pair = if key.contains("BEGIN RSA PRIVATE KEY") {
+            ring::signature::RsaKeyPair::from_der(&der)
+        } else {
+            ring::signature::RsaKeyPair::from_pkcs8(&der)
+        }
+        .unwrap();
+        use ring::signature::KeyPair as _;
+        ring::signature::UnparsedPublicKey::new(
+            &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+            pair.public_key().as_ref(),
+        )
+        .verify(secure["message"].as_str().unwrap().as_bytes(), &signature)
+        .expect("RSA-SHA256 over the exact request bytes");
+    }
+    assert!(Credentials::rsa("not a key", "").is_err());
+}
+
+fn pem_der(pem: &str) -> Vec<u8> {
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    STANDARD.decode(body).unwrap()
+}
+
+#[test]
+fn the_choria_provider_selects_v2_with_the_jwt_caller_id() {
+    use choria_provisioner::choria::client_config::ClientConfig;
+    let dir = std::env::temp_dir().join(format!("v2-identity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("client.jwt"), format!("{CALLER_JWT}\n")).unwrap();
+    std::fs::write(dir.join("client.seed"), format!("{}\n", "07".repeat(32))).unwrap();
+    let cfg = dir.join("choria.cfg");
+    std::fs::write(
+        &cfg,
+        format!(
+            "identity = p.example.net\nplugin.choria.middleware_hosts = h:4222\nplugin.security.provider = choria\n\
+             plugin.security.choria.token_file = {}\nplugin.security.choria.seed_file = {}\n",
+            dir.join("client.jwt").display(),
+            dir.join("client.seed").display()
+        ),
+    )
+    .unwrap();
+    let client = ClientConfig::load(&cfg).unwrap();
+    let (version, creds, caller) = protocol::client_identity(&client).unwrap();
+    assert_eq!(version, Protocol::V2);
+    assert_eq!(caller, "provisioner_signer");
+    assert!(format!("{creds:?}").contains("***"), "keys never in Debug");
+    let (_, payload) =
+        protocol::encode_request(&inventory_spec(Protocol::V2), "r", &creds, Protocol::V2).unwrap();
+    assert_eq!(
+        protocol::decode_request(&payload).unwrap().protocol,
+        Protocol::V2
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -38,7 +38,7 @@ fn input(inventory: &str, csr: Option<&CsrInfo>, ed: Option<&Ed25519Info>) -> Ve
 fn the_shell_helper_configures_the_node() {
     let h = Helper::new(&example("provision-helper.sh"), Duration::from_secs(5));
     let out = h
-        .run("n1.example.net", &input("{}", None, None), false, &[])
+        .run("n1.example.net", &input("{}", None, None), false, &[], None)
         .unwrap()
         .output;
     assert!(!out.defer);
@@ -54,7 +54,7 @@ fn the_python_helper_defers_shuts_down_and_configures() {
     }
     let h = Helper::new(&example("provision-helper.py"), Duration::from_secs(10));
     let run = |inv: &str| {
-        h.run("n1.example.net", &input(inv, None, None), false, &[])
+        h.run("n1.example.net", &input(inv, None, None), false, &[], None)
             .unwrap()
             .output
     };
@@ -116,6 +116,7 @@ fn the_python_helper_signs_a_csr_with_the_configured_ca() {
             &input(r#"{"facts":{"role":"web"}}"#, Some(&csr), None),
             false,
             &[],
+            None,
         )
         .unwrap()
         .output;
@@ -146,7 +147,13 @@ fn the_ed25519_helper_asks_for_server_claims() {
         Duration::from_secs(10),
     );
     let out = h
-        .run("n1.example.net", &input("{}", None, Some(&ed)), false, &[])
+        .run(
+            "n1.example.net",
+            &input("{}", None, Some(&ed)),
+            false,
+            &[],
+            None,
+        )
         .unwrap()
         .output;
     assert!(!out.defer, "{}", out.msg);

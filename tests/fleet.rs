@@ -448,3 +448,150 @@ fn sigterm_mid_run_exits_0_within_the_bound_and_a_second_run_finishes_the_rest()
         assert_eq!(node.phase, Phase::Provisioned, "{}", node.identity);
     }
 }
+
+#[test]
+fn when_the_leader_s_connection_dies_the_standby_takes_over_after_the_ttl() {
+    let server = election_broker();
+    create_election_bucket(&server, Duration::from_secs(4));
+    let url = server
+        .url()
+        .replace("nats://", "nats://provisioner:s3cret@");
+    let node_url = server.url().replace("nats://", "nats://node:n0de@");
+    let election = || DaemonOptions {
+        election: ElectionOptions {
+            startup_spread: Duration::from_millis(200),
+            ..ElectionOptions::default()
+        },
+        ..fast()
+    };
+    let a = Provisioner::start(&url, "a.test", "leader_election: true\n", election());
+    let leader_of = |p: &Provisioner| {
+        p.daemon()
+            .election()
+            .map(|s| *s.lock() == ElectionState::Leader)
+            .unwrap_or(false)
+    };
+    wait_until("a leads", Duration::from_secs(15), || leader_of(&a));
+    let b = Provisioner::start(&url, "b.test", "leader_election: true\n", election());
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!leader_of(&b));
+    // The leader's broker connection dies: no resignation, its key must expire.
+    a.daemon().connector().nats().clone().close();
+    let started = Instant::now();
+    wait_until("b leads", Duration::from_secs(20), || leader_of(&b));
+    assert!(
+        started.elapsed() < Duration::from_secs(4 + 8),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(a.metrics.paused.get(), 1, "the old leader paused itself");
+    let fleet = sim(&node_url, 30, |_| {});
+    wait_until("b provisions", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 30
+    });
+    assert_eq!(b.metrics.provisioned.get(), 30);
+    assert_eq!(a.metrics.provisioned.get(), 0);
+    assert_provisioned(&fleet.summary(), |_| 1);
+}
+
+#[test]
+fn a_second_signal_exits_at_once() {
+    let server = NatsServer::start();
+    // One node that answers only after 10 s: the worker waits inside an RPC.
+    let fleet = sim(&server.url(), 1, |o| {
+        o.faults = Faults {
+            slow: 1.0,
+            slow_by: Duration::from_secs(10),
+            ..Faults::default()
+        }
+    });
+    let dir = TempDir::new("second-signal");
+    let mut child = spawn_with(&dir, &server.url(), &helper(), "shutdown_timeout: 30s\n");
+    wait_until(
+        "the first RPC is in flight",
+        Duration::from_secs(30),
+        || fleet.summary().nodes[0].rpcs.len() == 1,
+    );
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first signal waits for the node in flight"
+    );
+    let second = Instant::now();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(
+        second.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        second.elapsed()
+    );
+    assert_eq!(status.code(), Some(1));
+}
+
+#[test]
+fn stopping_kills_a_running_helper_and_exits_0_within_the_bound() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 1, |_| {});
+    let dir = TempDir::new("stop-helper");
+    let marker = dir.path().join("helper-finished");
+    let slow = dir.script(
+        "slow-helper.sh",
+        &format!(
+            "#!/bin/sh\nsleep 20\ntouch {}\necho '{{\"defer\": true}}'\n",
+            marker.display()
+        ),
+    );
+    let mut child = spawn_with(
+        &dir,
+        &server.url(),
+        &slow,
+        "helper_timeout: 60s\nshutdown_timeout: 10s\n",
+    );
+    wait_until("the helper runs", Duration::from_secs(30), || {
+        fleet.summary().nodes[0].rpcs.len() == 1
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let signalled = Instant::now();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        signalled.elapsed()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!marker.exists(), "the helper was killed, not left running");
+}
+
+/// The provisioner binary with `helper` and extra YAML, logging to a file in `dir`.
+fn spawn_with(
+    dir: &TempDir,
+    url: &str,
+    helper: &std::path::Path,
+    yaml: &str,
+) -> std::process::Child {
+    let cfg = dir.write(
+        "choria.cfg",
+        &format!("identity = p1.test\nplugin.choria.middleware_hosts = {url}\n"),
+    );
+    let yaml = dir.write(
+        "p.yaml",
+        &format!(
+            "helper: {}\nchoria_insecure: true\nlogfile: {}\n{yaml}",
+            helper.display(),
+            dir.path().join("p.log").display()
+        ),
+    );
+    std::process::Command::new(env!("CARGO_BIN_EXE_choria-provisioner"))
+        .args([
+            "--config",
+            &yaml.display().to_string(),
+            "--choria-config",
+            &cfg.display().to_string(),
+        ])
+        .spawn()
+        .unwrap()
+}

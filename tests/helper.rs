@@ -35,7 +35,7 @@ fn receives_the_input_and_returns_the_configuration() {
             seen.display()
         ),
     );
-    let run = h.run("n1.example.net", &input(), false, &[]).unwrap();
+    let run = h.run("n1.example.net", &input(), false, &[], None).unwrap();
     assert_eq!(run.output.msg, "ok");
     assert_eq!(
         run.output.configuration["plugin.choria.server.provision"],
@@ -55,7 +55,7 @@ fn arguments_are_split_shell_style_and_found_on_path() {
         r#"sh -c 'echo "{\"defer\": true, \"msg\": \"$0\"}"' 'with space'"#,
         Duration::from_secs(2),
     );
-    let run = h.run("n1", &input(), false, &[]).unwrap();
+    let run = h.run("n1", &input(), false, &[], None).unwrap();
     assert!(run.output.defer);
     assert_eq!(run.output.msg, "with space");
 }
@@ -67,7 +67,7 @@ fn defer_is_an_answer_not_an_error() {
         &dir,
         "echo '{\"defer\": true, \"shutdown\": true, \"msg\": \"not in CMDB\"}'",
     );
-    let out = h.run("n1", &input(), false, &[]).unwrap().output;
+    let out = h.run("n1", &input(), false, &[], None).unwrap().output;
     assert!(out.defer && out.shutdown);
     assert_eq!(out.msg, "not in CMDB");
 }
@@ -75,7 +75,7 @@ fn defer_is_an_answer_not_an_error() {
 #[test]
 fn paused_refuses_to_start() {
     let h = Helper::new("/bin/true", Duration::from_secs(1));
-    let e = h.run("n1", &input(), true, &[]).unwrap_err();
+    let e = h.run("n1", &input(), true, &[], None).unwrap_err();
     assert_eq!(
         e.to_string(),
         "provisioning is paused, cannot perform /bin/true"
@@ -85,14 +85,14 @@ fn paused_refuses_to_start() {
 #[test]
 fn bad_quoting_and_missing_programs() {
     let e = Helper::new("helper 'x", Duration::from_secs(1))
-        .run("n1", &input(), false, &[])
+        .run("n1", &input(), false, &[], None)
         .unwrap_err();
     assert_eq!(
         e.to_string(),
         "cannot parse helper command: unterminated ' quote"
     );
     let e = Helper::new("/no/such/helper --x", Duration::from_secs(1))
-        .run("n1", &input(), false, &[])
+        .run("n1", &input(), false, &[], None)
         .unwrap_err();
     assert!(
         e.to_string()
@@ -105,7 +105,7 @@ fn bad_quoting_and_missing_programs() {
 fn garbage_output_is_a_decode_error() {
     let dir = TempDir::new("helper");
     let e = helper(&dir, "echo 'this is not json'")
-        .run("n1", &input(), false, &[])
+        .run("n1", &input(), false, &[], None)
         .unwrap_err();
     assert!(matches!(e, HelperError::Decode(..)), "{e:?}");
     assert!(
@@ -113,7 +113,7 @@ fn garbage_output_is_a_decode_error() {
         "{e}"
     );
     let e = helper(&dir, "echo '{\"configuration\": {\"port\": 4222}}'")
-        .run("n1", &input(), false, &[])
+        .run("n1", &input(), false, &[], None)
         .unwrap_err();
     assert!(
         e.to_string().contains("invalid type"),
@@ -125,7 +125,7 @@ fn garbage_output_is_a_decode_error() {
 fn no_output_is_zero_bytes() {
     let dir = TempDir::new("helper");
     let e = helper(&dir, "cat >/dev/null")
-        .run("n1", &input(), false, &[])
+        .run("n1", &input(), false, &[], None)
         .unwrap_err();
     assert!(
         e.to_string().ends_with("output: zero bytes received"),
@@ -137,7 +137,7 @@ fn no_output_is_zero_bytes() {
 fn non_zero_exit_is_reported_with_its_status() {
     let dir = TempDir::new("helper");
     let e = helper(&dir, "echo '{}'; echo 'boom s3cret' >&2; exit 3")
-        .run("n1", &input(), false, &["s3cret"])
+        .run("n1", &input(), false, &["s3cret"], None)
         .unwrap_err();
     assert!(e.to_string().ends_with(": exit status 3"), "{e}");
 }
@@ -160,7 +160,7 @@ fn a_hanging_helper_and_its_children_are_killed_at_the_timeout() {
         Duration::from_millis(500),
     );
     let started = Instant::now();
-    let e = h.run("n1", &input(), false, &[]).unwrap_err();
+    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "bounded by the timeout"
@@ -190,7 +190,7 @@ fn a_hanging_helper_and_its_children_are_killed_at_the_timeout() {
 fn huge_output_is_refused_without_buffering_it_all() {
     let dir = TempDir::new("helper");
     let h = helper(&dir, "head -c 50000000 /dev/zero");
-    let e = h.run("n1", &input(), false, &[]).unwrap_err();
+    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
     assert!(matches!(e, HelperError::TooLarge(_)), "{e:?}");
     assert!(
         e.to_string()
@@ -204,7 +204,7 @@ fn a_helper_that_ignores_its_input_still_counts() {
     let dir = TempDir::new("helper");
     let big = vec![b' '; 1 << 20];
     let out = helper(&dir, "echo '{\"defer\": true}'")
-        .run("n1", &big, false, &[])
+        .run("n1", &big, false, &[], None)
         .unwrap()
         .output;
     assert!(out.defer);

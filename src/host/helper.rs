@@ -12,6 +12,7 @@ use std::fmt;
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -171,6 +172,8 @@ pub enum HelperError {
     Wait(String, String),
     /// The helper ran longer than its timeout and was killed.
     Timeout(String, Duration),
+    /// The daemon is stopping; the helper was killed.
+    Stopped(String),
     /// Stdout was not one JSON object of the right types.
     Decode(String, String),
 }
@@ -194,6 +197,10 @@ impl fmt::Display for HelperError {
                 t.as_secs_f64()
             ),
             HelperError::Decode(h, e) => write!(f, "cannot decode output from {h}: {e}"),
+            HelperError::Stopped(h) => write!(
+                f,
+                "could not wait for {h}: signal: killed (the provisioner is shutting down)"
+            ),
         }
     }
 }
@@ -255,13 +262,15 @@ impl Helper {
     }
 
     /// Runs the helper with `input` on stdin for node `identity`. `paused` is checked
-    /// before starting; `secrets` are redacted from the stderr that is logged.
+    /// before starting; `secrets` are redacted from the stderr that is logged; when
+    /// `stopping` becomes true the helper's process group is killed.
     pub fn run(
         &self,
         identity: &str,
         input: &[u8],
         paused: bool,
         secrets: &[&str],
+        stopping: Option<&AtomicBool>,
     ) -> Result<HelperRun, HelperError> {
         let name = self.command.clone();
         if paused {
@@ -279,47 +288,66 @@ impl Helper {
             .spawn()
             .map_err(|e| HelperError::Start(name.clone(), e.to_string()))?;
         let pgid = child.id() as libc::pid_t;
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-        let timeout = self.timeout;
-        // Watchdog: kills the whole process group if the run outlives the timeout.
-        let watchdog = std::thread::spawn(move || {
-            if done_rx.recv_timeout(timeout).is_err() {
-                // SAFETY: killpg on the group we created; ESRCH is harmless.
-                unsafe {
-                    libc::killpg(pgid, libc::SIGKILL);
-                }
-                return true;
-            }
-            false
-        });
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        let input = input.to_vec();
-        let writer = std::thread::spawn(move || {
-            let r = stdin.write_all(&input);
-            drop(stdin);
-            r
-        });
-        let mut stderr = child.stderr.take().expect("stderr is piped");
-        let errors = std::thread::spawn(move || read_capped(&mut stderr, MAX_STDERR));
-        let mut stdout = child.stdout.take().expect("stdout is piped");
-        let out = read_capped(&mut stdout, MAX_OUTPUT);
-        if matches!(out, Ok((_, true))) {
-            // Over the cap: stop the helper rather than buffer without bound.
-            // SAFETY: as above.
+        let kill_group = || {
+            // SAFETY: killpg on the group we created; ESRCH is harmless.
             unsafe {
                 libc::killpg(pgid, libc::SIGKILL);
             }
-        }
-        drop(stdout);
-        let status = child.wait();
-        let _ = done_tx.send(());
-        let timed_out = watchdog.join().unwrap_or(false);
-        let write_result = writer.join();
-        let (err_bytes, _) = errors.join().ok().and_then(|r| r.ok()).unwrap_or_default();
+        };
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let timeout = self.timeout;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let (ended, out, status, write_result, err_bytes) = std::thread::scope(|scope| {
+            // Watchdog: kills the whole process group if the run outlives the timeout
+            // or the daemon stops.
+            let watchdog = scope.spawn(|| loop {
+                let left = timeout.saturating_sub(started.elapsed());
+                match done_rx.recv_timeout(left.min(Duration::from_millis(50))) {
+                    Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                        return End::Finished
+                    }
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                }
+                if started.elapsed() >= timeout {
+                    kill_group();
+                    return End::TimedOut;
+                }
+                if stopping.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    kill_group();
+                    return End::Stopped;
+                }
+            });
+            let writer = scope.spawn(|| {
+                let r = stdin.write_all(input);
+                drop(stdin);
+                r
+            });
+            let errors = scope.spawn(|| read_capped(&mut stderr, MAX_STDERR));
+            let out = read_capped(&mut stdout, MAX_OUTPUT);
+            if matches!(out, Ok((_, true))) {
+                // Over the cap: stop the helper rather than buffer without bound.
+                kill_group();
+            }
+            let status = child.wait();
+            let _ = done_tx.send(());
+            let ended = watchdog.join().unwrap_or(End::Finished);
+            let write_result = writer.join();
+            let err_bytes = errors
+                .join()
+                .ok()
+                .and_then(|r| r.ok())
+                .unwrap_or_default()
+                .0;
+            (ended, out, status, write_result, err_bytes)
+        });
         log_stderr(identity, &name, &err_bytes, secrets);
         let elapsed = started.elapsed();
-        if timed_out {
-            return Err(HelperError::Timeout(name, timeout));
+        match ended {
+            End::TimedOut => return Err(HelperError::Timeout(name, timeout)),
+            End::Stopped => return Err(HelperError::Stopped(name)),
+            End::Finished => {}
         }
         let (bytes, too_large) = out.map_err(|e| HelperError::Read(name.clone(), e.to_string()))?;
         if too_large {
@@ -339,6 +367,14 @@ impl Helper {
         let output = HelperOutput::decode(&bytes).map_err(|e| HelperError::Decode(name, e))?;
         Ok(HelperRun { output, elapsed })
     }
+}
+
+/// How a helper run ended, as the watchdog saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Finished,
+    TimedOut,
+    Stopped,
 }
 
 /// Reads to EOF keeping at most `cap` bytes; returns the bytes and whether more came.

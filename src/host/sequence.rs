@@ -146,7 +146,7 @@ impl Provisioner {
             self.fetch_csr(&w, identity, &mut a)?;
             between()?;
         }
-        let answer = self.run_helper(identity, &a)?;
+        let answer = self.run_helper(identity, &a, stopping)?;
         if answer.defer {
             return Err(Outcome::Deferred(answer.msg));
         }
@@ -286,7 +286,7 @@ impl Provisioner {
         Ok(())
     }
 
-    fn run_helper(&self, identity: &str, a: &Attempt) -> Step<HelperOutput> {
+    fn run_helper(&self, identity: &str, a: &Attempt, stopping: &AtomicBool) -> Step<HelperOutput> {
         let input = HelperInput {
             identity,
             csr: a.csr.as_ref(),
@@ -298,9 +298,13 @@ impl Provisioner {
             .map_err(|e| failed(format!("could not JSON encode host: {e}")))?;
         let secrets = self.secrets(a);
         let started = Instant::now();
-        let result = self
-            .helper
-            .run(identity, &bytes, self.pause.paused(), &secrets);
+        let result = self.helper.run(
+            identity,
+            &bytes,
+            self.pause.paused(),
+            &secrets,
+            Some(stopping),
+        );
         self.metrics.observe_helper(started.elapsed().as_secs_f64());
         match result {
             Ok(run) => Ok(run.output),

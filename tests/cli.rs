@@ -79,6 +79,10 @@ impl Rig {
         }
     }
 
+    fn write_file(&self, name: &str, contents: &str) -> PathBuf {
+        self.dir.write(name, contents)
+    }
+
     fn args(&self) -> Vec<String> {
         vec![
             "--config".into(),
@@ -507,13 +511,23 @@ fn sigterm_while_the_broker_is_unreachable_exits_1_with_go_s_message() {
 }
 
 #[test]
-fn a_feature_this_build_cannot_do_is_refused_at_start() {
-    let rig = Rig::new("features: {pki: true}\n");
+fn an_undecodable_jwt_verify_cert_is_refused_at_start() {
+    let rig = Rig::new("features: {jwt: true}\n");
+    let cert = rig.write_file(
+        "verify.pem",
+        "-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n",
+    );
+    let yaml = std::fs::read_to_string(&rig.yaml).unwrap();
+    std::fs::write(
+        &rig.yaml,
+        format!("{yaml}jwt_verify_cert: {}\n", cert.display()),
+    )
+    .unwrap();
     let o = Command::new(BIN).args(rig.args()).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
     assert!(
-        stderr(&o).contains("features.pki is not supported by this build"),
-        "{}",
-        stderr(&o)
+        e.contains("Provisioning could not be configured: jwt_verify_cert:"),
+        "{e}"
     );
 }

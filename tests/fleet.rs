@@ -595,3 +595,140 @@ fn spawn_with(
         .spawn()
         .unwrap()
 }
+
+const ISSUER_SEED: [u8; 32] = [7; 32];
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn public_of(seed: &[u8; 32]) -> Vec<u8> {
+    use ring::signature::KeyPair as _;
+    ring::signature::Ed25519KeyPair::from_seed_unchecked(seed)
+        .unwrap()
+        .public_key()
+        .as_ref()
+        .to_vec()
+}
+
+#[test]
+fn feature_jwt_verifies_each_node_s_provisioning_jwt() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 20, |o| {
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
+    });
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "token: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+            hex(&public_of(&ISSUER_SEED))
+        ),
+        fast(),
+    );
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 20
+    });
+    for node in fleet.summary().nodes {
+        assert_eq!(
+            node.rpcs,
+            [
+                "choria_provision#jwt",
+                "rpcutil#inventory",
+                "choria_provision#configure",
+                "choria_provision#restart"
+            ],
+            "{}",
+            node.identity
+        );
+    }
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+}
+
+#[test]
+fn feature_jwt_refuses_a_jwt_from_another_issuer_and_a_wrong_token() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 5, |o| {
+        o.issuer_seed = Some([9; 32]);
+        o.token = "s3cret".into();
+    });
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "token: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+            hex(&public_of(&ISSUER_SEED))
+        ),
+        fast(),
+    );
+    wait_until("every node failed once", Duration::from_secs(30), || {
+        prov.metrics.provision_errors.get() >= 5
+    });
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "nothing configured with an unverified JWT"
+    );
+    drop(prov);
+    // A wrong token is refused by the node at once: no five tries with back-off.
+    let wrong = Provisioner::start(&server.url(), "p2.test", "token: wrong\n", fast());
+    wait_until("refused", Duration::from_secs(30), || {
+        wrong.metrics.provision_errors.get() >= 5
+    });
+    assert!(wrong
+        .metrics
+        .render()
+        .contains("choria_provisioner_rpc_errors{rpc=\"rpcutil#inventory\",site=\"test\"} 0"));
+    assert_eq!(fleet.progress().configured, 0);
+}
+
+#[test]
+fn feature_ed25519_issues_each_node_a_signed_server_jwt() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 10, |o| o.issuer_seed = Some(ISSUER_SEED));
+    let dir = TempDir::new("ed25519");
+    let signer_seed = [3u8; 32];
+    let seed_file = dir.write("signer.seed", &hex(&signer_seed));
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "features: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n",
+            hex(&public_of(&ISSUER_SEED)),
+            seed_file.display()
+        ),
+        fast(),
+    );
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 10
+    });
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    for node in fleet.summary().nodes {
+        assert_eq!(
+            node.rpcs,
+            [
+                "choria_provision#jwt",
+                "choria_provision#gen25519",
+                "rpcutil#inventory",
+                "choria_provision#configure",
+                "choria_provision#restart"
+            ]
+        );
+        let jwt = node.server_jwt.expect("a server JWT was written");
+        let parts: Vec<&str> = jwt.split('.').collect();
+        let claims: serde_json::Value =
+            serde_json::from_slice(&b64.decode(parts[1]).unwrap()).unwrap();
+        assert_eq!(claims["identity"], node.identity.as_str());
+        assert_eq!(claims["purpose"], "choria_server");
+        assert_eq!(claims["public_key"].as_str().unwrap().len(), 64);
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public_of(&signer_seed))
+            .verify(
+                format!("{}.{}", parts[0], parts[1]).as_bytes(),
+                &b64.decode(parts[2]).unwrap(),
+            )
+            .expect("signed with jwt_signing_key");
+    }
+}

@@ -59,6 +59,9 @@ struct Args {
     /// fraction of nodes that reboot in the middle of being provisioned
     #[argh(option, default = "0.0")]
     fault_reboot: f64,
+    /// hex ed25519 seed that signs the nodes' provisioning JWT (default: random)
+    #[argh(option)]
+    issuer_seed: Option<String>,
     /// request-processing threads (default 2)
     #[argh(option, default = "2")]
     workers: usize,
@@ -103,7 +106,20 @@ fn run(args: Args) -> i32 {
             return 1;
         }
     };
+    let issuer_seed = match args.issuer_seed.as_deref() {
+        None => None,
+        Some(hex) => match choria_provisioner::choria::protocol::ids::unhex(hex.trim())
+            .and_then(|s| <[u8; 32]>::try_from(s).ok())
+        {
+            Some(seed) => Some(seed),
+            None => {
+                eprintln!("choria-fleet-sim: --issuer-seed must be 64 hex characters");
+                return 1;
+            }
+        },
+    };
     let options = SimOptions {
+        issuer_seed,
         nodes: args.nodes,
         version: args.version,
         token: args.token,

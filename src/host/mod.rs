@@ -1,6 +1,7 @@
 //! Everything that happens to one server: the provisioning sequence and its crypto.
 
 pub mod crypto;
+pub mod csr;
 pub mod helper;
 pub mod keys;
 pub mod outcome;

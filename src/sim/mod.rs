@@ -56,6 +56,8 @@ pub struct SimOptions {
     pub workers: usize,
     /// Faults and the fractions of nodes that have them.
     pub faults: Faults,
+    /// ed25519 seed that signs the nodes' provisioning JWT (random when `None`).
+    pub issuer_seed: Option<[u8; 32]>,
 }
 
 impl Default for SimOptions {
@@ -73,6 +75,7 @@ impl Default for SimOptions {
             component: "provision_mode_server".into(),
             workers: 2,
             faults: Faults::default(),
+            issuer_seed: None,
         }
     }
 }
@@ -168,9 +171,9 @@ pub fn identity(options: &SimOptions, n: usize) -> String {
     format!("{}{n:05}.{}", options.prefix, options.domain)
 }
 
-/// A provisioning JWT as `choria jwt prov` makes one, signed with a throw-away
-/// ed25519 issuer key (nodes read it unverified).
-fn provisioning_jwt(token: &str, url: &str) -> String {
+/// A provisioning JWT as `choria jwt prov` makes one, signed with the issuer seed
+/// (nodes read it unverified; the provisioner verifies it with `jwt_verify_cert`).
+fn provisioning_jwt(token: &str, url: &str, issuer_seed: Option<[u8; 32]>) -> String {
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine as _;
     let now = ids::unix_now();
@@ -183,8 +186,11 @@ fn provisioning_jwt(token: &str, url: &str) -> String {
         })
         .to_string(),
     );
-    let mut seed = [0u8; 32];
-    ids::random_bytes(&mut seed);
+    let seed = issuer_seed.unwrap_or_else(|| {
+        let mut seed = [0u8; 32];
+        ids::random_bytes(&mut seed);
+        seed
+    });
     let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed).expect("32-byte seed");
     let signing_input = format!("{header}.{claims}");
     let sig = URL_SAFE_NO_PAD.encode(key.sign(signing_input.as_bytes()).as_ref());
@@ -198,7 +204,7 @@ impl Sim {
             .with_name("choria-fleet-sim")
             .max_reconnects(None)
             .connect(url)?;
-        let jwt = provisioning_jwt(&options.token, url);
+        let jwt = provisioning_jwt(&options.token, url, options.issuer_seed);
         let mut nodes = Vec::with_capacity(options.nodes);
         let mut index = HashMap::with_capacity(options.nodes);
         let mut faults = Vec::with_capacity(options.nodes);

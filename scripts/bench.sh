@@ -5,6 +5,8 @@
 # peak RSS, idle CPU, and the RSS of 50,000 queued nodes while paused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/rig.sh
+. scripts/rig.sh
 NODES="${NODES:-10000}"
 WORKERS="${WORKERS:-64}"
 out="$PWD/target/bench"
@@ -12,16 +14,7 @@ rm -rf "$out" && mkdir -p "$out"
 cargo build --release --features sim --bins --example bench_helper --example queue_rss >"$out/build.log" 2>&1
 bin="$PWD/target/release"
 nats_server="$(scripts/ensure-nats-server.sh)"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 nats_port=$(free_port)
-pids=()
-cleanup() {
-  for ((i=${#pids[@]}-1; i>=0; i--)); do
-    kill "${pids[$i]}" 2>/dev/null || true
-    wait "${pids[$i]}" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT
 
 "$nats_server" -a 127.0.0.1 -p "$nats_port" >"$out/nats-server.log" 2>&1 &
 pids+=($!)

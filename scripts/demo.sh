@@ -4,6 +4,8 @@
 # /metrics. Shows progress, ends with a summary, stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/rig.sh
+. scripts/rig.sh
 NODES="${NODES:-200}"
 TIMEOUT="${TIMEOUT:-180}"
 out="$PWD/target/demo"
@@ -11,18 +13,8 @@ rm -rf "$out" && mkdir -p "$out"
 bin="$PWD/target/debug"
 nats_server="$(scripts/ensure-nats-server.sh)"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 nats_port=$(free_port)
 monitor_port=$(free_port)
-pids=()
-cleanup() {
-  # Newest first: the provisioner stops while its broker is still up.
-  for ((i=${#pids[@]}-1; i>=0; i--)); do
-    kill "${pids[$i]}" 2>/dev/null || true
-    wait "${pids[$i]}" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT
 
 "$nats_server" -a 127.0.0.1 -p "$nats_port" >"$out/nats-server.log" 2>&1 &
 pids+=($!)

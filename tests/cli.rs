@@ -3,12 +3,11 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, wait_for_port, NatsServer, TempDir};
+use support::{free_port, http_get, wait_for_port, NatsServer, TempDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
 
@@ -121,28 +120,6 @@ fn signal(child: &Child, sig: i32) {
     unsafe {
         libc::kill(child.id() as i32, sig);
     }
-}
-
-/// A plain HTTP/1.0 GET; returns (status, body).
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to monitor port");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .unwrap_or("")
-        .to_string();
-    (status, body)
 }
 
 fn wait_for_file(path: &Path, within: Duration) -> bool {

@@ -732,3 +732,67 @@ fn feature_ed25519_issues_each_node_a_signed_server_jwt() {
             .expect("signed with jwt_signing_key");
     }
 }
+
+#[test]
+fn feature_upgrades_upgrades_then_provisions_and_equal_versions_skip_the_upgrade() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 10, |o| {
+        o.upgradable = true;
+        o.version = "0.30.2".into();
+    });
+    let dir = TempDir::new("upgrades");
+    let upgrading = dir.script(
+        "upgrade-helper.sh",
+        "#!/bin/sh\nid=$(sed -n 's/^{\"identity\":\"\\([^\"]*\\)\".*/\\1/p')\n\
+         echo \"{\\\"upgrade\\\": \\\"0.31.0\\\", \\\"configuration\\\": {\\\"identity\\\": \\\"$id\\\", \\\"plugin.choria.server.provision\\\": \\\"false\\\"}}\"\n",
+    );
+    let yaml = format!(
+        "helper: {}\nfeatures: {{upgrades: true}}\nupgrades_repository: https://repo.example.net/choria\n",
+        upgrading.display()
+    );
+    let dir2 = TempDir::new("upgrades-p");
+    let cfg = dir2.write(
+        "choria.cfg",
+        &format!(
+            "identity = p1.test\nplugin.choria.middleware_hosts = {}\n",
+            server.url()
+        ),
+    );
+    let yaml_file = dir2.write(
+        "p.yaml",
+        &format!("workers: 4\nchoria_insecure: true\n{yaml}"),
+    );
+    let config = Arc::new(Config::load(&yaml_file).unwrap().config);
+    let mut client = ClientConfig::load(&cfg).unwrap();
+    client.apply_provisioner_overrides(&config);
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let (_stop, shutdown) = bounded::<()>(0);
+    let daemon = Daemon::start(&config, &client, &metrics, &pause, fast(), &shutdown).unwrap();
+    wait_until(
+        "all upgraded and provisioned",
+        Duration::from_secs(60),
+        || fleet.progress().provisioned == 10,
+    );
+    for node in fleet.summary().nodes {
+        assert_eq!(node.upgrades, ["0.31.0"], "{}", node.identity);
+        assert_eq!(node.version, "0.31.0");
+        assert_eq!(
+            node.rpcs,
+            [
+                "rpcutil#inventory",
+                "choria_provision#release_update",
+                "rpcutil#inventory",
+                "choria_provision#configure",
+                "choria_provision#restart"
+            ],
+            "upgraded once, then configured on the new version without a second upgrade"
+        );
+    }
+    assert_eq!(
+        metrics.provisioned.get(),
+        20,
+        "an upgrade counts as provisioned, as in Go"
+    );
+    daemon.stop();
+}

@@ -142,6 +142,26 @@ impl RpcClient {
         }
     }
 
+    /// Encodes `spec` with its routed reply subject and publishes it to `subject`,
+    /// flushing (at most `timeout`) so the request leaves at once.
+    fn send(&self, spec: RequestSpec, subject: &str, timeout: Duration) -> Result<(), RpcError> {
+        let id = spec.request_id.clone().unwrap_or_default();
+        let (_, payload) = protocol::encode_request(
+            &spec,
+            &self.router.reply_subject(&id),
+            &self.credentials,
+            self.protocol,
+        )
+        .map_err(|e| RpcError::Encode(e.to_string()))?;
+        self.nc
+            .publish(subject, payload)
+            .map_err(|e| RpcError::Publish(e.to_string()))?;
+        if self.flush {
+            let _ = self.nc.flush_timeout(timeout);
+        }
+        Ok(())
+    }
+
     /// One try of `agent#action` to `identity`, waiting at most `timeout`.
     pub fn call(
         &self,
@@ -154,21 +174,12 @@ impl RpcClient {
         let id = protocol::new_request_id(self.protocol);
         let body = protocol::mcorpc::RpcRequestBody::new(agent, action, data.clone()).encode();
         let pending = self.router.expect_one(&id);
-        let reply_to = self.router.reply_subject(&id);
-        let (_, payload) = protocol::encode_request(
-            &self.spec(agent, agent, body, id.clone()),
-            &reply_to,
-            &self.credentials,
-            self.protocol,
-        )
-        .map_err(|e| RpcError::Encode(e.to_string()))?;
         let started = Instant::now();
-        self.nc
-            .publish(&format!("{COLLECTIVE}.node.{identity}"), payload)
-            .map_err(|e| RpcError::Publish(e.to_string()))?;
-        if self.flush {
-            let _ = self.nc.flush_timeout(timeout);
-        }
+        self.send(
+            self.spec(agent, agent, body, id.clone()),
+            &format!("{COLLECTIVE}.node.{identity}"),
+            timeout,
+        )?;
         let mut rejected: Option<(u64, String)> = None;
         loop {
             let left = timeout.saturating_sub(started.elapsed());
@@ -220,24 +231,18 @@ impl RpcClient {
     ) -> Result<Vec<String>, RpcError> {
         let id = protocol::new_request_id(self.protocol);
         let pending = self.router.expect_all(&id);
-        let reply_to = self.router.reply_subject(&id);
-        let (_, payload) = protocol::encode_request(
-            &self.spec(
-                "discovery",
-                "choria_provision",
-                protocol::DISCOVERY_REQUEST.to_vec(),
-                id,
-            ),
-            &reply_to,
-            &self.credentials,
-            self.protocol,
-        )
-        .map_err(|e| RpcError::Encode(e.to_string()))?;
         let started = Instant::now();
-        self.nc
-            .publish(&format!("{COLLECTIVE}.broadcast.agent.discovery"), payload)
-            .map_err(|e| RpcError::Publish(e.to_string()))?;
-        let _ = self.nc.flush_timeout(limit);
+        let spec = self.spec(
+            "discovery",
+            "choria_provision",
+            protocol::DISCOVERY_REQUEST.to_vec(),
+            id,
+        );
+        self.send(
+            spec,
+            &format!("{COLLECTIVE}.broadcast.agent.discovery"),
+            limit,
+        )?;
         let mut seen = std::collections::HashSet::new();
         let mut found = Vec::new();
         let mut wait = initial.min(limit);

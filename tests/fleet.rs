@@ -48,16 +48,20 @@ impl Provisioner {
             "choria.cfg",
             &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n"),
         );
+        let base_helper = if yaml.contains("helper:") {
+            String::new()
+        } else {
+            format!("helper: {}\n", helper().display())
+        };
         let yaml = dir.write(
             "p.yaml",
             &format!(
-                "{}helper: {}\nchoria_insecure: true\nshutdown_timeout: 5s\n{yaml}",
+                "{}{base_helper}choria_insecure: true\nshutdown_timeout: 5s\n{yaml}",
                 if yaml.contains("workers:") {
                     ""
                 } else {
                     "workers: 8\n"
                 },
-                helper().display()
             ),
         );
         let config = Arc::new(Config::load(&yaml).unwrap().config);
@@ -795,4 +799,67 @@ fn feature_upgrades_upgrades_then_provisions_and_equal_versions_skip_the_upgrade
         "an upgrade counts as provisioned, as in Go"
     );
     daemon.stop();
+}
+
+#[test]
+fn feature_pki_validates_each_node_s_csr_and_hands_it_to_the_helper() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 10, |o| o.issuer_seed = Some(ISSUER_SEED));
+    let dir = TempDir::new("pki");
+    let seen = dir.path().join("csr-seen");
+    // Records that the helper got the CSR, then configures the node.
+    let helper = dir.script(
+        "pki-helper.sh",
+        &format!(
+            "#!/bin/sh\ninput=$(cat)\nid=$(printf '%s' \"$input\" | sed -n 's/^{{\"identity\":\"\\([^\"]*\\)\".*/\\1/p')\n\
+             case \"$input\" in *BEGIN\\ CERTIFICATE\\ REQUEST*) echo \"$id\" >> {} ;; esac\n\
+             echo \"{{\\\"configuration\\\": {{\\\"identity\\\": \\\"$id\\\", \\\"plugin.choria.server.provision\\\": \\\"false\\\"}}}}\"\n",
+            seen.display()
+        ),
+    );
+    let _prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "helper: {}\nfeatures: {{jwt: true, pki: true}}\njwt_verify_cert: {}\n",
+            helper.display(),
+            hex(&public_of(&ISSUER_SEED))
+        ),
+        fast(),
+    );
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 10
+    });
+    for node in fleet.summary().nodes {
+        assert_eq!(
+            node.rpcs,
+            [
+                "choria_provision#jwt",
+                "rpcutil#inventory",
+                "choria_provision#gencsr",
+                "choria_provision#configure",
+                "choria_provision#restart"
+            ]
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap().lines().count(),
+        10,
+        "every helper run saw a CSR"
+    );
+}
+
+#[test]
+fn feature_pki_refuses_a_denied_identity() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 3, |o| o.domain = "privileged.choria".into());
+    let prov = Provisioner::start(&server.url(), "p1.test", "features: {pki: true}\n", fast());
+    wait_until("refused", Duration::from_secs(30), || {
+        prov.metrics.provision_errors.get() >= 3
+    });
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "a denied name is never configured"
+    );
 }

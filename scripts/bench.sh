@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 . scripts/rig.sh
 NODES="${NODES:-10000}"
 WORKERS="${WORKERS:-64}"
+# FEATURES=ed25519 benchmarks the jwt + gen25519 + signed server JWT sequence.
+FEATURES="${FEATURES:-}"
 out="$PWD/target/bench"
 rm -rf "$out" && mkdir -p "$out"
 cargo build --release --features sim --bins --example bench_helper --example queue_rss >"$out/build.log" 2>&1
@@ -27,11 +29,25 @@ helper: $bin/examples/bench_helper
 choria_insecure: true
 site: bench
 YAML
+sim_extra=()
+if [ "$FEATURES" = ed25519 ]; then
+  issuer_seed=0707070707070707070707070707070707070707070707070707070707070707
+  printf '%s' 0303030303030303030303030303030303030303030303030303030303030303 >"$out/signer.seed"
+  # The issuer's public key: openssl derives it from the seed wrapped as PKCS#8 DER.
+  issuer_public=$(python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex("302e020100300506032b657004220420" + sys.argv[1]))' "$issuer_seed" \
+    | openssl pkey -inform DER -pubout -outform DER | python3 -c 'import sys; print(sys.stdin.buffer.read()[-32:].hex())')
+  cat >>"$out/provisioner.yaml" <<YAML
+features: {ed25519: true}
+jwt_verify_cert: $issuer_public
+jwt_signing_key: $out/signer.seed
+YAML
+  sim_extra=(--issuer-seed "$issuer_seed")
+fi
 printf 'identity = provisioner.bench.local\nplugin.choria.middleware_hosts = nats://127.0.0.1:%s\n' "$nats_port" >"$out/choria.cfg"
 
 sleep 0.5
 "$bin/choria-fleet-sim" --nats "nats://127.0.0.1:$nats_port" --nodes "$NODES" --workers 2 --quiet \
-  --summary "$out/summary.json" 2>"$out/fleet-sim.log" &
+  --summary "$out/summary.json" "${sim_extra[@]}" 2>"$out/fleet-sim.log" &
 sim=$!
 pids+=($sim)
 sleep 2 # every node booted before the provisioner starts: the first discovery finds them all
@@ -50,15 +66,16 @@ sleep 10
 idle_ticks=$(( $(ticks "$prov") - busy_ticks ))
 "$bin/examples/queue_rss" >"$out/queue_rss.txt"
 
-python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" <<'PY'
+python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" <<'PY'
 import json, sys
-summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue = sys.argv[1:]
+summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, _features = sys.argv[1:]
 s = json.load(open(summary))
 nodes, hz = int(nodes), int(hz)
 seconds = (int(end) - int(start)) / 1e9
 done = sum(1 for n in s["nodes"] if n["phase"] == "provisioned")
 times = sorted(n["provisioning_ms"] for n in s["nodes"] if n["provisioning_ms"] is not None)
 pct = lambda p: times[min(len(times) - 1, int(p * len(times)))] if times else 0
+print(f"bench: features: {sys.argv[11] or 'none'}")
 print(f"bench: {done}/{nodes} nodes provisioned in {seconds:.1f} s with {workers} workers "
       f"= {done / seconds * 60:,.0f} nodes/minute (target >= 30,000)")
 print(f"bench: first RPC to restart per node: p50 {pct(0.50)} ms, p99 {pct(0.99)} ms")

@@ -863,3 +863,176 @@ fn feature_pki_refuses_a_denied_identity() {
         "a denied name is never configured"
     );
 }
+
+/// A helper script answering `body` (JSON with `$id` for the node identity).
+fn helper_answering(dir: &TempDir, name: &str, body: &str, delay: &str) -> PathBuf {
+    dir.script(
+        name,
+        &format!(
+            "#!/bin/sh\nid=$(sed -n 's/^{{\"identity\":\"\\([^\"]*\\)\".*/\\1/p')\nsleep {delay}\ncat <<JSON\n{body}\nJSON\n"
+        ),
+    )
+}
+
+const CONFIG: &str =
+    r#""configuration": {"identity": "$id", "plugin.choria.server.provision": "false"}"#;
+
+#[test]
+fn the_helper_can_shut_a_node_down() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 3, |_| {});
+    let dir = TempDir::new("shutdown");
+    let h = helper_answering(
+        &dir,
+        "h.sh",
+        r#"{"shutdown": true, "msg": "decommissioned"}"#,
+        "0",
+    );
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!("helper: {}\n", h.display()),
+        fast(),
+    );
+    wait_until("all shut down", Duration::from_secs(30), || {
+        fleet
+            .summary()
+            .nodes
+            .iter()
+            .all(|n| n.phase == Phase::Shutdown)
+    });
+    for node in fleet.summary().nodes {
+        assert_eq!(
+            node.rpcs,
+            ["rpcutil#inventory", "choria_provision#shutdown"]
+        );
+    }
+    wait_until("counted", Duration::from_secs(5), || {
+        prov.metrics.helper_shutdown_requests.get() == 3
+    });
+}
+
+fn upgrade_run(target: &str, upgradable: bool, optional: bool) -> (Summary, Arc<Metrics>) {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 3, |o| {
+        o.upgradable = upgradable;
+        o.version = "0.30.2".into();
+    });
+    let dir = TempDir::new("upgrade");
+    let h = helper_answering(
+        &dir,
+        "h.sh",
+        &format!(r#"{{"upgrade": "{target}", {CONFIG}}}"#),
+        "0",
+    );
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "helper: {}\nfeatures: {{upgrades: true}}\nupgrades_repository: https://repo.example.net\nupgrades_optional: {optional}\n",
+            h.display()
+        ),
+        fast(),
+    );
+    wait_until("settled", Duration::from_secs(30), || {
+        fleet.progress().provisioned == 3 || prov.metrics.provision_errors.get() >= 3
+    });
+    (fleet.summary(), Arc::clone(&prov.metrics))
+}
+
+#[test]
+fn upgrades_equal_older_failed_and_optional() {
+    // Equal: no release_update at all.
+    let (s, _) = upgrade_run("0:0.30.2", true, false);
+    assert!(s
+        .nodes
+        .iter()
+        .all(|n| n.upgrades.is_empty() && n.phase == Phase::Provisioned));
+    // Older: downgrades are allowed (Go #210).
+    let (s, _) = upgrade_run("0.29.0", true, false);
+    assert!(s.nodes.iter().all(|n| n.upgrades == ["0.29.0"]));
+    // Failed (the node refuses updates) and not optional: nothing is configured.
+    let (s, m) = upgrade_run("0.31.0", false, false);
+    assert!(
+        s.nodes.iter().all(|n| n.configuration.is_none()),
+        "{:?}",
+        s.nodes[0].rpcs
+    );
+    assert!(m.provision_errors.get() >= 3);
+    // Failed but optional: configured on the old version.
+    let (s, _) = upgrade_run("0.31.0", false, true);
+    assert!(s
+        .nodes
+        .iter()
+        .all(|n| n.phase == Phase::Provisioned && n.version == "0.30.2"));
+}
+
+#[test]
+fn a_node_locked_by_another_provisioner_fails_at_once() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 1, |_| {});
+    // Another provisioner (another sender and caller) takes the node's lock.
+    let other = Provisioner::start_paused(&server.url(), "other.test", "", fast(), true);
+    let rpc = other.daemon().rpc();
+    let id = fleet.summary().nodes[0].identity.clone();
+    let reply = rpc
+        .call(
+            &id,
+            "choria_provision",
+            "jwt",
+            &serde_json::json!({"token": ""}),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+    assert_eq!(reply.statuscode, 0, "the other caller holds the lock now");
+    let dir = TempDir::new("lock");
+    let h = helper_answering(&dir, "h.sh", &format!("{{{CONFIG}}}"), "0");
+    let started = Instant::now();
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!("helper: {}\n", h.display()),
+        fast(),
+    );
+    wait_until("refused", Duration::from_secs(20), || {
+        prov.metrics.provision_errors.get() >= 1
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no five tries with back-off"
+    );
+    let rpcs = &fleet.summary().nodes[0].rpcs;
+    assert_eq!(
+        rpcs.iter()
+            .filter(|r| *r == "choria_provision#configure")
+            .count(),
+        1,
+        "one configure, refused at once: {rpcs:?}"
+    );
+}
+
+#[test]
+fn pausing_mid_sequence_stops_the_node_before_its_next_rpc() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 1, |_| {});
+    let dir = TempDir::new("pause");
+    let h = helper_answering(&dir, "h.sh", &format!("{{{CONFIG}}}"), "2");
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!("helper: {}\n", h.display()),
+        fast(),
+    );
+    wait_until("the helper runs", Duration::from_secs(20), || {
+        fleet.summary().nodes[0].rpcs.len() == 1
+    });
+    prov.pause.pause();
+    wait_until("the attempt ends", Duration::from_secs(20), || {
+        prov.metrics.provision_errors.get() == 1
+    });
+    assert_eq!(
+        fleet.summary().nodes[0].rpcs,
+        ["rpcutil#inventory"],
+        "no configure after the pause"
+    );
+}

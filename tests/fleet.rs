@@ -1036,3 +1036,105 @@ fn pausing_mid_sequence_stops_the_node_before_its_next_rpc() {
         "no configure after the pause"
     );
 }
+
+#[test]
+fn the_helper_s_private_key_reaches_the_node_encrypted_and_decrypts_there() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 5, |o| o.issuer_seed = Some(ISSUER_SEED));
+    let dir = TempDir::new("key");
+    let key_pem = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rsa2048-pkcs1.pem"),
+    )
+    .unwrap();
+    let cert = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rsa2048-cert.pem"),
+    )
+    .unwrap();
+    let answer = serde_json::json!({
+        "configuration": {"identity": "$id", "plugin.choria.server.provision": "false"},
+        "certificate": cert,
+        "ca": cert,
+        "key": key_pem,
+    });
+    let h = helper_answering(&dir, "h.sh", &answer.to_string(), "0");
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "helper: {}\nfeatures: {{jwt: true, pki: true}}\njwt_verify_cert: {}\n",
+            h.display(),
+            hex(&public_of(&ISSUER_SEED))
+        ),
+        fast(),
+    );
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 5
+    });
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+    let der = |pem: &str| -> Vec<u8> {
+        use base64::Engine as _;
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap()
+    };
+    for node in fleet.summary().nodes {
+        let got = node.private_key.expect("the node decrypted a private key");
+        assert_eq!(
+            der(&got),
+            der(&key_pem),
+            "{}: the key the helper made",
+            node.identity
+        );
+    }
+}
+
+#[test]
+fn a_node_waiting_longer_than_twice_the_interval_is_skipped() {
+    use choria_provisioner::host::sequence::{Provisioner as Sequence, Timeouts};
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 1, |_| {});
+    let dir = TempDir::new("stale");
+    let cfg = dir.write(
+        "choria.cfg",
+        &format!(
+            "identity = p1.test\nplugin.choria.middleware_hosts = {}\n",
+            server.url()
+        ),
+    );
+    let yaml = dir.write(
+        "p.yaml",
+        &format!("helper: {}\nchoria_insecure: true\n", helper().display()),
+    );
+    let config = Arc::new(Config::load(&yaml).unwrap().config);
+    let mut client = ClientConfig::load(&cfg).unwrap();
+    client.apply_provisioner_overrides(&config);
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let (_stop, shutdown) = bounded::<()>(0);
+    let conn =
+        choria_provisioner::choria::connector::Connector::connect(&client, &metrics, &shutdown)
+            .unwrap();
+    let rpc = Arc::new(choria_provisioner::choria::rpc::RpcClient::new(&conn, &client).unwrap());
+    let timeouts = Timeouts {
+        provision: Duration::from_secs(5),
+        rpcutil: Duration::from_secs(2),
+    };
+    let sequence = Sequence::new(config, rpc, metrics, pause, timeouts).unwrap();
+    let id = fleet.summary().nodes[0].identity.clone();
+    let stopping = std::sync::atomic::AtomicBool::new(false);
+    let since = Instant::now() - Duration::from_secs(121);
+    let outcome = sequence.provision(&id, since, &stopping);
+    assert!(
+        outcome
+            .to_string()
+            .starts_with("skipping node that's been waiting 121s"),
+        "{outcome}"
+    );
+    assert!(
+        fleet.summary().nodes[0].rpcs.is_empty(),
+        "nothing was asked"
+    );
+    let fresh = sequence.provision(&id, Instant::now(), &stopping);
+    assert!(fresh.is_success(), "{fresh}");
+}

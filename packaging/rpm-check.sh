@@ -138,9 +138,13 @@ if "$bin" check --help 2>&1 | grep -q -- '--config'; then
     etc=$work/etc
     mkdir -p "$etc/ssl"
     install -m 0755 "$root/usr/share/doc/$name/examples/helper.sh" "$etc/helper"
-    for f in jwt-verify.pem ssl/provisioner.mcollective.pem ssl/provisioner.mcollective.key ssl/ca.pem; do
-        printf '%s\n' '-----BEGIN CERTIFICATE-----' 'placeholder' '-----END CERTIFICATE-----' > "$etc/$f"
-    done
+    # check loads the keys as run does, so they must be real: a throw-away
+    # self-signed certificate serves as verify certificate, client certificate and CA.
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=provisioner.mcollective \
+        -keyout "$etc/ssl/provisioner.mcollective.key" -out "$etc/ssl/provisioner.mcollective.pem" >/dev/null 2>&1 \
+        || fail "openssl could not make a test certificate"
+    cp "$etc/ssl/provisioner.mcollective.pem" "$etc/jwt-verify.pem"
+    cp "$etc/ssl/provisioner.mcollective.pem" "$etc/ssl/ca.pem"
     sed "s#/etc/$name/#$etc/#g" "$root/etc/$name/$name.yaml" > "$etc/$name.yaml"
     sed "s#/etc/$name/#$etc/#g" "$root/etc/$name/choria.cfg" > "$etc/choria.cfg"
     if "$bin" check --config "$etc/$name.yaml" --choria-config "$etc/choria.cfg" > "$work/check" 2>&1; then

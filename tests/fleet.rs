@@ -1138,3 +1138,24 @@ fn a_node_waiting_longer_than_twice_the_interval_is_skipped() {
     let fresh = sequence.provision(&id, Instant::now(), &stopping);
     assert!(fresh.is_success(), "{fresh}");
 }
+
+#[test]
+fn ten_thousand_simulated_nodes_start_and_answer_one_discovery() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 10_000, |_| {});
+    wait_until("booted", Duration::from_secs(30), || {
+        fleet.progress().booted == 10_000
+    });
+    let prov = Provisioner::start_paused(&server.url(), "p1.test", "", fast(), true);
+    let found = prov
+        .daemon()
+        .rpc()
+        .discover(
+            Duration::from_secs(2),
+            Duration::from_millis(500),
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    assert_eq!(found.len(), 10_000);
+    assert_eq!(fleet.progress().discovery_replies, 10_000);
+}

@@ -115,6 +115,15 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
             None
         }
     };
+    // The keys the features need are loaded here too, so `check` refuses what `run`
+    // would refuse.
+    if let Some(config) = &config {
+        if lines.is_empty() {
+            if let Err(e) = crate::host::keys::Keys::load(config) {
+                lines.push(format!("Provisioning could not be configured: {e}"));
+            }
+        }
+    }
     match (config, client) {
         (Some(config), Some(client)) if lines.is_empty() => Ok(Prepared {
             config,

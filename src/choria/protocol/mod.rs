@@ -387,6 +387,18 @@ pub fn encode_reply(
     }
 }
 
+/// Checks that a layer carries the protocol string it must.
+fn expect_protocol(layer: Layer, actual: &str, expected: &str) -> Result<(), ProtocolError> {
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(ProtocolError::new(
+            layer,
+            format!("protocol {actual:?} is not {expected}"),
+        ))
+    }
+}
+
 /// base64 (standard, padded) of `bytes`.
 pub fn b64(bytes: &[u8]) -> String {
     B64.encode(bytes)

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::credentials::Credentials;
 use super::{
-    b64, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter, Layer, Protocol,
-    ProtocolError, RequestSpec,
+    b64, expect_protocol, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter,
+    Layer, Protocol, ProtocolError, RequestSpec,
 };
 
 /// Transport protocol string.
@@ -135,12 +135,7 @@ pub(super) fn encode_request(
 fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
     let t: TransportIn =
         serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Transport, e))?;
-    if t.protocol != TRANSPORT {
-        return Err(ProtocolError::new(
-            Layer::Transport,
-            format!("protocol {:?} is not {TRANSPORT}", t.protocol),
-        ));
-    }
+    expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
     Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
 }
 
@@ -152,12 +147,7 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
     let (data, _) = open(bytes)?;
     let secure: SecureReply =
         serde_json::from_slice(&data).map_err(|e| ProtocolError::new(Layer::Secure, e))?;
-    if secure.protocol != SECURE_REPLY {
-        return Err(ProtocolError::new(
-            Layer::Secure,
-            format!("protocol {:?} is not {SECURE_REPLY}", secure.protocol),
-        ));
-    }
+    expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
     let reply_bytes = unb64(&secure.reply, Layer::Secure, "reply")?;
     if hash(&reply_bytes) != secure.hash {
         return Err(ProtocolError::new(
@@ -167,12 +157,7 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
     }
     let reply: Reply =
         serde_json::from_slice(&reply_bytes).map_err(|e| ProtocolError::new(Layer::Reply, e))?;
-    if reply.protocol != REPLY {
-        return Err(ProtocolError::new(
-            Layer::Reply,
-            format!("protocol {:?} is not {REPLY}", reply.protocol),
-        ));
-    }
+    expect_protocol(Layer::Reply, &reply.protocol, REPLY)?;
     Ok(DecodedReply {
         protocol: Protocol::V2,
         request_id: reply.request,
@@ -187,12 +172,7 @@ pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolErr
     let (data, headers) = open(bytes)?;
     let secure: SecureRequest =
         serde_json::from_slice(&data).map_err(|e| ProtocolError::new(Layer::Secure, e))?;
-    if secure.protocol != SECURE_REQUEST {
-        return Err(ProtocolError::new(
-            Layer::Secure,
-            format!("protocol {:?} is not {SECURE_REQUEST}", secure.protocol),
-        ));
-    }
+    expect_protocol(Layer::Secure, &secure.protocol, SECURE_REQUEST)?;
     if secure.caller.is_empty() {
         return Err(ProtocolError::new(
             Layer::Secure,
@@ -202,12 +182,7 @@ pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolErr
     let request_bytes = unb64(&secure.request, Layer::Secure, "request")?;
     let request: Request = serde_json::from_slice(&request_bytes)
         .map_err(|e| ProtocolError::new(Layer::Request, e))?;
-    if request.protocol != REQUEST {
-        return Err(ProtocolError::new(
-            Layer::Request,
-            format!("protocol {:?} is not {REQUEST}", request.protocol),
-        ));
-    }
+    expect_protocol(Layer::Request, &request.protocol, REQUEST)?;
     Ok(DecodedRequest {
         protocol: Protocol::V2,
         body: server_body(&unb64(&request.message, Layer::Request, "message")?),

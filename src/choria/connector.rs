@@ -46,6 +46,7 @@ impl std::error::Error for ConnectError {}
 #[derive(Debug, Default)]
 pub struct ConnectionState {
     connected: AtomicBool,
+    closing: AtomicBool,
 }
 
 impl ConnectionState {
@@ -167,6 +168,7 @@ impl Connector {
     /// `within`: the client's close joins its reconnect thread, which never ends
     /// while the broker is down, so the close runs on a thread of its own.
     pub fn close(&self, within: Duration) {
+        self.state.closing.store(true, Ordering::Relaxed);
         let nc = self.nc.clone();
         let (done, closed) = crossbeam_channel::bounded::<()>(1);
         let spawned = std::thread::Builder::new()
@@ -240,7 +242,9 @@ fn options(
         })
         .disconnect_callback(move || {
             s1.connected.store(false, Ordering::Relaxed);
-            log::warn!("Disconnected from the broker, reconnecting");
+            if !s1.closing.load(Ordering::Relaxed) {
+                log::warn!("Disconnected from the broker, reconnecting");
+            }
         })
         .reconnect_callback(move || {
             s2.connected.store(true, Ordering::Relaxed);

@@ -10,7 +10,6 @@
 //! directory it was started from.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -106,31 +105,9 @@ pub struct ClientConfig {
     pub warnings: Vec<Problem>,
 }
 
-/// The client configuration could not be read or is unusable.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientConfigError {
-    /// The file concerned.
-    pub file: PathBuf,
-    /// Every problem found.
-    pub problems: Vec<Problem>,
-}
-
-impl fmt::Display for ClientConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.problems.as_slice() {
-            [one] => write!(f, "{}: {}", self.file.display(), one),
-            many => {
-                write!(f, "{} problems in {}:", many.len(), self.file.display())?;
-                for p in many {
-                    write!(f, "\n  - {p}")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-impl std::error::Error for ClientConfigError {}
+/// The client configuration could not be read or is unusable: the same shape (file
+/// and every problem) as a provisioner YAML error.
+pub type ClientConfigError = crate::config::ConfigError;
 
 /// The default `--choria-config`: the first of Go's candidates that exists, else the
 /// last one (which must then exist).

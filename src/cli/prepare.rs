@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::choria::client_config::{self, ClientConfig};
-use crate::config::{Config, Problem};
+use crate::config::{Config, ConfigError};
 
 use super::args::Invocation;
 
@@ -42,19 +42,6 @@ fn existing_file(flag: &str, value: Option<&str>) -> Result<PathBuf, PrepareErro
         return Err(usage_error(format!("path '{value}' does not exist")));
     }
     Ok(path.to_path_buf())
-}
-
-fn render(problems: &[Problem], file: &Path) -> String {
-    match problems {
-        [one] => format!("{}: {one}", file.display()),
-        many => {
-            let mut out = format!("{} problems in {}:", many.len(), file.display());
-            for p in many {
-                out.push_str(&format!("\n  - {p}"));
-            }
-            out
-        }
-    }
 }
 
 /// Loads and checks the provisioner YAML and the Choria client configuration.
@@ -104,7 +91,10 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
                 if !problems.is_empty() {
                     lines.push(format!(
                         "Provisioning could not configure Choria: {}",
-                        render(&problems, &choria_path)
+                        ConfigError {
+                            file: choria_path.clone(),
+                            problems,
+                        }
                     ));
                 }
             }

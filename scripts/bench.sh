@@ -32,7 +32,9 @@ YAML
 sim_extra=()
 if [ "$FEATURES" = ed25519 ]; then
   issuer_seed=0707070707070707070707070707070707070707070707070707070707070707
-  printf '%s' 0303030303030303030303030303030303030303030303030303030303030303 >"$out/signer.seed"
+  # Without a jwt_signing_token the issuer signs server JWTs itself; the simulated
+  # nodes check them against the issuer after their restart.
+  printf '%s' "$issuer_seed" >"$out/signer.seed"
   # The issuer's public key: openssl derives it from the seed wrapped as PKCS#8 DER.
   issuer_public=$(python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex("302e020100300506032b657004220420" + sys.argv[1]))' "$issuer_seed" \
     | openssl pkey -inform DER -pubout -outform DER | python3 -c 'import sys; print(sys.stdin.buffer.read()[-32:].hex())')

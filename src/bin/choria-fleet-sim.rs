@@ -1,14 +1,52 @@
 //! `choria-fleet-sim`: plays N go-choria servers in provisioning mode on a NATS
 //! broker, for tests, the demo, the benchmark, and for trying a helper or a
-//! configuration before real machines see it.
+//! configuration before real machines see it. `choria-fleet-sim keys --dir D`
+//! writes the credentials and configuration snippets for such a trial.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use argh::FromArgs;
 use choria_provisioner::config::parse_duration;
-use choria_provisioner::sim::{Faults, Sim, SimOptions};
+use choria_provisioner::sim::keys::{write_keys, KeysOptions};
+use choria_provisioner::sim::{CsrKey, Faults, Sim, SimOptions};
 
-/// Emulates a fleet of provisioning-mode Choria servers.
+/// Writes an issuer, a provisioning JWT, a server-JWT signing key and token, a TLS CA
+/// with broker and provisioner certificates, and the provisioner YAML, choria.cfg,
+/// nats-server.conf and helper that use them.
+#[derive(FromArgs)]
+struct KeysArgs {
+    /// directory to write into (created if missing)
+    #[argh(option)]
+    dir: String,
+    /// provisioning token (default: random)
+    #[argh(option)]
+    token: Option<String>,
+    /// provisioning broker URL (default nats://127.0.0.1:4222)
+    #[argh(option, default = "String::from(\"nats://127.0.0.1:4222\")")]
+    nats: String,
+    /// nodes speak protocol v2 and the provisioner uses the choria security provider
+    #[argh(switch)]
+    v2: bool,
+    /// nodes allow in-place upgrades (JWT update claim)
+    #[argh(switch)]
+    upgrades: bool,
+    /// the provisioner's identity (default provisioner.example.net)
+    #[argh(option, default = "String::from(\"provisioner.example.net\")")]
+    identity: String,
+    /// extra DNS name or IP for the broker certificate (repeatable)
+    #[argh(option)]
+    broker_name: Vec<String>,
+    /// validity of tokens and certificates (default 365d)
+    #[argh(option, default = "String::from(\"365d\")")]
+    validity: String,
+    /// replace existing files
+    #[argh(switch)]
+    force: bool,
+}
+
+/// Emulates a fleet of provisioning-mode Choria servers (`choria-fleet-sim keys --help`
+/// for the credentials command).
 #[derive(FromArgs)]
 struct Args {
     /// NATS URL of the provisioning broker (default nats://127.0.0.1:4222)
@@ -59,9 +97,19 @@ struct Args {
     /// fraction of nodes that reboot in the middle of being provisioned
     #[argh(option, default = "0.0")]
     fault_reboot: f64,
-    /// hex ed25519 seed that signs the nodes' provisioning JWT (default: random)
+    /// hex ed25519 seed that signs the nodes' provisioning JWT (default: random); its
+    /// public key then verifies server JWTs
     #[argh(option)]
     issuer_seed: Option<String>,
+    /// node features, comma separated: v2 (protocol v2 only), upgrades (release_update allowed)
+    #[argh(option, default = "String::new()")]
+    features: String,
+    /// a directory written by `choria-fleet-sim keys`: its provisioning.jwt, issuer.public and ca.pem (TLS to the broker)
+    #[argh(option)]
+    keys: Option<String>,
+    /// key type gencsr makes: rsa (as real nodes, default) or ec (cheap, for benchmarks)
+    #[argh(option, default = "String::from(\"rsa\")")]
+    csr_key: String,
     /// request-processing threads (default 2)
     #[argh(option, default = "2")]
     workers: usize,
@@ -86,8 +134,78 @@ fn is_loopback(url: &str) -> bool {
 }
 
 fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("keys") {
+        let rest: Vec<&str> = argv[2..].iter().map(String::as_str).collect();
+        let code = match KeysArgs::from_args(&["choria-fleet-sim keys"], &rest) {
+            Ok(args) => keys(args),
+            Err(early) => {
+                let failed = early.status.is_err();
+                if failed {
+                    eprintln!("{}", early.output);
+                } else {
+                    println!("{}", early.output);
+                }
+                i32::from(failed)
+            }
+        };
+        std::process::exit(code);
+    }
     let args: Args = argh::from_env();
     std::process::exit(run(args));
+}
+
+fn keys(args: KeysArgs) -> i32 {
+    let validity = match parse_duration(&args.validity) {
+        Ok(d) if d >= Duration::from_secs(3600) => d,
+        Ok(_) => {
+            eprintln!("choria-fleet-sim keys: --validity must be at least 1h");
+            return 1;
+        }
+        Err(e) => {
+            eprintln!("choria-fleet-sim keys: --validity: {e}");
+            return 1;
+        }
+    };
+    let token = args.token.unwrap_or_else(|| {
+        let mut b = [0u8; 16];
+        choria_provisioner::choria::protocol::ids::random_bytes(&mut b);
+        choria_provisioner::choria::protocol::ids::hex(&b)
+    });
+    let dir = std::fs::create_dir_all(&args.dir)
+        .and_then(|_| std::fs::canonicalize(&args.dir))
+        .unwrap_or_else(|_| PathBuf::from(&args.dir));
+    let options = KeysOptions {
+        dir,
+        token,
+        url: args.nats,
+        v2: args.v2,
+        upgrades: args.upgrades,
+        identity: args.identity,
+        broker_names: args.broker_name,
+        validity,
+        force: args.force,
+    };
+    match write_keys(&options) {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("choria-fleet-sim keys: {e}");
+            1
+        }
+    }
+}
+
+/// Reads a hex ed25519 public key file.
+fn read_public(path: &Path) -> Result<[u8; 32], String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    choria_provisioner::choria::protocol::ids::unhex(text.trim())
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+        .ok_or_else(|| format!("{} is not a hex ed25519 public key", path.display()))
 }
 
 fn run(args: Args) -> i32 {
@@ -118,14 +236,65 @@ fn run(args: Args) -> i32 {
             }
         },
     };
+    let (mut v2, mut upgradable) = (false, args.upgradable);
+    for feature in args
+        .features
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+    {
+        match feature {
+            "v2" => v2 = true,
+            "upgrades" => upgradable = true,
+            other => {
+                eprintln!(
+                    "choria-fleet-sim: --features: unknown feature {other:?} (known: v2, upgrades)"
+                );
+                return 1;
+            }
+        }
+    }
+    let csr_key = match args.csr_key.as_str() {
+        "rsa" => CsrKey::Rsa,
+        "ec" => CsrKey::Ec,
+        other => {
+            eprintln!("choria-fleet-sim: --csr-key must be rsa or ec, not {other:?}");
+            return 1;
+        }
+    };
+    let (mut jwt, mut issuer_public, mut tls_ca) = (None, None, None);
+    if let Some(dir) = &args.keys {
+        let dir = Path::new(dir);
+        let path = dir.join("provisioning.jwt");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => jwt = Some(text),
+            Err(e) => {
+                eprintln!("choria-fleet-sim: --keys: {}: {e}", path.display());
+                return 1;
+            }
+        }
+        match read_public(&dir.join("issuer.public")) {
+            Ok(k) => issuer_public = Some(k),
+            Err(e) => {
+                eprintln!("choria-fleet-sim: --keys: {e}");
+                return 1;
+            }
+        }
+        tls_ca = Some(dir.join("ca.pem"));
+    }
     let options = SimOptions {
         issuer_seed,
+        issuer_public,
+        jwt,
+        v2,
+        csr_key,
+        tls_ca,
         nodes: args.nodes,
         version: args.version,
         token: args.token,
         boot_rate: args.boot_rate,
         comeback: args.comeback,
-        upgradable: args.upgradable,
+        upgradable,
         workers: args.workers,
         faults: Faults {
             silent: args.fault_silent,

@@ -631,7 +631,7 @@ struct Header {
 }
 
 /// Splits, decodes and signature-checks a compact JWS against `key`; returns the claims bytes.
-fn verify_jws(token: &str, key: &VerifyKey) -> Result<Vec<u8>, TokenError> {
+pub(crate) fn verify_jws(token: &str, key: &VerifyKey) -> Result<Vec<u8>, TokenError> {
     if token.is_empty() {
         return Err(TokenError::NoJwt);
     }
@@ -688,7 +688,7 @@ fn verify_jws(token: &str, key: &VerifyKey) -> Result<Vec<u8>, TokenError> {
 }
 
 /// golang-jwt v5's time checks: `exp` and `nbf` only when present, no leeway, `iat` ignored.
-fn check_times(std: &StandardClaims, now: i64) -> Result<(), TokenError> {
+pub(crate) fn check_times(std: &StandardClaims, now: i64) -> Result<(), TokenError> {
     if let Some(exp) = std.exp {
         if now >= exp {
             return Err(TokenError::Expired);

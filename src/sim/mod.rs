@@ -10,8 +10,11 @@
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
 pub mod faults;
+pub mod filter;
+pub mod keys;
 pub mod node;
 mod timer;
+pub mod verify;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +29,7 @@ use crate::choria::lifecycle::Event;
 use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
 use crate::choria::protocol::{self, ids, Protocol};
 pub use faults::{Fault, Faults};
-pub use node::{AfterRestart, Node, Phase};
+pub use node::{AfterRestart, CsrKey, Node, Phase};
 use timer::Timer;
 
 /// Simulator settings.
@@ -56,8 +59,24 @@ pub struct SimOptions {
     pub workers: usize,
     /// Faults and the fractions of nodes that have them.
     pub faults: Faults,
-    /// ed25519 seed that signs the nodes' provisioning JWT (random when `None`).
+    /// ed25519 seed that signs the nodes' provisioning JWT (random when `None`); its
+    /// public key also verifies server JWTs unless `issuer_public` is set.
     pub issuer_seed: Option<[u8; 32]>,
+    /// The organisation issuer's public key: a server JWT it did not sign (directly
+    /// or through a chain issuer) leaves the node [`Phase::Rejected`] after restart.
+    pub issuer_public: Option<[u8; 32]>,
+    /// The provisioning JWT every node holds, verbatim (e.g. from
+    /// `choria-fleet-sim keys`); its `cht`, `v2` and `update` claims set `token`
+    /// (when empty), `v2` and `upgradable`. Made and signed with `issuer_seed` when
+    /// `None`.
+    pub jwt: Option<String>,
+    /// Nodes speak protocol v2 only (their JWT's `v2` claim), v1 only otherwise.
+    pub v2: bool,
+    /// The key `gencsr` makes.
+    pub csr_key: CsrKey,
+    /// CA certificate to verify the broker with; the connection then requires TLS,
+    /// as provisioning-mode servers always use it.
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for SimOptions {
@@ -76,6 +95,11 @@ impl Default for SimOptions {
             workers: 2,
             faults: Faults::default(),
             issuer_seed: None,
+            issuer_public: None,
+            jwt: None,
+            v2: false,
+            csr_key: CsrKey::default(),
+            tls_ca: None,
         }
     }
 }
@@ -136,6 +160,11 @@ pub struct NodeSummary {
     pub version: String,
     /// Milliseconds from the first request to the last restart request.
     pub provisioning_ms: Option<u64>,
+    /// The certificate written, when one was sent.
+    pub certificate: Option<String>,
+    /// Why the node ended where it is, when that is not plain (e.g. a refused
+    /// server JWT, or a configuration that keeps provisioning on).
+    pub note: Option<String>,
 }
 
 /// The whole fleet at the end of a run.
@@ -145,6 +174,17 @@ pub struct Summary {
     pub progress: Progress,
     /// Every node.
     pub nodes: Vec<NodeSummary>,
+}
+
+impl Shared {
+    /// The protocol version the nodes' security provider decodes.
+    fn speaks(&self) -> Protocol {
+        if self.options.v2 {
+            Protocol::V2
+        } else {
+            Protocol::V1
+        }
+    }
 }
 
 struct Shared {
@@ -171,40 +211,70 @@ pub fn identity(options: &SimOptions, n: usize) -> String {
     format!("{}{n:05}.{}", options.prefix, options.domain)
 }
 
-/// A provisioning JWT as `choria jwt prov` makes one, signed with the issuer seed
-/// (nodes read it unverified; the provisioner verifies it with `jwt_verify_cert`).
-fn provisioning_jwt(token: &str, url: &str, issuer_seed: Option<[u8; 32]>) -> String {
+/// The claims of a provisioning JWT that change how nodes behave, read unverified
+/// as a server reads its own `provisioning.jwt`.
+fn jwt_claims(jwt: &str) -> Option<crate::host::tokens::ProvisioningClaims> {
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine as _;
-    let now = ids::unix_now();
-    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"EdDSA","typ":"JWT"}"#);
-    let claims = URL_SAFE_NO_PAD.encode(
-        serde_json::json!({
-            "cht": token, "chs": false, "chu": url, "chpd": true, "extensions": null,
-            "purpose": "choria_provisioning", "iss": "choria-fleet-sim",
-            "sub": "choria_provisioning", "iat": now, "nbf": now, "exp": now + 365 * 86_400,
-        })
-        .to_string(),
-    );
-    let seed = issuer_seed.unwrap_or_else(|| {
-        let mut seed = [0u8; 32];
-        ids::random_bytes(&mut seed);
-        seed
-    });
-    let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed).expect("32-byte seed");
-    let signing_input = format!("{header}.{claims}");
-    let sig = URL_SAFE_NO_PAD.encode(key.sign(signing_input.as_bytes()).as_ref());
-    format!("{signing_input}.{sig}")
+    let claims = URL_SAFE_NO_PAD.decode(jwt.trim().split('.').nth(1)?).ok()?;
+    serde_json::from_slice(&claims).ok()
+}
+
+fn ed25519_public(seed: &[u8; 32]) -> [u8; 32] {
+    use ring::signature::KeyPair as _;
+    let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(seed).expect("32-byte seed");
+    let mut public = [0u8; 32];
+    public.copy_from_slice(pair.public_key().as_ref());
+    public
 }
 
 impl Sim {
     /// Connects to `url` and starts serving `options.nodes` nodes.
-    pub fn start(url: &str, options: SimOptions) -> std::io::Result<Sim> {
-        let nc = nats::Options::new()
+    pub fn start(url: &str, mut options: SimOptions) -> std::io::Result<Sim> {
+        let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
+        // Only an issuer the caller named verifies server JWTs.
+        if options.issuer_public.is_none() {
+            options.issuer_public = options.issuer_seed.as_ref().map(ed25519_public);
+        }
+        let jwt = match options.jwt.take() {
+            Some(jwt) => {
+                let claims = jwt_claims(&jwt)
+                    .ok_or_else(|| invalid("the provisioning JWT does not parse".into()))?;
+                if claims.cht.is_empty() {
+                    // A real server refuses to start with it ("no auth token").
+                    return Err(invalid("the provisioning JWT has no token (cht)".into()));
+                }
+                if options.token.is_empty() {
+                    options.token = claims.cht.clone();
+                }
+                options.v2 |= claims.v2;
+                options.upgradable |= claims.update;
+                jwt
+            }
+            None => {
+                let seed = *options.issuer_seed.get_or_insert_with(|| {
+                    let mut seed = [0u8; 32];
+                    ids::random_bytes(&mut seed);
+                    seed
+                });
+                keys::provisioning_jwt(
+                    &seed,
+                    &options.token,
+                    url,
+                    options.v2,
+                    options.upgradable,
+                    Duration::from_secs(365 * 86_400),
+                )
+                .map_err(invalid)?
+            }
+        };
+        let mut connect = nats::Options::new()
             .with_name("choria-fleet-sim")
-            .max_reconnects(None)
-            .connect(url)?;
-        let jwt = provisioning_jwt(&options.token, url, options.issuer_seed);
+            .max_reconnects(None);
+        if let Some(ca) = &options.tls_ca {
+            connect = connect.tls_required(true).add_root_certificate(ca);
+        }
+        let nc = connect.connect(url)?;
         let mut nodes = Vec::with_capacity(options.nodes);
         let mut index = HashMap::with_capacity(options.nodes);
         let mut faults = Vec::with_capacity(options.nodes);
@@ -212,6 +282,7 @@ impl Sim {
             let id = identity(&options, n);
             let mut node = Node::new(&id, &options.version, &options.token, jwt.clone());
             node.upgradable = options.upgradable;
+            node.csr_key = options.csr_key;
             if faults::fraction_pick(n, 0x5eed, options.comeback) {
                 node.after_restart = AfterRestart::ComeBack;
             }
@@ -318,6 +389,8 @@ impl Sim {
                         }
                         _ => None,
                     },
+                    certificate: n.certificate.clone(),
+                    note: n.note.clone(),
                 }
             })
             .collect();
@@ -375,6 +448,16 @@ fn boot_all(shared: &Arc<Shared>, stopped: &Receiver<()>) {
     }
 }
 
+/// Publishes a lifecycle event of `kind` for a node (CloudEvents, as servers do);
+/// `new_version` is set for `upgraded`.
+fn emit(shared: &Shared, identity: &str, version: &str, kind: &str, new_version: &str) {
+    let mut event = Event::new(kind, identity, &shared.options.component, version);
+    event.new_version = new_version.to_string();
+    let _ = shared
+        .nc
+        .publish(&event.subject(), event.to_cloudevent_json());
+}
+
 /// Publishes node `n`'s startup event.
 fn announce(shared: &Shared, n: usize) {
     let identity = shared.nodes[n].lock().identity.clone();
@@ -412,16 +495,10 @@ fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
         shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    let agents = ["choria_provision", "choria_util", "discovery", "rpcutil"];
     if request
-        .validate_for_provisioning(Protocol::V1, now_secs())
+        .validate_for_provisioning(shared.speaks(), now_secs())
         .is_err()
         || request.body != b"ping"
-        || !request
-            .filter
-            .agent
-            .iter()
-            .all(|a| agents.contains(&a.as_str()))
     {
         shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
         return;
@@ -431,7 +508,7 @@ fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
             continue;
         }
         let node = node.lock();
-        if node.phase != Phase::Provisioning {
+        if node.phase != Phase::Provisioning || !passes(&node, &request.filter) {
             continue;
         }
         let reply = protocol::encode_reply(
@@ -450,6 +527,24 @@ fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
     }
 }
 
+/// True when `node` passes a request's filter (facts are built only when asked for).
+fn passes(node: &Node, f: &protocol::Filter) -> bool {
+    let facts = if f.fact.is_empty() {
+        serde_json::Value::Null
+    } else {
+        node.facts()
+    };
+    filter::passes(
+        f,
+        &filter::NodeFacts {
+            identity: &node.identity,
+            agents: &node::AGENTS,
+            classes: &[],
+            facts: &facts,
+        },
+    )
+}
+
 /// Handles one direct request to node `n`.
 fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
     let dropped = || {
@@ -462,14 +557,14 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
         return dropped();
     };
     if request
-        .validate_for_provisioning(Protocol::V1, now_secs())
+        .validate_for_provisioning(shared.speaks(), now_secs())
         .is_err()
     {
         return dropped();
     }
     let fault = shared.faults[n];
     let mut node = shared.nodes[n].lock();
-    if node.phase != Phase::Provisioning {
+    if node.phase != Phase::Provisioning || !passes(&node, &request.filter) {
         return dropped();
     }
     node.requests += 1;
@@ -515,6 +610,7 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
                 match body.action.as_str() {
                     "configure" => {
                         shared.counters.configured.fetch_add(1, Ordering::Relaxed);
+                        emit(shared, &node.identity, &node.version, "provisioned", "");
                     }
                     "restart" => {
                         shared.counters.restarted.fetch_add(1, Ordering::Relaxed);
@@ -562,23 +658,32 @@ fn apply(shared: &Arc<Shared>, n: usize, node: &mut Node, effect: node::Effect) 
     let delay = shared.options.restart_delay;
     match effect {
         node::Effect::None => {}
-        node::Effect::Shutdown => node.phase = Phase::Shutdown,
+        node::Effect::Shutdown => {
+            emit(shared, &node.identity, &node.version, "shutdown", "");
+            node.phase = Phase::Shutdown;
+        }
         node::Effect::Restart => {
+            emit(shared, &node.identity, &node.version, "shutdown", "");
             node.phase = Phase::Restarting;
             let s = Arc::clone(shared);
             shared.timer.after(delay, move || {
                 let mut node = s.nodes[n].lock();
                 node.reboot();
-                if node.after_restart == AfterRestart::ComeBack && node.restarts == 1 {
+                let phase = if node.after_restart == AfterRestart::ComeBack && node.restarts == 1 {
                     node.phase = Phase::Provisioning;
-                    drop(node);
-                    announce(&s, n);
+                    node.note = Some("came back in provisioning mode (--comeback)".into());
+                    Phase::Provisioning
                 } else {
-                    node.phase = Phase::Provisioned;
+                    node.boot(s.options.issuer_public.as_ref(), now_secs())
+                };
+                drop(node);
+                if phase == Phase::Provisioning {
+                    announce(&s, n);
                 }
             });
         }
         node::Effect::Upgrade(version) => {
+            emit(shared, &node.identity, &node.version, "upgraded", &version);
             node.phase = Phase::Restarting;
             let s = Arc::clone(shared);
             shared.timer.after(delay, move || {

@@ -12,6 +12,17 @@ use crate::choria::protocol::ids::{hex, random_bytes};
 use crate::choria::protocol::mcorpc::{RpcReply, StatusCode};
 use crate::host::{crypto, pem};
 
+/// The setting that turns provisioning mode on or off.
+pub const PROVISION_KEY: &str = "plugin.choria.server.provision";
+
+/// A Choria boolean setting that is true.
+fn config_true(v: &str) -> bool {
+    matches!(
+        v.trim().to_ascii_lowercase().as_str(),
+        "true" | "1" | "yes" | "y" | "t" | "on"
+    )
+}
+
 /// How long a provisioning lock lasts after the owner's last locked call.
 pub const LOCK: Duration = Duration::from_secs(120);
 
@@ -27,7 +38,23 @@ pub enum Phase {
     Provisioned,
     /// Shut down on the helper's request.
     Shutdown,
+    /// Restarted with a server JWT the broker refuses: out of provisioning mode and
+    /// unable to join the fleet (see the node's `note`).
+    Rejected,
 }
+
+/// The key a node makes for `gencsr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CsrKey {
+    /// RSA 2048, as real nodes make (tens of milliseconds each).
+    #[default]
+    Rsa,
+    /// P-256: far cheaper, for benchmarks; the same CSR checks apply.
+    Ec,
+}
+
+/// The agents a provisioning-mode server runs.
+pub const AGENTS: [&str; 4] = ["choria_provision", "choria_util", "discovery", "rpcutil"];
 
 /// What a node does after the provisioner restarts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +103,14 @@ pub struct Node {
     pub first_request: Option<Instant>,
     /// When the last successful restart was asked for.
     pub restarted_at: Option<Instant>,
+    /// The certificate written by the last `configure`, if one was sent.
+    pub certificate: Option<String>,
+    /// The CA written by the last `configure`, if one was sent.
+    pub ca: Option<String>,
+    /// Why the node is where it is after its last restart, when that is not plain.
+    pub note: Option<String>,
+    /// The key `gencsr` makes.
+    pub csr_key: CsrKey,
     lock: Option<(String, Instant)>,
     ecdh: Option<[u8; 32]>,
     seed: Option<[u8; 32]>,
@@ -132,6 +167,10 @@ impl Node {
             requests: 0,
             first_request: None,
             restarted_at: None,
+            certificate: None,
+            ca: None,
+            note: None,
+            csr_key: CsrKey::default(),
             lock: None,
             ecdh: None,
             seed: None,
@@ -180,15 +219,33 @@ impl Node {
         }
     }
 
+    /// The node's facts: a small, realistic document derived from its identity.
+    pub fn facts(&self) -> Value {
+        let host = self.identity.split('.').next().unwrap_or_default();
+        let number: u64 = host.bytes().filter(u8::is_ascii_digit).fold(0, |n, d| {
+            n.wrapping_mul(10).wrapping_add(u64::from(d - b'0'))
+        });
+        let role = ["web", "db", "cache", "worker"][(number % 4) as usize];
+        json!({
+            "identity": self.identity,
+            "role": role,
+            "os": {"family": "RedHat", "name": "AlmaLinux", "release": {"major": "9", "full": "9.4"}},
+            "networking": {"hostname": host, "fqdn": self.identity},
+            "processors": {"count": 2 + number % 7},
+            "memory": {"system": {"total_bytes": (4 + number % 29) << 30}},
+            "choria": {"version": self.version},
+        })
+    }
+
     fn inventory(&self) -> RpcReply {
         ok(
             "inventory",
             json!({
-                "agents": ["choria_provision", "choria_util", "discovery", "rpcutil"],
+                "agents": AGENTS,
                 "classes": [],
                 "collectives": ["provisioning"],
                 "data_plugins": ["choria", "config_item", "scout"],
-                "facts": {"role": "web", "identity": self.identity},
+                "facts": self.facts(),
                 "machines": [],
                 "main_collective": "provisioning",
                 "version": self.version,
@@ -300,39 +357,98 @@ impl Node {
         ))
     }
 
-    /// `gencsr`: a new key and a CSR whose CN is `cn` (or the identity). Real nodes
-    /// make RSA 2048 keys; the simulator makes P-256 keys, which are far cheaper and
-    /// exercise the same parsing and checks.
+    /// `gencsr`: a new key and a CSR whose subject is `cn` (or the identity) with `C`,
+    /// `L`, `O` and `OU` when given (`ST` is accepted and left out, as in Go). The key
+    /// is RSA 2048 as on real nodes, with the public key as PKCS#1 under a `PUBLIC KEY`
+    /// label; or P-256 (SubjectPublicKeyInfo) when the node was told to save CPU.
     fn gencsr(&mut self, data: &Value) -> Result<RpcReply, (StatusCode, String)> {
-        use p256::pkcs8::{EncodePublicKey, LineEnding};
         use std::str::FromStr;
         use x509_cert::builder::{Builder, RequestBuilder};
         use x509_cert::der::EncodePem;
-        let cn = input(data, "cn").map_err(|e| (StatusCode::InvalidData, e))?;
-        let cn = if cn.is_empty() {
-            self.identity.clone()
-        } else {
-            cn.to_string()
+        let field = |k: &str| {
+            // Go decodes input keys case-insensitively.
+            let found = data
+                .as_object()
+                .and_then(|m| m.iter().find(|(key, _)| key.eq_ignore_ascii_case(k)))
+                .map(|(_, v)| v);
+            match found {
+                None | Some(Value::Null) => Ok(String::new()),
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(other) => Err((
+                    StatusCode::InvalidData,
+                    format!("Could not parse request data for choria_provision#gencsr: {k} is {other}, not a string"),
+                )),
+            }
         };
+        let cn = match field("cn")? {
+            cn if cn.is_empty() => self.identity.clone(),
+            cn => cn,
+        };
+        let escape = |v: &str| {
+            let mut out = String::with_capacity(v.len());
+            for c in v.chars() {
+                if ",+\"\\<>;=#".contains(c) {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out
+        };
+        // RFC 4514 lists the last RDN first: Go's order is C, L, O, OU, CN.
+        let mut subject = format!("CN={}", escape(&cn));
+        for key in ["OU", "O", "L", "C"] {
+            let v = field(key)?;
+            if !v.is_empty() {
+                subject.push_str(&format!(",{key}={}", escape(&v)));
+            }
+        }
+        let _ = field("ST")?;
         let fail = |e: String| (StatusCode::Aborted, format!("Could not create CSR: {e}"));
-        let mut secret = [0u8; 32];
-        random_bytes(&mut secret);
-        let key = p256::ecdsa::SigningKey::from_slice(&secret).map_err(|e| fail(e.to_string()))?;
-        let subject = x509_cert::name::Name::from_str(&format!("CN={cn}"))
-            .map_err(|e| fail(e.to_string()))?;
-        let csr = RequestBuilder::new(subject, &key)
-            .and_then(|b| b.build::<p256::ecdsa::DerSignature>())
-            .map_err(|e| fail(e.to_string()))?;
-        let csr_pem = csr
-            .to_pem(LineEnding::LF)
-            .map_err(|e| fail(e.to_string()))?;
-        let public = key
-            .verifying_key()
-            .to_public_key_pem(LineEnding::LF)
-            .map_err(|e| fail(e.to_string()))?;
+        let subject = x509_cert::name::Name::from_str(&subject).map_err(|e| fail(e.to_string()))?;
+        let lf = p256::pkcs8::LineEnding::LF;
+        let (csr_pem, public_pem) = match self.csr_key {
+            CsrKey::Rsa => {
+                use rsa::pkcs1::EncodeRsaPublicKey as _;
+                let key = super::keys::rsa_key().map_err(|e| {
+                    (
+                        StatusCode::Aborted,
+                        format!("Could not create private key: {e}"),
+                    )
+                })?;
+                let public = key
+                    .to_public_key()
+                    .to_pkcs1_der()
+                    .map_err(|e| fail(e.to_string()))?;
+                let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key);
+                let csr = RequestBuilder::new(subject, &signer)
+                    .and_then(|b| b.build::<rsa::pkcs1v15::Signature>())
+                    .map_err(|e| fail(e.to_string()))?;
+                let public_pem = pem::encode(&pem::Block {
+                    label: "PUBLIC KEY".into(),
+                    headers: vec![],
+                    der: public.as_bytes().to_vec(),
+                });
+                (csr.to_pem(lf).map_err(|e| fail(e.to_string()))?, public_pem)
+            }
+            CsrKey::Ec => {
+                use p256::pkcs8::EncodePublicKey;
+                let mut secret = [0u8; 32];
+                random_bytes(&mut secret);
+                let key = p256::ecdsa::SigningKey::from_slice(&secret)
+                    .map_err(|e| fail(e.to_string()))?;
+                let csr = RequestBuilder::new(subject, &key)
+                    .and_then(|b| b.build::<p256::ecdsa::DerSignature>())
+                    .map_err(|e| fail(e.to_string()))?;
+                let public = key
+                    .verifying_key()
+                    .to_public_key_pem(lf)
+                    .map_err(|e| fail(e.to_string()))?;
+                (csr.to_pem(lf).map_err(|e| fail(e.to_string()))?, public)
+            }
+        };
         Ok(ok(
             "gencsr",
-            json!({"csr": csr_pem, "public_key": public, "ssldir": "/etc/choria/ssl"}),
+            json!({"csr": csr_pem, "public_key": public_pem, "ssldir": "/etc/choria/ssl"}),
         ))
     }
 
@@ -360,30 +476,48 @@ impl Node {
             )
         })?;
         let (certificate, ca, ssldir) = (text("certificate")?, text("ca")?, text("ssldir")?);
-        if !certificate.is_empty() && !ca.is_empty() && !ssldir.is_empty() && !key.is_empty() {
-            self.private_key = Some(self.decrypt(&key, &ecdh_public).map_err(|e| {
-                (
-                    StatusCode::Aborted,
-                    format!("TLS Setup Failed: could not decrypt private key: {e}"),
-                )
-            })?);
+        if !certificate.is_empty() && !ca.is_empty() && !ssldir.is_empty() {
+            self.certificate = Some(certificate);
+            self.ca = Some(ca);
+            if !key.is_empty() {
+                self.private_key = Some(self.decrypt(&key, &ecdh_public).map_err(|e| {
+                    (
+                        StatusCode::Aborted,
+                        format!("TLS Setup Failed: could not decrypt private key: {e}"),
+                    )
+                })?);
+            }
         }
         let server_jwt = text("server_jwt")?;
         if !server_jwt.is_empty() {
             self.server_jwt = Some(server_jwt);
         }
-        for (kind, ext) in [("action_policies", ".policy"), ("opa_policies", ".rego")] {
-            if let Some(map) = data.get(kind).and_then(|m| m.as_object()) {
-                for name in map.keys() {
-                    if !name.ends_with(ext) {
-                        return Err((StatusCode::Aborted, format!("Could not save policies: expected \"{name}\" to have {ext} extension")));
+        let lines = settings.len() + 1;
+        self.configuration = Some(settings);
+        for (kind, ext, what) in [
+            ("action_policies", ".policy", "Action Policies"),
+            ("opa_policies", ".rego", "Open Policy Agent Policies"),
+        ] {
+            match data.get(kind) {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(map)) => {
+                    for (name, body) in map {
+                        if !name.ends_with(ext) {
+                            return Err((StatusCode::Aborted, format!("Could not save {what}: expected \"{name}\" to have {ext} extension")));
+                        }
+                        if body.as_str().is_some_and(|b| !b.is_empty()) {
+                            self.policies.push(name.clone());
+                        }
                     }
-                    self.policies.push(name.clone());
+                }
+                Some(other) => {
+                    return Err((
+                        StatusCode::InvalidData,
+                        format!("Could not parse request data for choria_provision#configure: {kind} is {other}, not an object"),
+                    ))
                 }
             }
         }
-        let lines = settings.len() + 1;
-        self.configuration = Some(settings);
         Ok(ok(
             "configure",
             json!({"message": format!("Wrote {lines} lines to /etc/choria/server.conf")}),
@@ -402,34 +536,117 @@ impl Node {
     }
 
     fn restart(&mut self, data: &Value) -> Result<(RpcReply, Effect), (StatusCode, String)> {
-        match data.get("splay") {
-            None | Some(Value::Null) => {}
-            Some(Value::Number(n)) if n.is_i64() && n.as_i64().unwrap_or(0) >= 0 => {}
+        let splay = match data.get("splay") {
+            None | Some(Value::Null) => 0,
+            Some(Value::Number(n)) if n.as_i64().is_some_and(|v| v >= 0) => {
+                n.as_i64().unwrap_or(0)
+            }
             Some(other) => {
                 return Err((
                     StatusCode::InvalidData,
-                    format!("splay is {other}, not an integer"),
+                    format!("Could not parse request data for choria_provision#restart: splay is {other}, not a non-negative integer"),
                 ))
             }
-        }
-        let enables = self
+        };
+        // The configuration on disk is re-read: only one that turns provisioning on
+        // stops the restart (with none written, the node restarts as it is).
+        if self
             .configuration
             .as_ref()
-            .and_then(|c| c.get("plugin.choria.server.provision"))
-            .map(|v| matches!(v.as_str(), "true" | "1" | "yes" | "y" | "t"))
-            .unwrap_or(false);
-        if enables || self.configuration.is_none() {
+            .is_some_and(|c| c.get(PROVISION_KEY).is_some_and(|v| config_true(v)))
+        {
             return Err((StatusCode::Aborted, "Configuration /etc/choria/server.conf enables provisioning, restart cannot continue".into()));
         }
+        let splay = if splay == 0 { 10 } else { splay };
+        let mut r = [0u8; 8];
+        random_bytes(&mut r);
+        let after = u64::from_le_bytes(r) % splay as u64 + 2;
         self.restarts += 1;
         self.restarted_at = Some(Instant::now());
         Ok((
             ok(
                 "restart",
-                json!({"message": "Restarting Choria Server after 2s"}),
+                json!({"message": format!("Restarting Choria Server after {after}s")}),
             ),
             Effect::Restart,
         ))
+    }
+
+    /// Where the node ends up when it starts again after a restart (`spec/tokens.md`
+    /// §3.1, `spec/provisioner.md` §7.2): back in provisioning mode when its
+    /// configuration does not turn provisioning off (the JWT has `chpd`) or, with the
+    /// `choria` security provider, when its server JWT or seed is missing, unreadable,
+    /// for another key or expired; refused by the broker when the server JWT is not
+    /// signed by `issuer` (directly or through a chain issuer); provisioned otherwise.
+    pub fn boot(&mut self, issuer: Option<&[u8; 32]>, now: i64) -> Phase {
+        let (phase, note) = self.boot_outcome(issuer, now);
+        self.phase = phase;
+        self.note = note;
+        phase
+    }
+
+    fn boot_outcome(&self, issuer: Option<&[u8; 32]>, now: i64) -> (Phase, Option<String>) {
+        let back = |why: String| (Phase::Provisioning, Some(why));
+        let Some(config) = &self.configuration else {
+            return back("restarted without a configuration: provisioning mode again".into());
+        };
+        match config.get(PROVISION_KEY) {
+            None => {
+                return back(format!(
+                    "{PROVISION_KEY} is not set and the provisioning JWT has chpd: provisioning mode again"
+                ))
+            }
+            Some(v) if config_true(v) => return back(format!("{PROVISION_KEY} is {v}")),
+            Some(_) => {}
+        }
+        let choria = config
+            .get("plugin.security.provider")
+            .is_some_and(|p| p == "choria");
+        if choria {
+            let Some(token) = &self.server_jwt else {
+                return back("the choria security provider has no server.jwt".into());
+            };
+            let Some(seed) = &self.seed else {
+                return back("the choria security provider has no server.seed".into());
+            };
+            let claims = match super::verify::unverified_claims(token) {
+                Ok(c) => c,
+                Err(e) => return back(format!("server.jwt does not parse: {e}")),
+            };
+            let own = {
+                use ring::signature::KeyPair as _;
+                ring::signature::Ed25519KeyPair::from_seed_unchecked(seed)
+                    .map(|k| hex(k.public_key().as_ref()))
+                    .unwrap_or_default()
+            };
+            if !claims.standard.public_key.eq_ignore_ascii_case(&own) {
+                return back("server.jwt is for another key than server.seed".into());
+            }
+            if claims.standard.exp.is_some_and(|exp| now >= exp) {
+                return back("server.jwt has expired".into());
+            }
+        }
+        if let (Some(token), Some(issuer)) = (&self.server_jwt, issuer) {
+            match super::verify::verify_server_token(token, issuer, now) {
+                Err(e) => {
+                    return (
+                        Phase::Rejected,
+                        Some(format!("the broker refuses the server JWT: {e}")),
+                    )
+                }
+                Ok(claims) if claims.identity != self.identity => {
+                    return (
+                        Phase::Rejected,
+                        Some(format!(
+                            "the broker refuses the server JWT: it is for {:?}",
+                            claims.identity
+                        )),
+                    )
+                }
+                Ok(_) => {}
+            }
+        }
+        (Phase::Provisioned, None)
     }
 
     fn release_update(&mut self, data: &Value) -> Result<(RpcReply, Effect), (StatusCode, String)> {

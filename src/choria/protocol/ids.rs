@@ -91,6 +91,29 @@ pub fn ksuid_from(unix_seconds: u64, payload: [u8; 16]) -> String {
     String::from_utf8(digits).expect("base62 is ASCII")
 }
 
+/// The Unix time (seconds) inside a 27-character KSUID, `None` if it is not one.
+pub fn ksuid_time(ksuid: &str) -> Option<u64> {
+    if ksuid.len() != 27 {
+        return None;
+    }
+    // Multiply-and-add the base62 digits into a 160-bit big-endian number.
+    let mut number = [0u8; 20];
+    for c in ksuid.bytes() {
+        let digit = BASE62.iter().position(|&d| d == c)? as u32;
+        let mut carry = digit;
+        for byte in number.iter_mut().rev() {
+            let acc = u32::from(*byte) * 62 + carry;
+            *byte = (acc & 0xff) as u8;
+            carry = acc >> 8;
+        }
+        if carry != 0 {
+            return None;
+        }
+    }
+    let ts = u32::from_be_bytes([number[0], number[1], number[2], number[3]]);
+    Some(u64::from(ts) + KSUID_EPOCH)
+}
+
 /// A new KSUID for the current time.
 pub fn ksuid() -> String {
     let mut payload = [0u8; 16];
@@ -144,5 +167,21 @@ mod tests {
             ksuid_from(KSUID_EPOCH + u64::from(u32::MAX), [0xff; 16]),
             "aWgEPTl1tmebfsQzFP4bxwgy80V"
         );
+        // tokens.md §6: the jti of a token issued at 2026-01-01T00:00:00Z.
+        assert_eq!(
+            ksuid_time("37dGasRK6DuhIamYovPgATEaXBV"),
+            Some(1_767_225_600)
+        );
+        assert_eq!(
+            ksuid_time(&ksuid_from(1_767_225_600, [7; 16])),
+            Some(1_767_225_600)
+        );
+        assert_eq!(
+            ksuid_time("aWgEPTl1tmebfsQzFP4bxwgy80W"),
+            None,
+            "overflows 160 bits"
+        );
+        assert_eq!(ksuid_time("short"), None);
+        assert_eq!(ksuid_time("37dGasRK6DuhIamYovPgATEaXB!"), None);
     }
 }

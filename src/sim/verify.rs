@@ -1,0 +1,121 @@
+//! What happens to a server JWT after the node restarts with it: the checks the
+//! server makes on itself (`spec/tokens.md` §3.1) and the check a Choria broker makes
+//! with the organisation issuer's public key (`IsSignedByIssuer`, §5): signed by the
+//! issuer itself, or by a chain issuer the issuer vouched for.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use ring::signature::{UnparsedPublicKey, ED25519};
+
+use crate::choria::protocol::ids;
+use crate::host::tokens::{
+    check_times, verify_jws, ServerClaims, VerifyKey, CHAIN_ISSUER_PREFIX, SERVER_PURPOSE,
+};
+
+/// The claims of a token, read without verifying it.
+pub fn unverified_claims(token: &str) -> Result<ServerClaims, String> {
+    let claims = token
+        .split('.')
+        .nth(1)
+        .and_then(|c| URL_SAFE_NO_PAD.decode(c).ok())
+        .ok_or("the token is not a JWT")?;
+    serde_json::from_slice(&claims).map_err(|e| format!("its claims do not parse: {e}"))
+}
+
+fn ed25519_verify(public_hex: &str, message: &str, signature_hex: &str) -> Result<(), String> {
+    let public = ids::unhex(public_hex).ok_or("a public key is not hex")?;
+    let signature = ids::unhex(signature_hex).ok_or("a signature is not hex")?;
+    UnparsedPublicKey::new(&ED25519, public)
+        .verify(message.as_bytes(), &signature)
+        .map_err(|_| format!("the signature over {message:?} does not verify"))
+}
+
+/// Verifies `token` as a server JWT signed, directly or through a chain issuer, by the
+/// organisation issuer whose ed25519 public key is `issuer`, at Unix time `now`.
+pub fn verify_server_token(
+    token: &str,
+    issuer: &[u8; 32],
+    now: i64,
+) -> Result<ServerClaims, String> {
+    let claims = unverified_claims(token)?;
+    let std = &claims.standard;
+    if std.purpose != SERVER_PURPOSE {
+        return Err(format!("purpose {:?} is not {SERVER_PURPOSE}", std.purpose));
+    }
+    let signer = match std.iss.strip_prefix(CHAIN_ISSUER_PREFIX) {
+        None => *issuer,
+        Some(chain) => {
+            let missing = |what: &str| format!("a chain-issued token without {what}");
+            if std.public_key.is_empty() {
+                return Err(missing("public_key"));
+            }
+            let iat = std.iat.ok_or_else(|| missing("iat"))?;
+            std.exp.ok_or_else(|| missing("exp"))?;
+            let issexp = std.issexp.ok_or_else(|| missing("issexp"))?;
+            match ids::ksuid_time(&std.jti) {
+                Some(t) if t as i64 == iat => {}
+                _ => return Err("its jti is not a KSUID made at its iat".into()),
+            }
+            let (id, public) = match chain.split('.').collect::<Vec<_>>()[..] {
+                [id, public] if !id.is_empty() && !public.is_empty() => (id, public),
+                _ => return Err(format!("issuer {:?} is not C-<id>.<key>", std.iss)),
+            };
+            let (issuer_tcs, chain_sig) = match std.tcs.split('.').collect::<Vec<_>>()[..] {
+                [a, b] if !a.is_empty() && !b.is_empty() => (a, b),
+                _ => return Err("its tcs is not <issuer tcs>.<signature>".into()),
+            };
+            ed25519_verify(&ids::hex(issuer), &format!("{id}.{public}"), issuer_tcs)
+                .map_err(|e| format!("the issuer did not vouch for the chain issuer: {e}"))?;
+            ed25519_verify(public, &format!("{}.{issuer_tcs}", std.jti), chain_sig)
+                .map_err(|e| format!("the chain issuer did not sign this token: {e}"))?;
+            if now >= issexp {
+                return Err("its chain issuer has expired".into());
+            }
+            <[u8; 32]>::try_from(ids::unhex(public).unwrap_or_default())
+                .map_err(|_| "the chain issuer's key is not 32 bytes".to_string())?
+        }
+    };
+    verify_jws(token, &VerifyKey::Ed25519(signer))
+        .map_err(|e| format!("the token signature does not verify: {e}"))?;
+    check_times(std, now).map_err(|e| e.to_string())?;
+    Ok(claims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// tokens.md §6.2: the chain-issued server token, verified at its issue time.
+    const CHAIN_TOKEN: &str = "eyJhbGciOiJFZERTQSIsInR5cCI6IkpXVCJ9.eyJpZGVudGl0eSI6Im4xLmV4YW1wbGUubmV0IiwiY29sbGVjdGl2ZXMiOlsiY2hvcmlhIl0sInBlcm1pc3Npb25zIjp7InN1Ym1pc3Npb24iOnRydWUsInN0cmVhbXMiOnRydWV9LCJvdSI6ImNob3JpYSIsInB1cnBvc2UiOiJjaG9yaWFfc2VydmVyIiwidGNzIjoiNzE1NmI5MDE0ZWIxY2YzMzQ1YWU5YzgzMzJhNzI5NTljYTIyOWQwN2I5MmNkM2EwNTgwZGJiYjBmMzdlNzJiNWQwOGRlMjc3MTI5MDExYmJiNWQ1YmM3M2VlNmVmMTI0MmY1Y2ExZWFjNDRlZjFhNzRhODNmMWM0ZTA1MmViMDUuMTVmNDY4MjEyYTgwYzAwZjViMDQxOGUxNDU5YWMzM2EyYWM4YmJkZDcyOTM5NjUxZjk3MTI4ODgyYzY0YjcyNzhkZjkyM2U2MWEyNDliZmJlMjNiM2Q0YTRmMTYxZThmYjU3OGEwYzI4N2IzNDcxYmMzZjkwYjM1MmUzNTViMDEiLCJwdWJsaWNfa2V5IjoiYjAxMmVmMWU0NDc5NDdiM2NkYWYzZjZlOTQ1OTM0MjQwN2UyNGU1OTdlYzViNGNlY2NhYzhhYjVjYjAzYTZlOSIsImlzc2V4cCI6MTc4MjY5MTIwMCwiaXNzIjoiQy0zN2FSVEN5TFpoQTMzTkNqYXpqU1VVYmZEOGQuM2FhNzMwOGYwYTJlNjM0MjQ5OGJjOGE4ZjhjMmE5MjExY2QxMTBkN2E2MWRjYjQ0MjBhYjljYjU4Mzg2MDRlYyIsImV4cCI6MTc4MjY5MTIwMCwibmJmIjoxNzY3MjI1NjAwLCJpYXQiOjE3NjcyMjU2MDAsImp0aSI6IjM3ZEdhc1JLNkR1aElhbVlvdlBnQVRFYVhCViJ9.TvyHAiTGheNvvAzcLnxU8Q07t_L9Grr9hRI0K4IpX15PrFHTh23cyb8pAJCTISqDwyJ646VKnh2z1-gSzE6PAA";
+    /// tokens.md §6.1: the same claims signed directly by the provisioner seed.
+    const DIRECT_TOKEN: &str = "eyJhbGciOiJFZERTQSIsInR5cCI6IkpXVCJ9.eyJpZGVudGl0eSI6Im4xLmV4YW1wbGUubmV0IiwiY29sbGVjdGl2ZXMiOlsiY2hvcmlhIl0sInBlcm1pc3Npb25zIjp7InN1Ym1pc3Npb24iOnRydWUsInN0cmVhbXMiOnRydWV9LCJvdSI6ImNob3JpYSIsInB1cnBvc2UiOiJjaG9yaWFfc2VydmVyIiwicHVibGljX2tleSI6ImIwMTJlZjFlNDQ3OTQ3YjNjZGFmM2Y2ZTk0NTkzNDI0MDdlMjRlNTk3ZWM1YjRjZWNjYWM4YWI1Y2IwM2E2ZTkiLCJpc3MiOiJDaG9yaWEgUHJvdmlzaW9uZXIiLCJleHAiOjE3OTg3NjE2MDAsIm5iZiI6MTc2NzIyNTYwMCwiaWF0IjoxNzY3MjI1NjAwLCJqdGkiOiIzN2RHYXNSSzZEdWhJYW1Zb3ZQZ0FURWFYQlYifQ.yCiZ0kOQCuA9ziMx7yt_M2TCE8EwDMpfchfxfCI9i8oXJzfFUFgbc7DNBgzh4maxTMQKRy9d2GD3cwh7IvWXCA";
+    const ORG: &str = "a4d9745451398b6ec6e8d4529a26f3314f504b9f18da9e9de32c665509f19b0d";
+    const PROVISIONER: &str = "3aa7308f0a2e6342498bc8a8f8c2a9211cd110d7a61dcb4420ab9cb5838604ec";
+    const AT: i64 = 1_767_225_601;
+
+    fn key(hex: &str) -> [u8; 32] {
+        ids::unhex(hex).unwrap().try_into().unwrap()
+    }
+
+    #[test]
+    fn the_spec_tokens_verify_against_their_issuers() {
+        let claims = verify_server_token(CHAIN_TOKEN, &key(ORG), AT).unwrap();
+        assert_eq!(claims.identity, "n1.example.net");
+        verify_server_token(DIRECT_TOKEN, &key(PROVISIONER), AT).unwrap();
+    }
+
+    #[test]
+    fn other_issuers_expiry_and_tampering_are_refused() {
+        let e = verify_server_token(CHAIN_TOKEN, &key(PROVISIONER), AT).unwrap_err();
+        assert!(e.contains("did not vouch"), "{e}");
+        let e = verify_server_token(DIRECT_TOKEN, &key(ORG), AT).unwrap_err();
+        assert!(e.contains("signature does not verify"), "{e}");
+        let e = verify_server_token(CHAIN_TOKEN, &key(ORG), 1_782_691_200).unwrap_err();
+        assert!(e.contains("expired"), "{e}");
+        let mut parts: Vec<String> = DIRECT_TOKEN.split('.').map(String::from).collect();
+        parts[2] = parts[2].replace('y', "z");
+        let e = verify_server_token(&parts.join("."), &key(PROVISIONER), AT).unwrap_err();
+        assert!(e.contains("signature"), "{e}");
+        assert!(verify_server_token("nonsense", &key(ORG), AT).is_err());
+    }
+}

@@ -789,6 +789,7 @@ fn restart_release_update_and_shutdown() {
     let summary = rig.sim.summary();
     assert_eq!(summary.nodes[0].phase, Phase::Provisioned);
     assert_eq!(summary.nodes[2].phase, Phase::Shutdown);
+    assert_eq!(summary.progress.shut_down, 1);
     assert!(call_as(
         &rig.nc,
         &id(0),
@@ -929,6 +930,11 @@ fn after_restart_the_server_jwt_is_checked_against_the_issuer() {
     let (phase, note) = restart_with(&rig, 4, json!({"identity": id(4)}), |_| String::new());
     assert_eq!(phase, Phase::Provisioning);
     assert!(note.unwrap().contains("chpd"));
+    let progress = rig.sim.progress();
+    assert_eq!(
+        (progress.provisioned, progress.rejected, progress.finished()),
+        (1, 2, 3)
+    );
     assert!(call_as(
         &rig.nc,
         &id(4),

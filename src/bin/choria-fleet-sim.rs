@@ -58,7 +58,7 @@ struct Args {
     /// number of nodes (default 10)
     #[argh(option, default = "10")]
     nodes: usize,
-    /// how long to run, e.g. 60s or 10m (default: until every node is done or a signal)
+    /// how long to run, e.g. 60s or 10m (default: until every node is provisioned, shut down or rejected, or a signal)
     #[argh(option)]
     duration: Option<String>,
     /// provisioning token the nodes expect (default: accept any)
@@ -340,12 +340,12 @@ fn run(args: Args) -> i32 {
         let p = sim.progress();
         if !args.quiet {
             eprintln!(
-                "choria-fleet-sim: booted {}/{} discovery replies {} configured {} restarted {} provisioned {} failed {} dropped {}",
-                p.booted, args.nodes, p.discovery_replies, p.configured, p.restarted, p.provisioned, p.failed, p.dropped
+                "choria-fleet-sim: booted {}/{} discovery replies {} configured {} restarted {} provisioned {} shut down {} rejected {} failed {} dropped {}",
+                p.booted, args.nodes, p.discovery_replies, p.configured, p.restarted, p.provisioned, p.shut_down, p.rejected, p.failed, p.dropped
             );
         }
         let timed_out = duration.is_some_and(|d| started.elapsed() >= d);
-        let done = duration.is_none() && p.provisioned as usize >= args.nodes;
+        let done = duration.is_none() && p.finished() as usize >= args.nodes;
         if signalled || timed_out || done {
             break;
         }

@@ -121,6 +121,18 @@ pub struct Progress {
     pub failed: u64,
     /// Requests dropped as a provisioning-mode server would.
     pub dropped: u64,
+    /// Nodes shut down on the helper's request.
+    pub shut_down: u64,
+    /// Nodes whose server JWT the broker refuses after their restart.
+    pub rejected: u64,
+}
+
+impl Progress {
+    /// Nodes in a final phase (provisioned, shut down or rejected): a run is over
+    /// when every node is.
+    pub fn finished(&self) -> u64 {
+        self.provisioned + self.shut_down + self.rejected
+    }
 }
 
 #[derive(Default)]
@@ -339,13 +351,18 @@ impl Sim {
     /// The counters now.
     pub fn progress(&self) -> Progress {
         let c = &self.shared.counters;
-        let provisioned = self
-            .shared
-            .nodes
-            .iter()
-            .filter(|n| n.lock().phase == Phase::Provisioned)
-            .count() as u64;
+        let (mut provisioned, mut shut_down, mut rejected) = (0, 0, 0);
+        for node in &self.shared.nodes {
+            match node.lock().phase {
+                Phase::Provisioned => provisioned += 1,
+                Phase::Shutdown => shut_down += 1,
+                Phase::Rejected => rejected += 1,
+                Phase::Provisioning | Phase::Restarting => {}
+            }
+        }
         Progress {
+            shut_down,
+            rejected,
             booted: c.booted.load(Ordering::Relaxed),
             discovery_replies: c.discovery_replies.load(Ordering::Relaxed),
             configured: c.configured.load(Ordering::Relaxed),

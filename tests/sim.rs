@@ -714,46 +714,22 @@ fn restart_release_update_and_shutdown() {
         .subscribe("choria.lifecycle.event.*.provision_mode_server")
         .unwrap();
     rig.nc.flush().unwrap();
+    let node0 = |action: &str, data: Value| call(&rig.nc, &id(0), action, data);
     let on = json!({"plugin.choria.server.provision": "true"}).to_string();
     let off = json!({"plugin.choria.server.provision": "false"}).to_string();
-    let r = call(
-        &rig.nc,
-        &id(0),
-        "configure",
-        json!({"token": "t", "config": on}),
-    );
+    let r = node0("configure", json!({"token": "t", "config": on}));
     assert_status(&r, 0, "OK");
-    let r = call(
-        &rig.nc,
-        &id(0),
-        "restart",
-        json!({"token": "t", "splay": 1}),
-    );
+    let r = node0("restart", json!({"token": "t", "splay": 1}));
     assert_status(
         &r,
         1,
         "Configuration /etc/choria/server.conf enables provisioning, restart cannot continue",
     );
-    let r = call(
-        &rig.nc,
-        &id(0),
-        "restart",
-        json!({"token": "t", "splay": "1"}),
-    );
+    let r = node0("restart", json!({"token": "t", "splay": "1"}));
     assert_eq!(r["statuscode"], 4, "{r}");
-    let r = call(
-        &rig.nc,
-        &id(0),
-        "configure",
-        json!({"token": "t", "config": off}),
-    );
+    let r = node0("configure", json!({"token": "t", "config": off}));
     assert_status(&r, 0, "OK");
-    let r = call(
-        &rig.nc,
-        &id(0),
-        "restart",
-        json!({"token": "t", "splay": 1}),
-    );
+    let r = node0("restart", json!({"token": "t", "splay": 1}));
     assert_status(&r, 0, "OK");
     assert_eq!(r["data"]["message"], "Restarting Choria Server after 2s");
 

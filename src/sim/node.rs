@@ -23,6 +23,13 @@ fn config_true(v: &str) -> bool {
     )
 }
 
+/// A random number in `[0, n)` (n > 0), as Go's `rand.Intn` for the delays.
+fn below(n: u64) -> u64 {
+    let mut r = [0u8; 8];
+    random_bytes(&mut r);
+    u64::from_le_bytes(r) % n.max(1)
+}
+
 /// How long a provisioning lock lasts after the owner's last locked call.
 pub const LOCK: Duration = Duration::from_secs(120);
 
@@ -298,7 +305,7 @@ impl Node {
             "shutdown" => Ok((
                 ok(
                     "shutdown",
-                    json!({"message": "Shutting Choria Server down after 1s"}),
+                    json!({"message": format!("Shutting Choria Server down after {}s", below(10))}),
                 ),
                 Effect::Shutdown,
             )),
@@ -558,9 +565,7 @@ impl Node {
             return Err((StatusCode::Aborted, "Configuration /etc/choria/server.conf enables provisioning, restart cannot continue".into()));
         }
         let splay = if splay == 0 { 10 } else { splay };
-        let mut r = [0u8; 8];
-        random_bytes(&mut r);
-        let after = u64::from_le_bytes(r) % splay as u64 + 2;
+        let after = below(splay as u64) + 2;
         self.restarts += 1;
         self.restarted_at = Some(Instant::now());
         Ok((

@@ -20,6 +20,12 @@ use super::router::Router;
 /// The collective provisioning happens in.
 pub const COLLECTIVE: &str = "provisioning";
 
+/// From this many requests in flight on, a request is not flushed on its own: each
+/// flush is a PING/PONG round trip that blocks the caller, while the nats flusher
+/// thread writes everything published within 5 ms in one go. A lone request (the
+/// usual case on a quiet fleet) still leaves at once.
+const FLUSH_BELOW_IN_FLIGHT: usize = 8;
+
 /// A decoded RPC reply from one node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
@@ -89,7 +95,6 @@ pub struct RpcClient {
     identity: String,
     caller_id: String,
     ttl: u64,
-    flush: bool,
     seen_by: Option<String>,
     rejected: AtomicU64,
 }
@@ -111,7 +116,6 @@ impl RpcClient {
             identity: client.identity.clone(),
             caller_id,
             ttl: client.ttl,
-            flush: true,
             seen_by: client.middleware_hosts.first().cloned(),
             rejected: AtomicU64::new(0),
         })
@@ -142,8 +146,9 @@ impl RpcClient {
         }
     }
 
-    /// Encodes `spec` with its routed reply subject and publishes it to `subject`,
-    /// flushing (at most `timeout`) so the request leaves at once.
+    /// Encodes `spec` with its routed reply subject and publishes it to `subject`.
+    /// With few requests in flight it flushes (at most `timeout`) so the request
+    /// leaves at once; under load the nats flusher writes many together instead.
     fn send(&self, spec: RequestSpec, subject: &str, timeout: Duration) -> Result<(), RpcError> {
         let id = spec.request_id.clone().unwrap_or_default();
         let (_, payload) = protocol::encode_request(
@@ -156,7 +161,7 @@ impl RpcClient {
         self.nc
             .publish(subject, payload)
             .map_err(|e| RpcError::Publish(e.to_string()))?;
-        if self.flush {
+        if self.router.pending() < FLUSH_BELOW_IN_FLIGHT {
             let _ = self.nc.flush_timeout(timeout);
         }
         Ok(())

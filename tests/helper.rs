@@ -209,3 +209,59 @@ fn a_helper_that_ignores_its_input_still_counts() {
         .output;
     assert!(out.defer);
 }
+
+#[test]
+fn a_flood_on_stderr_neither_blocks_the_helper_nor_is_kept() {
+    let dir = TempDir::new("helper");
+    // 1 MiB on stderr fills the pipe many times over before the answer is written.
+    let h = helper(
+        &dir,
+        "head -c 1048576 /dev/zero | tr '\\0' x >&2\necho '{\"defer\": true, \"msg\": \"after the flood\"}'",
+    );
+    let started = Instant::now();
+    let run = h.run("n1", &input(), false, &[], None).unwrap();
+    assert!(run.output.defer);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "not held up until the timeout"
+    );
+}
+
+#[test]
+fn a_helper_that_closes_its_output_but_lingers_is_killed_at_the_timeout() {
+    let dir = TempDir::new("helper");
+    let h = Helper::new(
+        &dir.script(
+            "linger.sh",
+            "#!/bin/sh\necho '{\"defer\": true}'\nexec >&- 2>&-\nsleep 30\n",
+        )
+        .display()
+        .to_string(),
+        Duration::from_millis(500),
+    );
+    let started = Instant::now();
+    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
+    assert!(matches!(e, HelperError::Timeout(..)), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn a_helper_in_its_own_session_holding_the_pipes_cannot_hold_the_run() {
+    let dir = TempDir::new("helper");
+    // setsid moves the grandchild out of the process group: killing the group does
+    // not close its copy of stdout, so the run must stop waiting on its own.
+    let h = Helper::new(
+        &dir.script("escape.sh", "#!/bin/sh\nsetsid sleep 5 &\nsleep 30\n")
+            .display()
+            .to_string(),
+        Duration::from_millis(300),
+    );
+    let started = Instant::now();
+    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
+    assert!(matches!(e, HelperError::Timeout(..)), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "bounded: {:?}",
+        started.elapsed()
+    );
+}

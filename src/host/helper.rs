@@ -9,14 +9,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::pipes::{self, End};
 use crate::config::shell_words;
 
 /// Most bytes of stdout accepted from a helper (certificates, policies and a
@@ -294,109 +294,47 @@ impl Helper {
                 libc::killpg(pgid, libc::SIGKILL);
             }
         };
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-        let timeout = self.timeout;
-        let mut stdin = child.stdin.take().expect("stdin is piped");
-        let mut stderr = child.stderr.take().expect("stderr is piped");
-        let mut stdout = child.stdout.take().expect("stdout is piped");
-        let (ended, out, status, write_result, err_bytes) = std::thread::scope(|scope| {
-            // Watchdog: kills the whole process group if the run outlives the timeout
-            // or the daemon stops.
-            let watchdog = scope.spawn(|| loop {
-                let left = timeout.saturating_sub(started.elapsed());
-                match done_rx.recv_timeout(left.min(Duration::from_millis(50))) {
-                    Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                        return End::Finished
-                    }
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                }
-                if started.elapsed() >= timeout {
-                    kill_group();
-                    return End::TimedOut;
-                }
-                if stopping.is_some_and(|s| s.load(Ordering::Relaxed)) {
-                    kill_group();
-                    return End::Stopped;
-                }
-            });
-            let writer = scope.spawn(|| {
-                let r = stdin.write_all(input);
-                drop(stdin);
-                r
-            });
-            let errors = scope.spawn(|| read_capped(&mut stderr, MAX_STDERR));
-            let out = read_capped(&mut stdout, MAX_OUTPUT);
-            if matches!(out, Ok((_, true))) {
-                // Over the cap: stop the helper rather than buffer without bound.
-                kill_group();
-            }
-            let status = child.wait();
-            let _ = done_tx.send(());
-            let ended = watchdog.join().unwrap_or(End::Finished);
-            let write_result = writer.join();
-            let err_bytes = errors
-                .join()
-                .ok()
-                .and_then(|r| r.ok())
-                .unwrap_or_default()
-                .0;
-            (ended, out, status, write_result, err_bytes)
-        });
+        let run = pipes::Run {
+            stdin: child.stdin.take().expect("stdin is piped"),
+            stdout: child.stdout.take().expect("stdout is piped"),
+            stderr: child.stderr.take().expect("stderr is piped"),
+            input,
+            stdout_cap: MAX_OUTPUT,
+            stderr_cap: MAX_STDERR,
+            deadline: started + self.timeout,
+            stopping,
+        };
+        let pumped = pipes::pump(&mut child, run, &kill_group);
+        let err_bytes = pumped.stderr;
         log_stderr(identity, &name, &err_bytes, secrets);
         let elapsed = started.elapsed();
-        match ended {
-            End::TimedOut => return Err(HelperError::Timeout(name, timeout)),
+        match pumped.end {
+            End::TimedOut => return Err(HelperError::Timeout(name, self.timeout)),
             End::Stopped => return Err(HelperError::Stopped(name)),
             End::Finished => {}
         }
-        let (bytes, too_large) = out.map_err(|e| HelperError::Read(name.clone(), e.to_string()))?;
-        if too_large {
+        let bytes = pumped
+            .stdout
+            .map_err(|e| HelperError::Read(name.clone(), e.to_string()))?;
+        if pumped.stdout_over {
             return Err(HelperError::TooLarge(name));
         }
-        let status = status.map_err(|e| HelperError::Wait(name.clone(), e.to_string()))?;
+        let status = pumped
+            .status
+            .map_err(|e| HelperError::Wait(name.clone(), e.to_string()))?;
         if bytes.iter().all(u8::is_ascii_whitespace) && status.success() {
             return Err(HelperError::ZeroBytes(name));
         }
         if !status.success() {
             return Err(HelperError::Wait(name, exit_status_text(status)));
         }
-        if let Ok(Err(e)) = write_result {
+        if let Some(e) = pumped.write_error {
             // The helper exited 0 without reading its input: say so, but its answer counts.
             log::debug!("helper {name} for {identity} did not read all of its input: {e}");
         }
         let output = HelperOutput::decode(&bytes).map_err(|e| HelperError::Decode(name, e))?;
         Ok(HelperRun { output, elapsed })
     }
-}
-
-/// How a helper run ended, as the watchdog saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    Finished,
-    TimedOut,
-    Stopped,
-}
-
-/// Reads to EOF keeping at most `cap` bytes; returns the bytes and whether more came.
-fn read_capped(r: &mut impl Read, cap: usize) -> std::io::Result<(Vec<u8>, bool)> {
-    let mut kept = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    let mut overflow = false;
-    loop {
-        let n = match r.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let room = cap.saturating_sub(kept.len());
-        kept.extend_from_slice(&chunk[..n.min(room)]);
-        if n > room {
-            overflow = true;
-            break;
-        }
-    }
-    Ok((kept, overflow))
 }
 
 fn log_stderr(identity: &str, helper: &str, bytes: &[u8], secrets: &[&str]) {

@@ -6,6 +6,7 @@ pub mod helper;
 pub mod keys;
 pub mod outcome;
 pub mod pem;
+pub mod pipes;
 pub mod rpc;
 pub mod sequence;
 pub mod tokens;

@@ -1,0 +1,43 @@
+//! CPU the provisioner spends per helper run, children excluded:
+//! `cargo run --release --example helper_cost -- target/release/examples/bench_helper 2000 8`
+//! runs the helper RUNS times from THREADS threads and prints this process's CPU
+//! (getrusage RUSAGE_SELF) and wall time per run.
+
+use std::time::{Duration, Instant};
+
+use choria_provisioner::host::helper::Helper;
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let helper = args.get(1).expect("helper path");
+    let runs: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1000);
+    let threads: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let helper = Helper::new(helper, Duration::from_secs(10));
+    let input = br#"{"identity":"n1.example.net","csr":null,"inventory":"{\"facts\":{\"role\":\"web\"}}","jwt":null}"#;
+    let (cpu0, wall0) = (cpu_seconds(), Instant::now());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..runs / threads {
+                    helper
+                        .run("n1.example.net", input, false, &[], None)
+                        .expect("helper run");
+                }
+            });
+        }
+    });
+    let (cpu, wall) = (cpu_seconds() - cpu0, wall0.elapsed().as_secs_f64());
+    println!(
+        "{runs} runs from {threads} threads: {:.3} ms CPU per run (this process), {:.3} ms wall per run",
+        cpu * 1000.0 / runs as f64,
+        wall * 1000.0 / runs as f64
+    );
+}

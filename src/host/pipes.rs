@@ -1,0 +1,283 @@
+//! Talking to a helper process on one thread: its stdin is written and its stdout
+//! and stderr are read with poll(2) on non-blocking pipes, and the same loop enforces
+//! the time limit and the daemon's stop. A run therefore costs no extra threads
+//! (three thread creations per helper were a large share of the daemon's CPU per
+//! node), and no pipe can block it: stderr beyond its cap is drained and dropped.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often the loop looks at the stop flag while nothing happens.
+const TICK: Duration = Duration::from_millis(50);
+
+/// How long the pipes may stay open after the process group was killed (a helper
+/// that moved a child into another group could hold them for ever).
+const AFTER_KILL: Duration = Duration::from_secs(1);
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The helper exited by itself.
+    Finished,
+    /// It outlived its time limit and its process group was killed.
+    TimedOut,
+    /// The daemon is stopping; its process group was killed.
+    Stopped,
+}
+
+/// Everything a run produced.
+#[derive(Debug)]
+pub struct Pumped {
+    /// How it ended.
+    pub end: End,
+    /// Standard output (at most the cap), or the error reading it.
+    pub stdout: std::io::Result<Vec<u8>>,
+    /// Whether stdout went over its cap (the process group was then killed).
+    pub stdout_over: bool,
+    /// Standard error, at most its cap.
+    pub stderr: Vec<u8>,
+    /// Why the input could not be written in full, if it could not.
+    pub write_error: Option<std::io::Error>,
+    /// The exit status.
+    pub status: std::io::Result<ExitStatus>,
+}
+
+/// The pipes and limits of one run.
+pub struct Run<'a> {
+    /// The helper's stdin, closed once `input` is written.
+    pub stdin: ChildStdin,
+    /// Its stdout.
+    pub stdout: ChildStdout,
+    /// Its stderr.
+    pub stderr: ChildStderr,
+    /// What to write.
+    pub input: &'a [u8],
+    /// Most stdout bytes kept.
+    pub stdout_cap: usize,
+    /// Most stderr bytes kept.
+    pub stderr_cap: usize,
+    /// When the helper must be done.
+    pub deadline: Instant,
+    /// Set when the daemon stops.
+    pub stopping: Option<&'a AtomicBool>,
+}
+
+/// Kills the process group once and remembers why and when.
+struct Killer<'a> {
+    kill_group: &'a dyn Fn(),
+    at: Option<Instant>,
+    end: End,
+}
+
+impl Killer<'_> {
+    fn kill(&mut self, end: End) {
+        if self.at.is_none() {
+            (self.kill_group)();
+            self.at = Some(Instant::now());
+            self.end = end;
+        }
+    }
+}
+
+fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor we own; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads what is there into `kept` (at most `cap` bytes kept); false at EOF or on an
+/// error other than "would block".
+fn drain(
+    r: &mut impl Read,
+    kept: &mut Vec<u8>,
+    cap: usize,
+    over: &mut bool,
+) -> std::io::Result<bool> {
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        match r.read(&mut chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
+                *over |= n > room;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Runs the exchange with `child` until its pipes close and it exits, it times out,
+/// or the daemon stops; `kill_group` kills its process group.
+pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
+    let Run {
+        stdin,
+        mut stdout,
+        mut stderr,
+        input,
+        stdout_cap,
+        stderr_cap,
+        deadline,
+        stopping,
+    } = run;
+    let mut result = Pumped {
+        end: End::Finished,
+        stdout: Ok(Vec::new()),
+        stdout_over: false,
+        stderr: Vec::new(),
+        write_error: None,
+        status: Err(std::io::Error::other("not waited for")),
+    };
+    let mut stdin = (!input.is_empty()).then_some(stdin);
+    for fd in [stdout.as_raw_fd(), stderr.as_raw_fd()]
+        .into_iter()
+        .chain(stdin.as_ref().map(|s| s.as_raw_fd()))
+    {
+        if let Err(e) = set_nonblocking(fd) {
+            result.stdout = Err(e);
+            kill_group();
+            result.status = child.wait();
+            return result;
+        }
+    }
+    let (mut out, mut err, mut stderr_over) = (Vec::new(), Vec::new(), false);
+    let (mut out_open, mut err_open, mut written) = (true, true, 0usize);
+    let mut killer = Killer {
+        kill_group,
+        at: None,
+        end: End::Finished,
+    };
+    while out_open || err_open || stdin.is_some() {
+        let now = Instant::now();
+        match killer.at {
+            Some(at) if now.duration_since(at) >= AFTER_KILL => break,
+            Some(_) => {}
+            None if now >= deadline => killer.kill(End::TimedOut),
+            None if stopping.is_some_and(|s| s.load(Ordering::Relaxed)) => {
+                killer.kill(End::Stopped)
+            }
+            None => {}
+        }
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
+        let watch = |fd: RawFd, events: libc::c_short| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        if out_open {
+            fds.push(watch(stdout.as_raw_fd(), libc::POLLIN));
+        }
+        if err_open {
+            fds.push(watch(stderr.as_raw_fd(), libc::POLLIN));
+        }
+        if let Some(s) = &stdin {
+            fds.push(watch(s.as_raw_fd(), libc::POLLOUT));
+        }
+        let wait = deadline
+            .saturating_duration_since(now)
+            .clamp(Duration::from_millis(1), TICK);
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures.
+        let ready = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis() as i32,
+            )
+        };
+        if ready < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            result.stdout = Err(e);
+            killer.kill(End::Finished);
+            break;
+        }
+        if ready == 0 {
+            continue;
+        }
+        for p in &fds {
+            if p.revents == 0 {
+                continue;
+            }
+            if out_open && p.fd == stdout.as_raw_fd() {
+                let mut over = false;
+                match drain(&mut stdout, &mut out, stdout_cap, &mut over) {
+                    Ok(open) => out_open = open && !over,
+                    Err(e) => {
+                        result.stdout = Err(e);
+                        out_open = false;
+                    }
+                }
+                if over {
+                    // Over the cap: stop the helper rather than buffer without bound.
+                    result.stdout_over = true;
+                    killer.kill(End::Finished);
+                }
+            } else if err_open && p.fd == stderr.as_raw_fd() {
+                err_open = matches!(
+                    drain(&mut stderr, &mut err, stderr_cap, &mut stderr_over),
+                    Ok(true)
+                );
+            } else if let Some(s) = stdin.as_mut().filter(|s| s.as_raw_fd() == p.fd) {
+                match s.write(&input[written..]) {
+                    Ok(n) => written += n,
+                    Err(e)
+                        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+                    Err(e) => {
+                        result.write_error = Some(e);
+                        stdin = None;
+                    }
+                }
+                if written >= input.len() {
+                    stdin = None; // dropping closes it: the helper sees EOF
+                }
+            }
+        }
+    }
+    drop(stdin);
+    if result.stdout.is_ok() {
+        result.stdout = Ok(out);
+    }
+    result.stderr = err;
+    result.status = wait(child, deadline, stopping, &mut killer);
+    result.end = killer.end;
+    result
+}
+
+/// Waits for the exit after the pipes closed: the usual helper has already exited
+/// (its pipes close as it does), one that lingers is killed at the deadline or stop.
+fn wait(
+    child: &mut Child,
+    deadline: Instant,
+    stopping: Option<&AtomicBool>,
+    killer: &mut Killer<'_>,
+) -> std::io::Result<ExitStatus> {
+    if killer.at.is_some() {
+        return child.wait();
+    }
+    let mut pause = Duration::from_micros(50);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() >= deadline {
+            killer.kill(End::TimedOut);
+            return child.wait();
+        }
+        if stopping.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            killer.kill(End::Stopped);
+            return child.wait();
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(TICK);
+    }
+}

@@ -1216,7 +1216,8 @@ fn keys_drive_a_tls_broker_the_provisioner_and_the_simulator_v2_with_a_chain_iss
     for node in summary["nodes"].as_array().unwrap() {
         assert_eq!(node["phase"], "provisioned", "{node}");
         let jwt = node["server_jwt"].as_str().expect("a server JWT");
-        let claims = choria_provisioner::sim::verify::unverified_claims(jwt).unwrap();
+        let claims: choria_provisioner::host::tokens::ServerClaims =
+            choria_provisioner::sim::verify::unverified_claims(jwt).unwrap();
         assert!(claims.standard.iss.starts_with("C-"), "chain-issued");
         assert_eq!(claims.identity, node["identity"].as_str().unwrap());
     }

@@ -127,9 +127,17 @@ fn random_seed() -> [u8; 32] {
     seed
 }
 
-fn ed25519_public(seed: &[u8; 32]) -> String {
+/// The ed25519 public key of `seed`.
+pub fn ed25519_public(seed: &[u8; 32]) -> [u8; 32] {
     let pair = Ed25519KeyPair::from_seed_unchecked(seed).expect("a 32-byte seed is a key");
-    ids::hex(pair.public_key().as_ref())
+    let mut public = [0u8; 32];
+    public.copy_from_slice(pair.public_key().as_ref());
+    public
+}
+
+/// [`ed25519_public`] as lowercase hex, as Choria writes keys.
+pub fn ed25519_public_hex(seed: &[u8; 32]) -> String {
+    ids::hex(&ed25519_public(seed))
 }
 
 fn ed25519_sign_hex(seed: &[u8; 32], message: &str) -> String {
@@ -155,7 +163,7 @@ pub fn provisioning_jwt(
         update,
         standard: StandardClaims {
             purpose: "choria_provisioning".into(),
-            iss: format!("I-{}", ed25519_public(seed)),
+            iss: format!("I-{}", ed25519_public_hex(seed)),
             sub: "choria_provisioning".into(),
             iat: Some(now),
             nbf: Some(now),
@@ -185,7 +193,7 @@ pub fn signer_jwt(
         "purpose": "choria_client_id",
         "tcs": ed25519_sign_hex(issuer_seed, &format!("{jti}.{signer_public}")),
         "public_key": signer_public,
-        "iss": format!("I-{}", ed25519_public(issuer_seed)),
+        "iss": format!("I-{}", ed25519_public_hex(issuer_seed)),
         "exp": now + validity.as_secs() as i64,
         "nbf": now,
         "iat": now,
@@ -318,8 +326,8 @@ fn make(opts: &KeysOptions) -> Result<Files, String> {
     let at = |f: &str| format!("{dir}/{f}");
     let issuer = random_seed();
     let signer = random_seed();
-    let issuer_public = ed25519_public(&issuer);
-    let signer_public = ed25519_public(&signer);
+    let issuer_public = ed25519_public_hex(&issuer);
+    let signer_public = ed25519_public_hex(&signer);
     let prov_jwt = provisioning_jwt(
         &issuer,
         &opts.token,

@@ -223,35 +223,21 @@ pub fn identity(options: &SimOptions, n: usize) -> String {
     format!("{}{n:05}.{}", options.prefix, options.domain)
 }
 
-/// The claims of a provisioning JWT that change how nodes behave, read unverified
-/// as a server reads its own `provisioning.jwt`.
-fn jwt_claims(jwt: &str) -> Option<crate::host::tokens::ProvisioningClaims> {
-    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    use base64::Engine as _;
-    let claims = URL_SAFE_NO_PAD.decode(jwt.trim().split('.').nth(1)?).ok()?;
-    serde_json::from_slice(&claims).ok()
-}
-
-fn ed25519_public(seed: &[u8; 32]) -> [u8; 32] {
-    use ring::signature::KeyPair as _;
-    let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(seed).expect("32-byte seed");
-    let mut public = [0u8; 32];
-    public.copy_from_slice(pair.public_key().as_ref());
-    public
-}
-
 impl Sim {
     /// Connects to `url` and starts serving `options.nodes` nodes.
     pub fn start(url: &str, mut options: SimOptions) -> std::io::Result<Sim> {
         let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
         // Only an issuer the caller named verifies server JWTs.
         if options.issuer_public.is_none() {
-            options.issuer_public = options.issuer_seed.as_ref().map(ed25519_public);
+            options.issuer_public = options.issuer_seed.as_ref().map(keys::ed25519_public);
         }
         let jwt = match options.jwt.take() {
             Some(jwt) => {
-                let claims = jwt_claims(&jwt)
-                    .ok_or_else(|| invalid("the provisioning JWT does not parse".into()))?;
+                // Read unverified, as a server reads its own provisioning.jwt.
+                let claims: crate::host::tokens::ProvisioningClaims =
+                    verify::unverified_claims(jwt.trim()).map_err(|e| {
+                        invalid(format!("the provisioning JWT does not parse: {e}"))
+                    })?;
                 if claims.cht.is_empty() {
                     // A real server refuses to start with it ("no auth token").
                     return Err(invalid("the provisioning JWT has no token (cht)".into()));

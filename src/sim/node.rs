@@ -614,16 +614,12 @@ impl Node {
             let Some(seed) = &self.seed else {
                 return back("the choria security provider has no server.seed".into());
             };
-            let claims = match super::verify::unverified_claims(token) {
-                Ok(c) => c,
-                Err(e) => return back(format!("server.jwt does not parse: {e}")),
-            };
-            let own = {
-                use ring::signature::KeyPair as _;
-                ring::signature::Ed25519KeyPair::from_seed_unchecked(seed)
-                    .map(|k| hex(k.public_key().as_ref()))
-                    .unwrap_or_default()
-            };
+            let claims: crate::host::tokens::ServerClaims =
+                match super::verify::unverified_claims(token) {
+                    Ok(c) => c,
+                    Err(e) => return back(format!("server.jwt does not parse: {e}")),
+                };
+            let own = super::keys::ed25519_public_hex(seed);
             if !claims.standard.public_key.eq_ignore_ascii_case(&own) {
                 return back("server.jwt is for another key than server.seed".into());
             }

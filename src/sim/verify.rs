@@ -13,7 +13,7 @@ use crate::host::tokens::{
 };
 
 /// The claims of a token, read without verifying it.
-pub fn unverified_claims(token: &str) -> Result<ServerClaims, String> {
+pub fn unverified_claims<T: serde::de::DeserializeOwned>(token: &str) -> Result<T, String> {
     let claims = token
         .split('.')
         .nth(1)
@@ -37,7 +37,7 @@ pub fn verify_server_token(
     issuer: &[u8; 32],
     now: i64,
 ) -> Result<ServerClaims, String> {
-    let claims = unverified_claims(token)?;
+    let claims: ServerClaims = unverified_claims(token)?;
     let std = &claims.standard;
     if std.purpose != SERVER_PURPOSE {
         return Err(format!("purpose {:?} is not {SERVER_PURPOSE}", std.purpose));

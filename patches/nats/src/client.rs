@@ -86,12 +86,18 @@ pub(crate) struct ReadState {
 /// A predicate used to preprocess messages for a subscription as they arrive over the wire.
 pub(crate) type Preprocessor = Box<dyn Fn(u64, &Message) -> bool + Send + Sync>;
 
+/// choria patch: a function that takes each message of a subscription on the reader
+/// thread, instead of the subscription's channel.
+pub(crate) type Delivery = Box<dyn Fn(Message) + Send + Sync>;
+
 /// A registered subscription.
 pub(crate) struct Subscription {
     subject: String,
     queue_group: Option<String>,
     messages: channel::Sender<Message>,
     preprocess: Preprocessor,
+    /// choria patch: when set, messages go here instead of `messages`.
+    deliver: Option<Delivery>,
     pub(crate) pending_messages_limit: Option<usize>,
     pub(crate) dropped_messages: usize,
 }
@@ -413,6 +419,18 @@ impl Client {
         queue_group: Option<&str>,
         message_processor: Preprocessor,
     ) -> io::Result<(u64, channel::Receiver<Message>)> {
+        self.subscribe_with_delivery(subject, queue_group, message_processor, None)
+    }
+
+    /// choria patch: subscribes with an optional function that takes every message on
+    /// the reader thread (see `Connection::subscribe_with_delivery`).
+    pub(crate) fn subscribe_with_delivery(
+        &self,
+        subject: &str,
+        queue_group: Option<&str>,
+        message_processor: Preprocessor,
+        deliver: Option<Delivery>,
+    ) -> io::Result<(u64, channel::Receiver<Message>)> {
         inject_delay();
 
         let mut write = self.state.write.lock();
@@ -445,6 +463,7 @@ impl Client {
                 queue_group: queue_group.map(ToString::to_string),
                 messages: sender,
                 preprocess: message_processor,
+                deliver,
                 pending_messages_limit: None,
                 dropped_messages: 0,
             },
@@ -906,6 +925,12 @@ impl Client {
                             continue;
                         }
 
+                        // choria patch: hand the message over on this thread.
+                        if let Some(deliver) = &subscription.deliver {
+                            deliver(msg);
+                            continue;
+                        }
+
                         //check if subscription has set limits for slow consumers
                         if let Some(pending_messages_limit) = subscription.pending_messages_limit {
                             if pending_messages_limit <= subscription.messages.len() {
@@ -960,6 +985,12 @@ impl Client {
                         // returns true
                         let preprocess = &subscription.preprocess;
                         if preprocess(sid, &msg) {
+                            continue;
+                        }
+
+                        // choria patch: hand the message over on this thread.
+                        if let Some(deliver) = &subscription.deliver {
+                            deliver(msg);
                             continue;
                         }
 

@@ -327,6 +327,15 @@ impl Connector {
                 connect_info.user_jwt = Some(jwt);
                 connect_info.signature = Some(sig);
             }
+            AuthStyle::Combined(credentials) => {
+                // choria patch: every credential the caller chose, in one CONNECT.
+                let c = credentials(server_info.nonce.as_bytes())?;
+                connect_info.user = c.user.map(SecureString::from);
+                connect_info.pass = c.pass.map(SecureString::from);
+                connect_info.auth_token = c.auth_token.map(SecureString::from);
+                connect_info.user_jwt = c.jwt.map(SecureString::from);
+                connect_info.signature = c.sig.map(SecureString::from);
+            }
             AuthStyle::NKey { nkey_cb, sig_cb } => {
                 let nkey = nkey_cb()?;
                 let sig = sig_cb(server_info.nonce.as_bytes())?;

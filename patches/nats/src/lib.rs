@@ -279,7 +279,7 @@ pub use jetstream::JetStreamOptions;
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use message::Message;
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub use options::Options;
+pub use options::{ConnectCredentials, Options};
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use subscription::{Handler, Subscription};
 
@@ -918,6 +918,34 @@ impl Connection {
     /// # }
     pub fn max_payload(&self) -> usize {
         self.0.client.server_info.lock().max_payload
+    }
+
+    /// choria patch: subscribes with a function that receives every message of the
+    /// subscription on the connection's reader thread, so a message reaches its
+    /// consumer without a channel hop and a thread wake-up in between.
+    ///
+    /// `deliver` runs while the client's read lock is held: it must return quickly and
+    /// must not subscribe, unsubscribe, publish or flush on this connection (hand the
+    /// message to another thread for that). The returned `Subscription` receives no
+    /// messages; it is the handle that unsubscribes when dropped.
+    pub fn subscribe_with_delivery(
+        &self,
+        subject: &str,
+        queue: Option<&str>,
+        deliver: impl Fn(Message) + Send + Sync + 'static,
+    ) -> io::Result<Subscription> {
+        let (sid, receiver) = self.0.client.subscribe_with_delivery(
+            subject,
+            queue,
+            Box::new(|_, _| false),
+            Some(Box::new(deliver)),
+        )?;
+        Ok(Subscription::new(
+            sid,
+            subject.to_string(),
+            receiver,
+            self.0.client.clone(),
+        ))
     }
 
     fn do_subscribe(&self, subject: &str, queue: Option<&str>) -> io::Result<Subscription> {

@@ -247,6 +247,20 @@ impl Options {
         })
     }
 
+    /// choria patch: authenticate with any combination of `user`/`pass`,
+    /// `auth_token`, `jwt` and `sig`, computed by `credentials` from the server's
+    /// nonce on every connect and reconnect (the nonce is empty when the server
+    /// sent none). An error from `credentials` fails that connect attempt.
+    pub fn with_connect_credentials<F>(credentials: F) -> Options
+    where
+        F: Fn(&[u8]) -> io::Result<ConnectCredentials> + Send + Sync + 'static,
+    {
+        Options {
+            auth: AuthStyle::Combined(Arc::new(credentials)),
+            ..Default::default()
+        }
+    }
+
     /// Authenticate with a function that loads user JWT and a signature
     /// function.
     ///
@@ -660,6 +674,40 @@ impl Options {
     }
 }
 
+/// choria patch: the credentials one CONNECT carries, in any combination. Built by the
+/// function given to [`Options::with_connect_credentials`] for every connect and
+/// reconnect, with that connection's server nonce.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ConnectCredentials {
+    /// `user`, sent with `pass`.
+    pub user: Option<String>,
+    /// `pass`.
+    pub pass: Option<String>,
+    /// `auth_token`.
+    pub auth_token: Option<String>,
+    /// `jwt`.
+    pub jwt: Option<String>,
+    /// `sig`: the server nonce signed by the caller, already encoded.
+    pub sig: Option<String>,
+}
+
+impl fmt::Debug for ConnectCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> Result<(), fmt::Error> {
+        let shown = |v: &Option<String>| v.as_ref().map(|_| "***");
+        f.debug_struct("ConnectCredentials")
+            .field("user", &self.user)
+            .field("pass", &shown(&self.pass))
+            .field("auth_token", &shown(&self.auth_token))
+            .field("jwt", &shown(&self.jwt))
+            .field("sig", &shown(&self.sig))
+            .finish()
+    }
+}
+
+/// choria patch: builds the credentials of one CONNECT from the server's nonce.
+pub(crate) type ConnectCredentialsFn =
+    Arc<dyn Fn(&[u8]) -> io::Result<ConnectCredentials> + Send + Sync>;
+
 #[derive(Clone, Default)]
 pub(crate) enum AuthStyle {
     /// No authentication.
@@ -681,6 +729,9 @@ pub(crate) enum AuthStyle {
         sig_cb: Arc<dyn Fn(&[u8]) -> io::Result<SecureString> + Send + Sync>,
     },
 
+    /// choria patch: any combination of credentials, built per connect.
+    Combined(ConnectCredentialsFn),
+
     /// Authenticate using an nkey.
     NKey {
         /// Securely loads the public nkey.
@@ -701,6 +752,7 @@ impl fmt::Debug for AuthStyle {
             }
             AuthStyle::Credentials { .. } => f.debug_struct("Credentials").finish(),
             AuthStyle::NKey { .. } => f.debug_struct("NKey").finish(),
+            AuthStyle::Combined(_) => f.debug_struct("Combined").finish(),
         }
     }
 }

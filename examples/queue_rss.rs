@@ -4,6 +4,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
+use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::config::Pause;
 use choria_provisioner::host::outcome::Outcome;
 use choria_provisioner::hosts::{Fleet, FleetOptions, Provision, Source};
@@ -12,7 +13,7 @@ use choria_provisioner::metrics::{Metrics, ProcessStats};
 struct Never;
 
 impl Provision for Never {
-    fn provision(&self, _: &str, _: Instant, _: &AtomicBool) -> Outcome {
+    fn provision(&self, _: &Identity, _: Instant, _: &AtomicBool) -> Outcome {
         Outcome::Failed("paused".into())
     }
 }
@@ -34,7 +35,8 @@ fn main() {
     );
     for n in 0..50_000 {
         fleet.add(
-            &format!("node-{n:05}.rack-{:03}.dc1.example.net", n % 997),
+            &Identity::parse(&format!("node-{n:05}.rack-{:03}.dc1.example.net", n % 997))
+                .expect("a valid identity"),
             Source::Discovery,
         );
     }

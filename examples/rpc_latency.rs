@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::client_config::ClientConfig;
 use choria_provisioner::choria::connector::Connector;
+use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::choria::rpc::RpcClient;
 use choria_provisioner::metrics::{Metrics, ProcessStats};
 
@@ -33,12 +34,12 @@ fn main() {
     let metrics = Arc::new(Metrics::new("bench").unwrap());
     let (_stop, shutdown) = crossbeam_channel::bounded::<()>(0);
     let conn = Connector::connect(&client, &metrics, &shutdown).unwrap();
-    let rpc = RpcClient::new(&conn, &client).unwrap();
+    let rpc = RpcClient::new(&conn, &client, Arc::clone(&metrics)).unwrap();
     let data = serde_json::json!({});
     let mut times = Vec::with_capacity(calls);
     let cpu_before = ProcessStats::read().cpu_seconds;
     for n in 0..calls {
-        let node = format!("sim-{:05}.example.net", n % 100);
+        let node = Identity::parse(&format!("sim-{:05}.example.net", n % 100)).unwrap();
         let started = Instant::now();
         rpc.call(&node, "rpcutil", "inventory", &data, Duration::from_secs(4))
             .expect("reply");

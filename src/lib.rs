@@ -13,6 +13,7 @@ pub mod logging;
 pub mod metrics;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod throttle;
 
 /// The version printed by `--version` and sent in the startup event; it comes from
 /// `Cargo.toml` only, and the RPM spec reads the same value.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::client_config::ClientConfig;
 use choria_provisioner::choria::connector::{ConnectError, Connector};
+use choria_provisioner::choria::subject::{Subject, SubjectFilter};
 use choria_provisioner::config::Config;
 use choria_provisioner::metrics::Metrics;
 use crossbeam_channel::bounded;
@@ -122,9 +123,11 @@ fn tls_with_a_generated_ca_user_and_password() {
     let metrics = Arc::new(Metrics::new("t").unwrap());
     let (_stop, shutdown) = bounded::<()>(0);
     let conn = Connector::connect(&c, &metrics, &shutdown).expect("TLS connect");
-    let sub = conn.nats().subscribe("tls.test").unwrap();
-    conn.nats().publish("tls.test", "x").unwrap();
-    assert!(sub.next_timeout(Duration::from_secs(5)).is_ok());
+    let (_sub, got) = listen(&conn, "tls.test");
+    conn.bus()
+        .publish(&Subject::new("tls.test").unwrap(), b"x")
+        .unwrap();
+    assert!(got.recv_timeout(Duration::from_secs(5)).is_ok());
     let entry = &connz(monitor)["connections"][0];
     assert!(
         entry["tls_version"]
@@ -164,6 +167,26 @@ fn tls_configured_but_server_without_tls_never_falls_back_to_plaintext() {
     ));
 }
 
+/// Subscribes to `subject` through the connector's bus; payloads go to the channel.
+fn listen(
+    conn: &Connector,
+    subject: &str,
+) -> (
+    choria_provisioner::choria::bus::Subscription,
+    crossbeam_channel::Receiver<Vec<u8>>,
+) {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let filter = SubjectFilter::new(subject).unwrap();
+    let sub = conn
+        .bus()
+        .subscribe(&filter, None, move |m| {
+            let _ = tx.send(m.data);
+        })
+        .unwrap();
+    conn.bus().flush(Duration::from_secs(5)).unwrap();
+    (sub, rx)
+}
+
 #[test]
 fn reconnects_after_the_server_restarts() {
     let mut server = NatsServer::start();
@@ -172,7 +195,7 @@ fn reconnects_after_the_server_restarts() {
     let metrics = Arc::new(Metrics::new("t").unwrap());
     let (_stop, shutdown) = bounded::<()>(0);
     let conn = Connector::connect(&c, &metrics, &shutdown).unwrap();
-    let sub = conn.nats().subscribe("after.restart").unwrap();
+    let (_sub, got) = listen(&conn, "after.restart");
     server.stop();
     let deadline = Instant::now() + Duration::from_secs(5);
     while conn.is_connected() && Instant::now() < deadline {
@@ -185,11 +208,10 @@ fn reconnects_after_the_server_restarts() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(conn.is_connected(), "reconnected");
-    conn.nats().publish("after.restart", "back").unwrap();
-    assert_eq!(
-        sub.next_timeout(Duration::from_secs(5)).unwrap().data,
-        b"back"
-    );
+    conn.bus()
+        .publish(&Subject::new("after.restart").unwrap(), b"back")
+        .unwrap();
+    assert_eq!(got.recv_timeout(Duration::from_secs(5)).unwrap(), b"back");
     assert_eq!(
         metrics
             .connector_reconnections

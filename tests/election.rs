@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use choria_provisioner::hosts::election::{
-    Callbacks, Election, ElectionOptions, ElectionState, Handover,
-};
+use choria_provisioner::choria::bus::Bus;
+use choria_provisioner::hosts::election::{Callbacks, Election, ElectionOptions, ElectionState};
 use choria_provisioner::metrics::Metrics;
 use crossbeam_channel::{bounded, Sender};
 use parking_lot::Mutex;
@@ -34,7 +33,7 @@ impl Candidate {
             .expect("connect as provisioner");
         let metrics = Arc::new(Metrics::new("t").unwrap());
         let election = Election::new(
-            nc.clone(),
+            Bus::new(nc.clone()),
             identity,
             ElectionOptions {
                 startup_spread: Duration::ZERO,
@@ -42,12 +41,12 @@ impl Candidate {
                 ..ElectionOptions::default()
             },
             Arc::clone(&metrics),
-        );
+        )
+        .unwrap();
         let state = election.state();
         let (won, lost) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (w, l) = (Arc::clone(&won), Arc::clone(&lost));
         let (stop, stop_rx) = bounded::<()>(0);
-        let me = identity.to_string();
         let thread = std::thread::spawn(move || {
             election.run(
                 Callbacks {
@@ -58,11 +57,6 @@ impl Candidate {
                         l.fetch_add(1, Ordering::SeqCst);
                     }),
                 },
-                Some(Handover {
-                    subject: "choria.lifecycle.event.shutdown.provisioner".into(),
-                    message: Box::new(move || me.clone().into_bytes()),
-                    resigned: Box::new(|b| String::from_utf8(b.to_vec()).ok()),
-                }),
                 &stop_rx,
             )
         });

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::client_config::ClientConfig;
+use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::config::{Config, Pause};
 use choria_provisioner::hosts::daemon::{Daemon, DaemonOptions};
 use choria_provisioner::hosts::election::{ElectionOptions, ElectionState};
@@ -210,7 +211,12 @@ fn a_fleet_with_ten_percent_faulty_nodes_is_provisioned() {
     assert!(faulty >= 10, "faults were exercised: {faulty}");
     assert_provisioned(&summary, |_| 1);
     assert!(
-        prov.daemon().rpc().rejected() > 0,
+        ["undecodable", "wrong_sender"].iter().any(|r| prov
+            .metrics
+            .rejected_replies
+            .with_label_values(&[r])
+            .get()
+            > 0),
         "garbage replies were rejected"
     );
     assert!(prov
@@ -480,7 +486,7 @@ fn when_the_leader_s_connection_dies_the_standby_takes_over_after_the_ttl() {
     std::thread::sleep(Duration::from_secs(1));
     assert!(!leader_of(&b));
     // The leader's broker connection dies: no resignation, its key must expire.
-    a.daemon().connector().nats().clone().close();
+    a.daemon().connector().close(Duration::from_secs(1));
     let started = Instant::now();
     wait_until("b leads", Duration::from_secs(20), || leader_of(&b));
     assert!(
@@ -976,7 +982,7 @@ fn a_node_locked_by_another_provisioner_fails_at_once() {
     // Another provisioner (another sender and caller) takes the node's lock.
     let other = Provisioner::start_paused(&server.url(), "other.test", "", fast(), true);
     let rpc = other.daemon().rpc();
-    let id = fleet.summary().nodes[0].identity.clone();
+    let id = Identity::parse(&fleet.summary().nodes[0].identity).unwrap();
     let reply = rpc
         .call(
             &id,
@@ -985,7 +991,8 @@ fn a_node_locked_by_another_provisioner_fails_at_once() {
             &serde_json::json!({"token": ""}),
             Duration::from_secs(5),
         )
-        .unwrap();
+        .unwrap()
+        .reply;
     assert_eq!(reply.statuscode, 0, "the other caller holds the lock now");
     let dir = TempDir::new("lock");
     let h = helper_answering(&dir, "h.sh", &format!("{{{CONFIG}}}"), "0");
@@ -1117,13 +1124,17 @@ fn a_node_waiting_longer_than_twice_the_interval_is_skipped() {
     let conn =
         choria_provisioner::choria::connector::Connector::connect(&client, &metrics, &shutdown)
             .unwrap();
-    let rpc = Arc::new(choria_provisioner::choria::rpc::RpcClient::new(&conn, &client).unwrap());
+    let rpc = Arc::new(
+        choria_provisioner::choria::rpc::RpcClient::new(&conn, &client, Arc::clone(&metrics))
+            .unwrap(),
+    );
     let timeouts = Timeouts {
         provision: Duration::from_secs(5),
         rpcutil: Duration::from_secs(2),
+        reply_grace: Duration::from_millis(50),
     };
     let sequence = Sequence::new(config, rpc, metrics, pause, timeouts).unwrap();
-    let id = fleet.summary().nodes[0].identity.clone();
+    let id = Identity::parse(&fleet.summary().nodes[0].identity).unwrap();
     let stopping = std::sync::atomic::AtomicBool::new(false);
     let since = Instant::now() - Duration::from_secs(121);
     let outcome = sequence.provision(&id, since, &stopping);
@@ -1158,6 +1169,6 @@ fn ten_thousand_simulated_nodes_start_and_answer_one_discovery() {
             Duration::from_secs(20),
         )
         .unwrap();
-    assert_eq!(found.len(), 10_000);
+    assert_eq!(found.identities.len(), 10_000);
     assert_eq!(fleet.progress().discovery_replies, 10_000);
 }

@@ -37,7 +37,7 @@ fn inventory_spec(protocol: Protocol) -> RequestSpec {
 fn reply_subject() -> String {
     format!(
         "{}.{ID}",
-        protocol::reply_prefix("provisioning", "choria=provisioner.example.net")
+        protocol::reply_prefix("provisioning", "choria=provisioner.example.net").unwrap()
     )
 }
 
@@ -173,6 +173,8 @@ fn v2_request_has_go_s_shape_and_a_verifiable_signature() {
     let mut spec = inventory_spec(Protocol::V2);
     spec.caller_id = "provisioner_signer".into();
     let reply_to = protocol::reply_prefix("provisioning", "provisioner_signer")
+        .unwrap()
+        .to_string()
         + ".2z1Rk3cJ0bq8YVwX4mTn6PpLsAe";
     let (_, payload) = protocol::encode_request(&spec, &reply_to, &creds, Protocol::V2).unwrap();
     let transport: serde_json::Value = serde_json::from_slice(&payload).unwrap();
@@ -315,7 +317,7 @@ fn lifecycle_events_in_both_formats() {
     let round = lifecycle::decode(&ours.to_cloudevent_json()).unwrap();
     assert_eq!(round, ours);
     assert_eq!(
-        ours.subject(),
+        ours.subject().unwrap().as_str(),
         "choria.lifecycle.event.startup.provision_mode_server"
     );
 }

@@ -12,6 +12,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use choria_provisioner::choria::client_config::ClientConfig;
 use choria_provisioner::choria::connector::Connector;
+use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
 use choria_provisioner::choria::protocol::{self, ids, Protocol};
 use choria_provisioner::choria::rpc::{RpcClient, RpcError};
@@ -119,6 +120,17 @@ fn discovery_responders(server: &NatsServer, count: usize) -> nats::Connection {
     nc
 }
 
+fn id(text: &str) -> Identity {
+    Identity::parse(text).unwrap()
+}
+
+fn rejected(rpc: &RpcClient, reason: &str) -> u64 {
+    rpc.metrics()
+        .rejected_replies
+        .with_label_values(&[reason])
+        .get()
+}
+
 fn client(server: &NatsServer, dir: &TempDir) -> RpcClient {
     let cfg = dir.write(
         "choria.cfg",
@@ -138,7 +150,7 @@ fn client(server: &NatsServer, dir: &TempDir) -> RpcClient {
     let metrics = Arc::new(Metrics::new("t").unwrap());
     let (_stop, shutdown) = bounded::<()>(0);
     let conn = Connector::connect(&c, &metrics, &shutdown).unwrap();
-    RpcClient::new(&conn, &c).unwrap()
+    RpcClient::new(&conn, &c, metrics).unwrap()
 }
 
 #[test]
@@ -147,22 +159,25 @@ fn a_direct_rpc_succeeds() {
     let dir = TempDir::new("rpc");
     let _node = responder(&server, "n1.example.net", Mode::Good);
     let rpc = client(&server, &dir);
-    let reply = rpc
+    let answer = rpc
         .call(
-            "n1.example.net",
+            &id("n1.example.net"),
             "choria_provision",
             "jwt",
             &serde_json::json!({"token": "t"}),
             Duration::from_secs(5),
         )
         .unwrap();
+    assert_eq!(rpc.router().pending(), 1, "the route is watched while kept");
+    let reply = answer.reply;
+    drop(answer.watch);
     assert_eq!(reply.sender, "n1.example.net");
     assert_eq!(reply.statuscode, 0);
     assert_eq!(reply.data["echo"]["token"], "t");
     assert_eq!(
         rpc.router().pending(),
         0,
-        "the route is gone after the call"
+        "the route is gone once the watch is dropped"
     );
 }
 
@@ -175,7 +190,7 @@ fn no_reply_times_out_with_go_s_message() {
     let started = Instant::now();
     let err = rpc
         .call(
-            "n1.example.net",
+            &id("n1.example.net"),
             "rpcutil",
             "inventory",
             &serde_json::json!({}),
@@ -199,7 +214,7 @@ fn a_reply_from_the_wrong_sender_is_ignored() {
     let rpc = client(&server, &dir);
     let err = rpc
         .call(
-            "n1.example.net",
+            &id("n1.example.net"),
             "rpcutil",
             "inventory",
             &serde_json::json!({}),
@@ -211,7 +226,7 @@ fn a_reply_from_the_wrong_sender_is_ignored() {
             .contains("1 rejected, last: reply comes from impostor.example.net"),
         "{err}"
     );
-    assert_eq!(rpc.rejected(), 1);
+    assert_eq!(rejected(&rpc, "wrong_sender"), 1);
 }
 
 #[test]
@@ -222,7 +237,7 @@ fn a_reply_with_a_wrong_hash_is_rejected() {
     let rpc = client(&server, &dir);
     let err = rpc
         .call(
-            "n1.example.net",
+            &id("n1.example.net"),
             "rpcutil",
             "inventory",
             &serde_json::json!({}),
@@ -244,7 +259,7 @@ fn a_thousand_concurrent_rpcs_from_sixteen_threads_are_all_answered_correctly() 
             let (rpc, ok) = (Arc::clone(&rpc), Arc::clone(&ok));
             std::thread::spawn(move || {
                 for i in 0..63 {
-                    let id = format!("node-{t}-{i}.example.net");
+                    let id = id(&format!("node-{t}-{i}.example.net"));
                     let reply = rpc
                         .call(
                             &id,
@@ -253,7 +268,8 @@ fn a_thousand_concurrent_rpcs_from_sixteen_threads_are_all_answered_correctly() 
                             &serde_json::json!({"n": i}),
                             Duration::from_secs(10),
                         )
-                        .unwrap();
+                        .unwrap()
+                        .reply;
                     assert_eq!(
                         reply.data["me"],
                         id.as_str(),
@@ -269,7 +285,9 @@ fn a_thousand_concurrent_rpcs_from_sixteen_threads_are_all_answered_correctly() 
         t.join().unwrap();
     }
     assert_eq!(ok.load(Ordering::Relaxed), 16 * 63);
-    assert_eq!(rpc.rejected(), 0);
+    for reason in ["undecodable", "wrong_request", "wrong_sender"] {
+        assert_eq!(rejected(&rpc, reason), 0, "{reason}");
+    }
     assert_eq!(rpc.router().pending(), 0);
 }
 
@@ -288,8 +306,9 @@ fn discovery_of_two_hundred_nodes_closes_its_window_early() {
         )
         .unwrap();
     let took = started.elapsed();
-    assert_eq!(found.len(), 200);
-    assert!(found.iter().all(|id| id.starts_with("node-")));
+    assert_eq!(found.identities.len(), 200);
+    assert_eq!(found.replies, 200);
+    assert!(found.identities.iter().all(|id| id.starts_with("node-")));
     assert!(
         took < Duration::from_millis(1500),
         "closed 300 ms after the last reply: {took:?}"
@@ -309,7 +328,7 @@ fn discovery_with_nobody_listening_ends_at_the_initial_wait() {
             Duration::from_secs(2),
         )
         .unwrap();
-    assert!(found.is_empty());
+    assert!(found.identities.is_empty());
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(400) && took < Duration::from_secs(2),

@@ -106,7 +106,7 @@ impl Hand<'_> {
     fn reply_to(&self) -> String {
         format!(
             "{}.{}",
-            protocol::reply_prefix("provisioning", CALLER),
+            protocol::reply_prefix("provisioning", CALLER).unwrap(),
             self.id
         )
     }
@@ -377,7 +377,7 @@ fn discover(nc: &nats::Connection, filter: Filter, wait: Duration) -> Vec<String
         time_ns: None,
         seen_by: None,
     };
-    let prefix = protocol::reply_prefix("provisioning", CALLER);
+    let prefix = protocol::reply_prefix("provisioning", CALLER).unwrap();
     let id = ids::v1_request_id();
     let reply_to = format!("{prefix}.{id}");
     let spec = RequestSpec {
@@ -430,7 +430,10 @@ fn call_as(
 ) -> Option<Value> {
     let caller = format!("choria={sender}");
     let id = ids::v1_request_id();
-    let reply_to = format!("{}.{id}", protocol::reply_prefix("provisioning", &caller));
+    let reply_to = format!(
+        "{}.{id}",
+        protocol::reply_prefix("provisioning", &caller).unwrap()
+    );
     let spec = RequestSpec {
         agent: agent.into(),
         collective: "provisioning".into(),

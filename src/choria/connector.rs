@@ -20,6 +20,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use crate::backoff::{FIVE_SEC, TWENTY_SEC};
 use crate::metrics::Metrics;
 
+use super::bus::Bus;
 use super::client_config::{ClientConfig, SecurityProvider};
 
 /// Why no connection was made.
@@ -60,6 +61,7 @@ impl ConnectionState {
 #[derive(Clone)]
 pub struct Connector {
     nc: nats::Connection,
+    bus: Bus,
     state: Arc<ConnectionState>,
     identity: String,
 }
@@ -117,6 +119,7 @@ impl Connector {
                         .observe(&[&identity], started.elapsed().as_secs_f64());
                     log::info!("Connected to {} as {}", shown.join(", "), identity);
                     return Ok(Connector {
+                        bus: Bus::new(nc.clone()),
                         nc,
                         state,
                         identity,
@@ -139,9 +142,10 @@ impl Connector {
         unreachable!("the connect loop only ends by returning")
     }
 
-    /// The underlying NATS connection.
-    pub fn nats(&self) -> &nats::Connection {
-        &self.nc
+    /// The checked face of the connection: every publish and subscription of the
+    /// daemon goes through it.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
     }
 
     /// The connection state, shared with `/healthz`.

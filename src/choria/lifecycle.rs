@@ -2,9 +2,17 @@
 //! other) events in the flat Choria format and the CloudEvents 1.0 envelope that
 //! servers send by default; encoding the provisioner's own events.
 
+use std::sync::Arc;
+
+use crossbeam_channel::{bounded, Receiver};
 use serde::{Deserialize, Serialize};
 
+use super::bus::{Bus, Subscription as BusSubscription};
+use super::identity::{shown, Identity, IdentityError};
 use super::protocol::{gojson, ids, Layer, ProtocolError, MAX_PAYLOAD};
+use super::subject::{QueueGroup, Subject, SubjectError, SubjectFilter};
+use crate::metrics::Metrics;
+use crate::throttle::Throttle;
 
 /// A lifecycle event as the provisioner reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,15 +77,78 @@ impl Event {
         }))
     }
 
-    /// The subject this event is published on.
-    pub fn subject(&self) -> String {
+    /// The subject this event is published on (the component must be a valid token).
+    pub fn subject(&self) -> Result<Subject, SubjectError> {
         subject(self.kind(), &self.component)
     }
 }
 
 /// `choria.lifecycle.event.<kind>.<component>`.
-pub fn subject(kind: &str, component: &str) -> String {
-    format!("choria.lifecycle.event.{kind}.{component}")
+pub fn subject(kind: &str, component: &str) -> Result<Subject, SubjectError> {
+    Subject::new(format!("choria.lifecycle.event.{kind}.{component}"))
+}
+
+/// Publishes `event` in the flat Choria format on its subject.
+pub fn publish(bus: &Bus, event: &Event) -> std::io::Result<()> {
+    let subject = event
+        .subject()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    bus.publish(&subject, &event.to_choria_json())
+}
+
+/// The largest startup event read; real ones are a few hundred bytes.
+pub const MAX_EVENT_BYTES: usize = 64 * 1024;
+
+/// Startup events waiting for the listener; a fleet of 50,000 booting at once fits.
+pub const EVENT_BACKLOG: usize = 65_536;
+
+/// Subscribes to startup events of `component` (in `queue` when given). Each event
+/// is decoded and its identity validated on the reader thread; only valid identities
+/// reach the returned channel, at most [`EVENT_BACKLOG`] of them waiting. What is
+/// dropped is counted in `dropped_events` (and `refused_identities`), and warned
+/// about at most once a minute.
+pub fn subscribe_startups(
+    bus: &Bus,
+    component: &str,
+    queue: Option<&QueueGroup>,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<(BusSubscription, Receiver<Identity>)> {
+    let filter: SubjectFilter = subject("startup", component)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
+        .into();
+    let (tx, rx) = bounded(EVENT_BACKLOG);
+    let throttle = Throttle::default();
+    let metrics_ids = Arc::clone(&metrics);
+    let drop_event = move |reason: &str, why: &dyn std::fmt::Display| {
+        metrics.dropped_events.with_label_values(&[reason]).inc();
+        if let Some(held) = throttle.ready() {
+            log::warn!(
+                "Dropped a startup event: {why} ({held} more dropped since the last warning)"
+            );
+        }
+    };
+    let subscription = bus.subscribe(&filter, queue, move |msg| {
+        if msg.data.len() > MAX_EVENT_BYTES {
+            return drop_event("too_large", &format!("{} bytes", msg.data.len()));
+        }
+        match startup_identity(&msg.data) {
+            Ok(Some(identity)) => {
+                if tx.try_send(identity).is_err() {
+                    drop_event("backlog_full", &"the listener is behind");
+                }
+            }
+            Ok(None) => {}
+            Err(StartupError::Identity(e, shown)) => {
+                metrics_ids
+                    .refused_identities
+                    .with_label_values(&["event", e.reason()])
+                    .inc();
+                drop_event("invalid_identity", &format!("identity {shown:?}: {e}"));
+            }
+            Err(StartupError::Decode(e)) => drop_event("undecodable", &e),
+        }
+    })?;
+    Ok((subscription, rx))
 }
 
 fn err(reason: impl std::fmt::Display) -> ProtocolError {
@@ -130,14 +201,33 @@ pub fn decode(bytes: &[u8]) -> Result<Event, ProtocolError> {
     Err(err("neither a Choria lifecycle event nor a CloudEvent"))
 }
 
+/// Why a startup event was not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartupError {
+    /// Not a lifecycle event.
+    Decode(ProtocolError),
+    /// The identity is not valid; the value is escaped and cut for logs.
+    Identity(IdentityError, String),
+}
+
+impl std::fmt::Display for StartupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartupError::Decode(e) => e.fmt(f),
+            StartupError::Identity(e, shown) => write!(f, "startup event for {shown:?}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartupError {}
+
 /// The identity a startup event announces, `None` for other event types.
-pub fn startup_identity(bytes: &[u8]) -> Result<Option<String>, ProtocolError> {
-    let event = decode(bytes)?;
+pub fn startup_identity(bytes: &[u8]) -> Result<Option<Identity>, StartupError> {
+    let event = decode(bytes).map_err(StartupError::Decode)?;
     if event.kind() != "startup" {
         return Ok(None);
     }
-    if event.identity.is_empty() {
-        return Err(err("startup event without identity"));
-    }
-    Ok(Some(event.identity))
+    Identity::parse(&event.identity)
+        .map(Some)
+        .map_err(|e| StartupError::Identity(e, shown(&event.identity)))
 }

@@ -4,9 +4,14 @@
 //! connects, encodes and decodes the protocol layers, routes replies, and makes RPC
 //! calls and broadcast discoveries.
 
+pub mod bus;
 pub mod client_config;
 pub mod connector;
+pub mod identity;
+pub mod kv;
 pub mod lifecycle;
+pub mod peers;
 pub mod protocol;
 pub mod router;
 pub mod rpc;
+pub mod subject;

@@ -1,47 +1,96 @@
 //! Routed replies: one wildcard subscription on `provisioning.reply.<md5(caller)>.*`
-//! for the whole connection, dispatching each reply by the last subject token (the
-//! request id) to whoever waits for it. Thousands of concurrent requests therefore
-//! cost no subscribe/unsubscribe round trips (Go opened two NATS connections per
-//! RPC try). Nothing is decoded on the dispatch thread: a reply is handed over as
-//! bytes and checked by the waiting caller, so a hostile reply cannot stall routing.
-
-#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+//! for the whole connection. The connection's reader thread looks up the last subject
+//! token (the request id) and hands the reply straight to whoever waits for it, so a
+//! reply wakes exactly one thread: its caller. Thousands of concurrent requests cost
+//! no subscribe/unsubscribe round trips (Go opened two NATS connections per RPC try).
+//!
+//! Nothing is decoded on the reader thread: a reply is handed over as bytes and
+//! checked by its caller, and every route is a bounded channel filled with
+//! `try_send`, so a flood of replies (forged or not) can neither stall the reader nor
+//! grow memory: what does not fit is counted and dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 
-/// Where replies to one request id go: a bounded channel (an RPC keeps a few, so a
-/// forged reply arriving first cannot hide the real one) or an unbounded one (a
-/// discovery wants them all).
-type Route = Sender<Vec<u8>>;
+use super::bus::{Bus, Delivered, Subscription};
+use super::subject::{Subject, SubjectError, SubjectFilter};
 
-/// Counters of what the router saw, for debugging and tests.
+/// What the router hands to a waiting caller.
+#[derive(Debug)]
+pub enum Routed {
+    /// A reply's payload, unchecked.
+    Reply(Vec<u8>),
+    /// nats-server's "no responders": nobody subscribes to the request's subject, so no
+    /// node will ever answer it.
+    NoResponders,
+}
+
+/// Counters of what the router saw.
 #[derive(Debug, Default)]
 pub struct RouterStats {
     /// Replies routed to a waiting caller.
     pub routed: AtomicU64,
     /// Replies for no pending request (late, duplicate or forged).
     pub unexpected: AtomicU64,
+    /// Replies dropped because their caller's channel was full (a flood).
+    pub overflow: AtomicU64,
 }
+
+/// A function that takes a request's replies on the reader thread (discovery uses
+/// one, so that its thousands of replies need no channel of their size).
+pub type Sink = Arc<dyn Fn(Routed) + Send + Sync>;
+
+/// Where the replies to one request id go.
+#[derive(Clone)]
+enum Route {
+    /// A bounded channel a caller waits on.
+    Channel(Sender<Routed>),
+    /// A function run on the reader thread.
+    Sink(Sink),
+}
+
+type Routes = Mutex<HashMap<Box<str>, Route>>;
 
 /// The reply router of one connection.
 pub struct Router {
-    prefix: String,
-    routes: Arc<Mutex<HashMap<String, Route>>>,
+    prefix: Subject,
+    routes: Arc<Routes>,
     stats: Arc<RouterStats>,
-    _subscription: nats::Handler,
+    _subscription: Subscription,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("prefix", &self.prefix)
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+/// A request id registered with a [`Sink`]; unregisters itself when dropped.
+pub struct Collecting<'a> {
+    router: &'a Router,
+    id: Box<str>,
+}
+
+impl Drop for Collecting<'_> {
+    fn drop(&mut self) {
+        self.router.routes.lock().remove(&self.id);
+    }
 }
 
 /// A registered request id; unregisters itself when dropped.
 pub struct Pending<'a> {
     router: &'a Router,
-    id: String,
-    /// Reply payloads as they arrive.
-    pub replies: Receiver<Vec<u8>>,
+    id: Box<str>,
+    /// Replies as they arrive (at most the capacity given when registering; later
+    /// ones are dropped and counted).
+    pub replies: Receiver<Routed>,
 }
 
 impl Drop for Pending<'_> {
@@ -50,62 +99,54 @@ impl Drop for Pending<'_> {
     }
 }
 
+impl Pending<'_> {
+    /// The request id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
 impl Router {
-    /// Subscribes to `<prefix>.*` on `nc` and starts dispatching.
-    pub fn start(nc: &nats::Connection, prefix: &str) -> std::io::Result<Router> {
-        let routes: Arc<Mutex<HashMap<String, Route>>> = Arc::default();
+    /// Subscribes to `<prefix>.*` on `bus` and starts routing.
+    pub fn start(bus: &Bus, prefix: Subject) -> std::io::Result<Router> {
+        let routes: Arc<Routes> = Arc::default();
         let stats: Arc<RouterStats> = Arc::default();
-        let subscription = nc.subscribe(&format!("{prefix}.*"))?;
+        let filter = SubjectFilter::new(format!("{prefix}.*"))
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let (r, s) = (Arc::clone(&routes), Arc::clone(&stats));
-        let handler = subscription.with_handler(move |msg| {
-            if msg.is_no_responders() {
-                return Ok(());
-            }
-            let id = msg.subject.rsplit('.').next().unwrap_or("");
-            let route = r.lock().get(id).cloned();
-            let delivered = route.is_some_and(|tx| tx.try_send(msg.data).is_ok());
-            if delivered {
-                s.routed.fetch_add(1, Ordering::Relaxed);
-            } else {
-                s.unexpected.fetch_add(1, Ordering::Relaxed);
-                log::debug!("Ignoring a reply on {} for no pending request", msg.subject);
-            }
-            Ok(())
-        });
+        let subscription = bus.subscribe(&filter, None, move |msg| route(&r, &s, msg))?;
         Ok(Router {
-            prefix: prefix.to_string(),
+            prefix,
             routes,
             stats,
-            _subscription: handler,
+            _subscription: subscription,
         })
     }
 
     /// The reply subject for request `id`.
-    pub fn reply_subject(&self, id: &str) -> String {
-        format!("{}.{id}", self.prefix)
+    pub fn reply_subject(&self, id: &str) -> Result<Subject, SubjectError> {
+        self.prefix.child(id)
     }
 
-    /// Registers `id` for a single-target request: up to 8 replies are kept for the
-    /// caller to check, later ones dropped.
-    pub fn expect_one(&self, id: &str) -> Pending<'_> {
-        let (tx, rx) = bounded(8);
-        self.routes.lock().insert(id.to_string(), tx);
+    /// Registers `id`; up to `capacity` replies wait for the caller, later ones are
+    /// dropped until it reads some.
+    pub fn expect(&self, id: &str, capacity: usize) -> Pending<'_> {
+        let (tx, rx) = bounded(capacity.max(1));
+        let id: Box<str> = id.into();
+        self.routes.lock().insert(id.clone(), Route::Channel(tx));
         Pending {
             router: self,
-            id: id.to_string(),
+            id,
             replies: rx,
         }
     }
 
-    /// Registers `id` for every reply until the returned value is dropped.
-    pub fn expect_all(&self, id: &str) -> Pending<'_> {
-        let (tx, rx) = unbounded();
-        self.routes.lock().insert(id.to_string(), tx);
-        Pending {
-            router: self,
-            id: id.to_string(),
-            replies: rx,
-        }
+    /// Registers `id` with `sink`, which takes every reply on the reader thread until
+    /// the returned value is dropped. `sink` must return at once.
+    pub fn collect(&self, id: &str, sink: Sink) -> Collecting<'_> {
+        let id: Box<str> = id.into();
+        self.routes.lock().insert(id.clone(), Route::Sink(sink));
+        Collecting { router: self, id }
     }
 
     /// What the router saw so far.
@@ -117,4 +158,32 @@ impl Router {
     pub fn pending(&self) -> usize {
         self.routes.lock().len()
     }
+}
+
+/// Runs on the reader thread: one map lookup and one `try_send`.
+fn route(routes: &Routes, stats: &RouterStats, msg: Delivered) {
+    let id = msg.subject.rsplit('.').next().unwrap_or("");
+    let routed = if msg.no_responders {
+        Routed::NoResponders
+    } else {
+        Routed::Reply(msg.data)
+    };
+    // Cloned out so that the lock is not held while sending or sinking.
+    let route = routes.lock().get(id).cloned();
+    let result = match route {
+        Some(Route::Channel(tx)) => tx.try_send(routed),
+        Some(Route::Sink(sink)) => {
+            stats.routed.fetch_add(1, Ordering::Relaxed);
+            return sink(routed);
+        }
+        None => {
+            stats.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    match result {
+        Ok(()) => stats.routed.fetch_add(1, Ordering::Relaxed),
+        Err(TrySendError::Full(_)) => stats.overflow.fetch_add(1, Ordering::Relaxed),
+        Err(TrySendError::Disconnected(_)) => stats.unexpected.fetch_add(1, Ordering::Relaxed),
+    };
 }

@@ -1,21 +1,37 @@
 //! Direct RPC to one node and broadcast discovery, over the daemon's one connection.
 //!
 //! A request goes to `provisioning.node.<identity>` with the reply subject
-//! `provisioning.reply.<md5(callerid)>.<requestid>` in the transport header (not in
-//! the NATS reply field), registered with the [`Router`] before publishing. A reply
-//! is accepted only if its envelope names the request id and the identity that was
-//! asked; anything else is counted and ignored while the caller keeps waiting.
+//! `provisioning.reply.<md5(callerid)>.<requestid>` both in the Choria transport
+//! header (where servers reply) and as the NATS reply subject, registered with the
+//! [`Router`] before publishing. The NATS reply subject makes nats-server answer "no
+//! responders" at once when no server subscribes to the node's subject, so a made-up
+//! identity costs one round trip instead of a worker's timeouts.
+//!
+//! A reply is accepted only if its envelope names the request id and the identity
+//! that was asked; anything else is counted and ignored while the caller keeps
+//! waiting, and the deadline is checked on every message, so no flood extends a call.
+//! A provisioning-mode node can read every request and answer in any node's name, so
+//! an accepted reply comes with a [`Watch`]: the caller keeps listening and, before it
+//! trusts what the node said, asks whether a second, different reply came in the
+//! same name ([`Watch::settle`]).
 
-#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
-
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{bounded, RecvTimeoutError, TryRecvError};
+use parking_lot::Mutex;
+
+use super::bus::Bus;
 use super::client_config::ClientConfig;
-use super::connector::Connector;
+use super::connector::{redact_url, Connector};
+use super::identity::{shown, Identity};
 use super::protocol::{self, Credentials, Filter, Protocol, RequestSpec};
-use super::router::Router;
+use super::router::{Pending, Routed, Router};
+use super::subject::{Subject, SubjectError};
+use crate::metrics::Metrics;
+use crate::throttle::Throttle;
 
 /// The collective provisioning happens in.
 pub const COLLECTIVE: &str = "provisioning";
@@ -25,6 +41,13 @@ pub const COLLECTIVE: &str = "provisioning";
 /// thread writes everything published within 5 ms in one go. A lone request (the
 /// usual case on a quiet fleet) still leaves at once.
 const FLUSH_BELOW_IN_FLIGHT: usize = 8;
+
+/// Replies kept per direct request: the real one plus a few forged or duplicated ones.
+const REPLIES_PER_REQUEST: usize = 8;
+
+/// Distinct senders one discovery keeps; more than a fleet of 50,000 can send, so
+/// only a flood of made-up identities reaches it.
+pub const MAX_DISCOVERY_SENDERS: usize = 100_000;
 
 /// A decoded RPC reply from one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,12 +67,19 @@ pub struct Reply {
 pub enum RpcError {
     /// The request could not be built.
     Encode(String),
+    /// A subject could not be made (never for a validated identity).
+    Subject(SubjectError),
     /// The request could not be published.
     Publish(String),
+    /// nats-server said nobody subscribes to the node's subject: no server is there.
+    NoResponders {
+        /// The node asked.
+        identity: Identity,
+    },
     /// No acceptable reply within the timeout (Go: `received 0 responses ...`).
     NoReply {
         /// The node asked.
-        identity: String,
+        identity: Identity,
         /// How long we waited.
         waited: Duration,
         /// Replies that came but were rejected, with the last reason.
@@ -61,7 +91,12 @@ impl fmt::Display for RpcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RpcError::Encode(e) => write!(f, "could not encode the request: {e}"),
+            RpcError::Subject(e) => write!(f, "could not address the request: {e}"),
             RpcError::Publish(e) => write!(f, "could not publish the request: {e}"),
+            RpcError::NoResponders { identity } => write!(
+                f,
+                "no server listens for {identity}: nobody subscribes to {COLLECTIVE}.node.{identity}"
+            ),
             RpcError::NoReply {
                 identity,
                 waited,
@@ -86,9 +121,136 @@ impl fmt::Display for RpcError {
 
 impl std::error::Error for RpcError {}
 
+/// Two different replies to one request, both claiming to come from the node asked:
+/// someone answers in its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contested {
+    /// The node whose name was used.
+    pub identity: Identity,
+    /// `agent#action`.
+    pub rpc: String,
+}
+
+impl fmt::Display for Contested {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} was answered twice with different replies in the name of {}: another node is answering for it",
+            self.rpc, self.identity
+        )
+    }
+}
+
+impl std::error::Error for Contested {}
+
+/// An accepted reply's request, still listening for more replies in the same name.
+pub struct Watch<'a> {
+    pending: Pending<'a>,
+    client: &'a RpcClient,
+    identity: Identity,
+    rpc: String,
+    body: Vec<u8>,
+    accepted_at: Instant,
+}
+
+impl fmt::Debug for Watch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Watch")
+            .field("identity", &self.identity)
+            .field("rpc", &self.rpc)
+            .finish()
+    }
+}
+
+impl Watch<'_> {
+    /// When the accepted reply arrived.
+    pub fn accepted_at(&self) -> Instant {
+        self.accepted_at
+    }
+
+    /// Reads what else arrived for this request until `until` (at once if past):
+    /// `Err` when a valid reply in the node's name differs from the accepted one.
+    /// Identical copies and invalid replies are not a contest (they are counted).
+    pub fn settle(&self, until: Instant) -> Result<(), Contested> {
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let next = if left.is_zero() {
+                match self.pending.replies.try_recv() {
+                    Ok(r) => r,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Ok(()),
+                }
+            } else {
+                match self.pending.replies.recv_timeout(left) {
+                    Ok(r) => r,
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                        return Ok(())
+                    }
+                }
+            };
+            let Routed::Reply(bytes) = next else { continue };
+            match self
+                .client
+                .accept(&bytes, self.pending.id(), &self.identity)
+            {
+                Ok((_, body)) if body != self.body => {
+                    self.client
+                        .metrics
+                        .contested_replies
+                        .with_label_values(&[&self.rpc])
+                        .inc();
+                    return Err(Contested {
+                        identity: self.identity.clone(),
+                        rpc: self.rpc.clone(),
+                    });
+                }
+                Ok(_) => {}
+                Err(rejection) => self.client.count_rejection(&rejection),
+            }
+        }
+    }
+}
+
+/// An accepted reply and the watch over its request.
+#[derive(Debug)]
+pub struct Answer<'a> {
+    /// The reply.
+    pub reply: Reply,
+    /// Keeps listening for other replies in the node's name until dropped.
+    pub watch: Watch<'a>,
+}
+
+/// Why a reply was not accepted.
+#[derive(Debug)]
+struct Rejection {
+    reason: &'static str,
+    detail: String,
+}
+
+/// What one broadcast discovery found.
+#[derive(Debug, Default)]
+pub struct Discovered {
+    /// Distinct, valid identities in the order they answered.
+    pub identities: Vec<Identity>,
+    /// Replies received (valid or not).
+    pub replies: u64,
+    /// Replies refused (undecodable, or an invalid identity).
+    pub refused: u64,
+    /// How long the discovery listened.
+    pub took: Duration,
+}
+
+/// The discovery state the reader thread fills.
+#[derive(Default)]
+struct Collected {
+    seen: HashSet<Identity>,
+    order: Vec<Identity>,
+    replies: u64,
+    refused: u64,
+}
+
 /// RPC and discovery over one connection.
 pub struct RpcClient {
-    nc: nats::Connection,
+    bus: Bus,
     router: Router,
     protocol: Protocol,
     credentials: Credentials,
@@ -96,39 +258,60 @@ pub struct RpcClient {
     caller_id: String,
     ttl: u64,
     seen_by: Option<String>,
-    rejected: AtomicU64,
+    metrics: Arc<Metrics>,
+    warn_identity: Arc<Throttle>,
+    node_prefix: Subject,
+    discovery_subject: Subject,
+}
+
+impl fmt::Debug for RpcClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RpcClient")
+            .field("identity", &self.identity)
+            .field("protocol", &self.protocol)
+            .finish()
+    }
 }
 
 impl RpcClient {
     /// Builds the client for `connector` with the identity, caller id, protocol version
     /// and credentials that `client` selects.
-    pub fn new(connector: &Connector, client: &ClientConfig) -> Result<RpcClient, RpcError> {
+    pub fn new(
+        connector: &Connector,
+        client: &ClientConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<RpcClient, RpcError> {
         let (protocol, credentials, caller_id) =
             protocol::client_identity(client).map_err(|e| RpcError::Encode(e.to_string()))?;
-        let prefix = protocol::reply_prefix(COLLECTIVE, &caller_id);
-        let router = Router::start(connector.nats(), &prefix)
+        let prefix = protocol::reply_prefix(COLLECTIVE, &caller_id).map_err(RpcError::Subject)?;
+        let router = Router::start(connector.bus(), prefix.clone())
             .map_err(|e| RpcError::Publish(format!("cannot subscribe to {prefix}.*: {e}")))?;
+        let subject = |s: String| Subject::new(s).map_err(RpcError::Subject);
         Ok(RpcClient {
-            nc: connector.nats().clone(),
+            bus: connector.bus().clone(),
             router,
             protocol,
             credentials,
             identity: client.identity.clone(),
             caller_id,
             ttl: client.ttl,
-            seen_by: client.middleware_hosts.first().cloned(),
-            rejected: AtomicU64::new(0),
+            // Informational only, and every node reads it: never with credentials.
+            seen_by: client.middleware_hosts.first().map(|u| redact_url(u)),
+            metrics,
+            warn_identity: Arc::new(Throttle::default()),
+            node_prefix: subject(format!("{COLLECTIVE}.node"))?,
+            discovery_subject: subject(format!("{COLLECTIVE}.broadcast.agent.discovery"))?,
         })
-    }
-
-    /// Replies rejected so far (wrong sender, wrong id, bad hash, undecodable).
-    pub fn rejected(&self) -> u64 {
-        self.rejected.load(Ordering::Relaxed)
     }
 
     /// The router, for its counters.
     pub fn router(&self) -> &Router {
         &self.router
+    }
+
+    /// The metrics replies and refusals are counted in.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     fn spec(&self, agent: &str, filter_agent: &str, body: Vec<u8>, id: String) -> RequestSpec {
@@ -149,93 +332,202 @@ impl RpcClient {
     /// Encodes `spec` with its routed reply subject and publishes it to `subject`.
     /// With few requests in flight it flushes (at most `timeout`) so the request
     /// leaves at once; under load the nats flusher writes many together instead.
-    fn send(&self, spec: RequestSpec, subject: &str, timeout: Duration) -> Result<(), RpcError> {
+    fn send(
+        &self,
+        spec: RequestSpec,
+        subject: &Subject,
+        timeout: Duration,
+    ) -> Result<(), RpcError> {
         let id = spec.request_id.clone().unwrap_or_default();
-        let (_, payload) = protocol::encode_request(
-            &spec,
-            &self.router.reply_subject(&id),
-            &self.credentials,
-            self.protocol,
-        )
-        .map_err(|e| RpcError::Encode(e.to_string()))?;
-        self.nc
-            .publish(subject, payload)
+        let reply = self.router.reply_subject(&id).map_err(RpcError::Subject)?;
+        let (_, payload) =
+            protocol::encode_request(&spec, reply.as_str(), &self.credentials, self.protocol)
+                .map_err(|e| RpcError::Encode(e.to_string()))?;
+        self.bus
+            .publish_request(subject, &reply, None, &payload)
             .map_err(|e| RpcError::Publish(e.to_string()))?;
         if self.router.pending() < FLUSH_BELOW_IN_FLIGHT {
-            let _ = self.nc.flush_timeout(timeout);
+            let _ = self.bus.flush(timeout);
         }
         Ok(())
     }
 
-    /// One try of `agent#action` to `identity`, waiting at most `timeout`.
+    /// One try of `agent#action` to `identity`, waiting at most `timeout` for a valid
+    /// reply. The answer's watch keeps listening for other replies in the node's name.
     pub fn call(
         &self,
-        identity: &str,
+        identity: &Identity,
         agent: &str,
         action: &str,
         data: &serde_json::Value,
         timeout: Duration,
-    ) -> Result<Reply, RpcError> {
+    ) -> Result<Answer<'_>, RpcError> {
         let id = protocol::new_request_id(self.protocol);
         let body = protocol::mcorpc::RpcRequestBody::new(agent, action, data.clone()).encode();
-        let pending = self.router.expect_one(&id);
+        let subject = self
+            .node_prefix
+            .child(identity)
+            .map_err(RpcError::Subject)?;
+        let pending = self.router.expect(&id, REPLIES_PER_REQUEST);
         let started = Instant::now();
-        self.send(
-            self.spec(agent, agent, body, id.clone()),
-            &format!("{COLLECTIVE}.node.{identity}"),
-            timeout,
-        )?;
+        self.send(self.spec(agent, agent, body, id.clone()), &subject, timeout)?;
         let mut rejected: Option<(u64, String)> = None;
         loop {
+            // Checked on every message: a flood cannot extend the call.
             let left = timeout.saturating_sub(started.elapsed());
-            let Ok(bytes) = pending.replies.recv_timeout(left) else {
-                return Err(RpcError::NoReply {
-                    identity: identity.to_string(),
-                    waited: started.elapsed(),
-                    rejected,
-                });
+            let routed = if left.is_zero() {
+                None
+            } else {
+                pending.replies.recv_timeout(left).ok()
+            };
+            let bytes = match routed {
+                None => {
+                    return Err(RpcError::NoReply {
+                        identity: identity.clone(),
+                        waited: started.elapsed(),
+                        rejected,
+                    })
+                }
+                Some(Routed::NoResponders) => {
+                    self.metrics.unreachable_nodes.inc();
+                    return Err(RpcError::NoResponders {
+                        identity: identity.clone(),
+                    });
+                }
+                Some(Routed::Reply(bytes)) => bytes,
             };
             match self.accept(&bytes, &id, identity) {
-                Ok(reply) => return Ok(reply),
+                Ok((reply, body)) => {
+                    return Ok(Answer {
+                        reply,
+                        watch: Watch {
+                            pending,
+                            client: self,
+                            identity: identity.clone(),
+                            rpc: format!("{agent}#{action}"),
+                            body,
+                            accepted_at: Instant::now(),
+                        },
+                    })
+                }
                 Err(why) => {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
-                    log::debug!("Rejected a reply to {agent}#{action} for {identity}: {why}");
+                    self.count_rejection(&why);
+                    log::debug!(
+                        "Rejected a reply to {agent}#{action} for {identity}: {}",
+                        why.detail
+                    );
                     let n = rejected.as_ref().map(|(n, _)| n + 1).unwrap_or(1);
-                    rejected = Some((n, why));
+                    rejected = Some((n, why.detail));
                 }
             }
         }
     }
 
-    /// Decodes and checks one reply for request `id` from `identity`.
-    fn accept(&self, bytes: &[u8], id: &str, identity: &str) -> Result<Reply, String> {
-        let decoded = protocol::decode_reply(bytes).map_err(|e| e.to_string())?;
+    fn count_rejection(&self, why: &Rejection) {
+        self.metrics
+            .rejected_replies
+            .with_label_values(&[why.reason])
+            .inc();
+    }
+
+    /// Decodes and checks one reply for request `id` from `identity`; returns it with
+    /// its RPC body bytes.
+    fn accept(
+        &self,
+        bytes: &[u8],
+        id: &str,
+        identity: &Identity,
+    ) -> Result<(Reply, Vec<u8>), Rejection> {
+        let reject = |reason, detail: String| Rejection { reason, detail };
+        let decoded =
+            protocol::decode_reply(bytes).map_err(|e| reject("undecodable", e.to_string()))?;
         if decoded.request_id != id {
-            return Err(format!("reply is for request {}", decoded.request_id));
+            return Err(reject(
+                "wrong_request",
+                format!("reply is for request {}", shown(&decoded.request_id)),
+            ));
         }
-        if decoded.sender_id != identity {
-            return Err(format!("reply comes from {}", decoded.sender_id));
+        if decoded.sender_id != identity.as_str() {
+            return Err(reject(
+                "wrong_sender",
+                format!("reply comes from {}", shown(&decoded.sender_id)),
+            ));
         }
-        let body = protocol::mcorpc::RpcReply::decode(&decoded.body).map_err(|e| e.to_string())?;
-        Ok(Reply {
-            sender: decoded.sender_id,
-            statuscode: body.statuscode,
-            statusmsg: body.statusmsg,
-            data: body.data,
-        })
+        let body = protocol::mcorpc::RpcReply::decode(&decoded.body)
+            .map_err(|e| reject("undecodable", e.to_string()))?;
+        Ok((
+            Reply {
+                sender: decoded.sender_id,
+                statuscode: body.statuscode,
+                statusmsg: body.statusmsg,
+                data: body.data,
+            },
+            decoded.body,
+        ))
     }
 
     /// Broadcast discovery of nodes with the `choria_provision` agent: collects the
-    /// transport senders until `window` passes without a reply (after the first one),
-    /// `initial` passes without any, or `limit` is reached. Duplicates are removed.
+    /// transport senders until `window` passes without a new one (after the first),
+    /// `initial` passes without any, or `limit` is reached, whatever keeps arriving.
+    /// Senders are decoded and validated on the reader thread; invalid ones are counted
+    /// and dropped, and at most [`MAX_DISCOVERY_SENDERS`] are kept.
     pub fn discover(
         &self,
         initial: Duration,
         window: Duration,
         limit: Duration,
-    ) -> Result<Vec<String>, RpcError> {
+    ) -> Result<Discovered, RpcError> {
         let id = protocol::new_request_id(self.protocol);
-        let pending = self.router.expect_all(&id);
+        let collected: Arc<Mutex<Collected>> = Arc::default();
+        let (tick_tx, tick) = bounded::<()>(1);
+        let sink = {
+            let collected = Arc::clone(&collected);
+            let metrics = Arc::clone(&self.metrics);
+            let warn = Arc::clone(&self.warn_identity);
+            Arc::new(move |routed: Routed| {
+                let Routed::Reply(bytes) = routed else { return };
+                let sender = protocol::transport_sender(&bytes);
+                let mut c = collected.lock();
+                c.replies += 1;
+                let sender = match sender {
+                    Ok(sender) => sender,
+                    Err(e) => {
+                        c.refused += 1;
+                        metrics
+                            .refused_identities
+                            .with_label_values(&["discovery", "undecodable"])
+                            .inc();
+                        log::debug!("Ignoring an undecodable discovery reply: {e}");
+                        return;
+                    }
+                };
+                match Identity::parse(&sender) {
+                    Ok(identity) if c.seen.contains(&identity) => {}
+                    Ok(_) if c.seen.len() >= MAX_DISCOVERY_SENDERS => {
+                        metrics.discovery_overflow.inc();
+                    }
+                    Ok(identity) => {
+                        c.seen.insert(identity.clone());
+                        c.order.push(identity);
+                        let _ = tick_tx.try_send(());
+                    }
+                    Err(e) => {
+                        c.refused += 1;
+                        metrics
+                            .refused_identities
+                            .with_label_values(&["discovery", e.reason()])
+                            .inc();
+                        if let Some(held) = warn.ready() {
+                            log::warn!(
+                                "Refused a discovery reply from {:?}: {e} ({held} more refused since the last warning)",
+                                shown(&sender)
+                            );
+                        }
+                    }
+                }
+            })
+        };
+        let registration = self.router.collect(&id, sink);
         let started = Instant::now();
         let spec = self.spec(
             "discovery",
@@ -243,29 +535,22 @@ impl RpcClient {
             protocol::DISCOVERY_REQUEST.to_vec(),
             id,
         );
-        self.send(
-            spec,
-            &format!("{COLLECTIVE}.broadcast.agent.discovery"),
-            limit,
-        )?;
-        let mut seen = std::collections::HashSet::new();
-        let mut found = Vec::new();
+        self.send(spec, &self.discovery_subject, limit)?;
         let mut wait = initial.min(limit);
         loop {
             let left = limit.saturating_sub(started.elapsed());
-            let Ok(bytes) = pending.replies.recv_timeout(wait.min(left)) else {
+            if left.is_zero() || tick.recv_timeout(wait.min(left)).is_err() {
                 break;
-            };
-            match protocol::transport_sender(&bytes) {
-                Ok(sender) if seen.insert(sender.clone()) => found.push(sender),
-                Ok(_) => {}
-                Err(e) => {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
-                    log::debug!("Ignoring an undecodable discovery reply: {e}");
-                }
             }
             wait = window;
         }
-        Ok(found)
+        drop(registration);
+        let mut c = std::mem::take(&mut *collected.lock());
+        Ok(Discovered {
+            identities: std::mem::take(&mut c.order),
+            replies: c.replies,
+            refused: c.refused,
+            took: started.elapsed(),
+        })
     }
 }

@@ -16,6 +16,14 @@ pub enum Outcome {
     Deferred(String),
     /// The attempt failed; the message says which step, which node and why.
     Failed(String),
+    /// Nobody subscribes to the node's subject: no server is there (a made-up
+    /// identity, or a node that left). Forgotten at once; queued again only when seen
+    /// again.
+    Unreachable(String),
+    /// Another node answered in this node's name (two different replies to one
+    /// request): nothing secret was sent. Kept for the cool-down so that it is tried
+    /// again only later.
+    Contested(String),
 }
 
 impl Outcome {
@@ -26,7 +34,7 @@ impl Outcome {
 
     /// True when the identity should stay known for the cool-down period.
     pub fn needs_cooldown(&self) -> bool {
-        matches!(self, Outcome::Done)
+        matches!(self, Outcome::Done | Outcome::Contested(_))
     }
 }
 
@@ -36,7 +44,9 @@ impl fmt::Display for Outcome {
             Outcome::Done => f.write_str("provisioned"),
             Outcome::Upgraded => f.write_str("upgrade started"),
             Outcome::Deferred(msg) => write!(f, "configuration defered: {msg}"),
-            Outcome::Failed(msg) => f.write_str(msg),
+            Outcome::Failed(msg) | Outcome::Unreachable(msg) | Outcome::Contested(msg) => {
+                f.write_str(msg)
+            }
         }
     }
 }

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::backoff::FIVE_SEC;
-use crate::choria::rpc::{Reply, RpcClient};
+use crate::choria::identity::Identity;
+use crate::choria::rpc::{Reply, RpcClient, RpcError, Watch};
 use crate::config::Pause;
 use crate::metrics::Metrics;
 
@@ -46,7 +47,7 @@ pub enum Check<T> {
 /// Everything the wrapper needs for one call.
 pub struct Call<'a> {
     /// The node.
-    pub identity: &'a str,
+    pub identity: &'a Identity,
     /// Agent name (`choria_provision`, `rpcutil`).
     pub agent: &'a str,
     /// Action name.
@@ -76,25 +77,49 @@ pub struct Wrapper<'a> {
     pub stopping: &'a AtomicBool,
 }
 
-impl Wrapper<'_> {
+/// Why a call gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// Tries exhausted, a fatal refusal, a pause or a stop: the message says which.
+    Failed(String),
+    /// No server subscribes to the node's subject (a made-up identity, or a node that
+    /// is gone): nobody will ever answer.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Failed(why) | CallError::Unreachable(why) => f.write_str(why),
+        }
+    }
+}
+
+impl<'r> Wrapper<'r> {
     /// Runs `call`, building the request data per try with `data` and judging each
-    /// OK reply with `check`. Non-OK statuses are retried unless fatal.
+    /// OK reply with `check`. Non-OK statuses are retried unless fatal. The accepted
+    /// try's [`Watch`] keeps listening for other replies in the node's name.
     pub fn run<T>(
         &self,
         call: &Call,
         mut data: impl FnMut() -> serde_json::Value,
         mut check: impl FnMut(&Reply) -> Check<T>,
-    ) -> Result<T, String> {
+    ) -> Result<(T, Watch<'r>), CallError> {
         let label = call.label();
         if self.pause.paused() {
-            return Err(format!("provisioning is paused, cannot perform {label}"));
+            return Err(CallError::Failed(format!(
+                "provisioning is paused, cannot perform {label}"
+            )));
         }
         let mut last = String::from("no try was made");
         for attempt in 1..=call.tries {
             if attempt > 1 {
                 if let Some(why) = self.sleep(FIVE_SEC.duration(attempt - 1)) {
                     self.metrics.rpc_errors.with_label_values(&[&label]).inc();
-                    return Err(format!("{label} failed for {}: {why}", call.identity));
+                    return Err(CallError::Failed(format!(
+                        "{label} failed for {}: {why}",
+                        call.identity
+                    )));
                 }
             }
             let started = Instant::now();
@@ -107,42 +132,45 @@ impl Wrapper<'_> {
             );
             self.metrics
                 .observe_rpc(&label, started.elapsed().as_secs_f64());
-            let outcome = match result {
-                Err(e) => Check::Retry(e.to_string()),
-                Ok(reply) if reply.statuscode != 0 => {
+            // (fatal?, why) for a try that did not end in an accepted reply.
+            let (fatal, why) = match result {
+                Err(e @ RpcError::NoResponders { .. }) => {
+                    return Err(CallError::Unreachable(format!("{label} failed: {e}")));
+                }
+                Err(e) => (false, e.to_string()),
+                Ok(answer) if answer.reply.statuscode != 0 => {
+                    let reply = &answer.reply;
                     let why = format!(
                         "invalid response from {}: {} ({})",
                         reply.sender, reply.statusmsg, reply.statuscode
                     );
-                    if is_fatal_refusal(&reply.statusmsg) {
-                        Check::Fail(why)
-                    } else {
-                        Check::Retry(why)
-                    }
+                    (is_fatal_refusal(&reply.statusmsg), why)
                 }
-                Ok(reply) => check(&reply),
+                Ok(answer) => match check(&answer.reply) {
+                    Check::Accept(value) => return Ok((value, answer.watch)),
+                    Check::Fail(why) => (true, why),
+                    Check::Retry(why) => (false, why),
+                },
             };
-            match outcome {
-                Check::Accept(value) => return Ok(value),
-                Check::Fail(why) => {
-                    self.metrics.rpc_errors.with_label_values(&[&label]).inc();
-                    return Err(format!("{label} failed for {}: {why}", call.identity));
-                }
-                Check::Retry(why) => {
-                    log::warn!(
-                        "{label} try {attempt}/{} for {} failed: {why}",
-                        call.tries,
-                        call.identity
-                    );
-                    last = why;
-                }
+            if fatal {
+                self.metrics.rpc_errors.with_label_values(&[&label]).inc();
+                return Err(CallError::Failed(format!(
+                    "{label} failed for {}: {why}",
+                    call.identity
+                )));
             }
+            log::warn!(
+                "{label} try {attempt}/{} for {} failed: {why}",
+                call.tries,
+                call.identity
+            );
+            last = why;
         }
         self.metrics.rpc_errors.with_label_values(&[&label]).inc();
-        Err(format!(
+        Err(CallError::Failed(format!(
             "{label} failed for {} after {} tries: {last}",
             call.identity, call.tries
-        ))
+        )))
     }
 
     /// Sleeps `d` unless paused or stopping first; returns why it was cut short.

@@ -14,8 +14,9 @@ use serde_json::{json, Value};
 
 use super::helper::{CsrInfo, Ed25519Info, Helper, HelperError, HelperInput, HelperOutput};
 use super::outcome::Outcome;
-use super::rpc::{Call, Check, Wrapper};
-use crate::choria::rpc::RpcClient;
+use super::rpc::{Call, CallError, Check, Wrapper};
+use crate::choria::identity::Identity;
+use crate::choria::rpc::{RpcClient, Watch};
 use crate::config::{Config, Pause};
 use crate::metrics::Metrics;
 
@@ -26,7 +27,16 @@ pub struct Timeouts {
     pub provision: Duration,
     /// `rpcutil` actions (4 s by default).
     pub rpcutil: Duration,
+    /// How long after accepting a reply from `jwt`, `gen25519`, `gencsr` or
+    /// `inventory` a second, different reply in the node's name still stops the
+    /// attempt before anything secret is sent ([`REPLY_GRACE`] by default).
+    pub reply_grace: Duration,
 }
+
+/// The default [`Timeouts::reply_grace`]. It runs concurrently with the rest of the
+/// attempt (the helper above all), so it only delays nodes whose helper answers
+/// faster than this.
+pub const REPLY_GRACE: Duration = Duration::from_millis(50);
 
 /// What every attempt shares.
 pub struct Provisioner {
@@ -41,7 +51,9 @@ pub struct Provisioner {
 
 /// What one attempt learnt from the node so far.
 #[derive(Default)]
-struct Attempt {
+struct Attempt<'r> {
+    /// The accepted replies whose requests are still watched for forged twins.
+    watches: Vec<Watch<'r>>,
     claims: Option<Value>,
     ecdh_public: String,
     ed25519: Option<Ed25519Info>,
@@ -56,6 +68,13 @@ type Step<T> = Result<T, Outcome>;
 
 fn failed(msg: impl Into<String>) -> Outcome {
     Outcome::Failed(msg.into())
+}
+
+fn call_failed(e: CallError) -> Outcome {
+    match e {
+        CallError::Failed(why) => Outcome::Failed(why),
+        CallError::Unreachable(why) => Outcome::Unreachable(why),
+    }
 }
 
 impl Provisioner {
@@ -82,7 +101,7 @@ impl Provisioner {
     /// Runs one attempt for `identity`.
     pub fn provision(
         &self,
-        identity: &str,
+        identity: &Identity,
         waiting_since: Instant,
         stopping: &AtomicBool,
     ) -> Outcome {
@@ -100,7 +119,7 @@ impl Provisioner {
         }
     }
 
-    fn call<'a>(&self, identity: &'a str, action: &'a str, tries: usize) -> Call<'a> {
+    fn call<'a>(&self, identity: &'a Identity, action: &'a str, tries: usize) -> Call<'a> {
         Call {
             identity,
             agent: "choria_provision",
@@ -114,7 +133,7 @@ impl Provisioner {
         self.config.token.expose()
     }
 
-    fn attempt(&self, identity: &str, since: Instant, stopping: &AtomicBool) -> Step<Outcome> {
+    fn attempt(&self, identity: &Identity, since: Instant, stopping: &AtomicBool) -> Step<Outcome> {
         let waited = since.elapsed();
         if waited > self.config.stale_after() {
             return Err(failed(format!(
@@ -154,6 +173,8 @@ impl Provisioner {
             return self.shutdown(&w, identity, &answer.msg);
         }
         between()?;
+        // Nothing secret is made or sent for a node someone else answers for.
+        self.settle(identity, &a, self.timeouts.reply_grace)?;
         let server_jwt = if self.config.features.ed25519 {
             self.keys
                 .server_jwt(identity, a.ed25519.as_ref(), &answer)?
@@ -165,15 +186,16 @@ impl Provisioner {
             return Ok(outcome);
         }
         between()?;
+        self.settle(identity, &a, Duration::ZERO)?;
         self.configure(&w, identity, &a, &answer, &key, &ecdh_public, &server_jwt)?;
         between()?;
         self.restart(&w, identity)?;
         Ok(Outcome::Done)
     }
 
-    fn fetch_jwt(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
+    fn fetch_jwt<'r>(&self, w: &Wrapper<'r>, identity: &Identity, a: &mut Attempt<'r>) -> Step<()> {
         let token = self.token().to_string();
-        let (jwt, ecdh) = w
+        let ((jwt, ecdh), watch) = w
             .run(
                 &self.call(identity, "jwt", 3),
                 || json!({ "token": token }),
@@ -186,7 +208,8 @@ impl Provisioner {
                     Check::Accept((jwt, ecdh))
                 },
             )
-            .map_err(failed)?;
+            .map_err(call_failed)?;
+        a.watches.push(watch);
         if jwt.is_empty() {
             return Err(failed(format!("no JWT received from {identity}")));
         }
@@ -195,11 +218,16 @@ impl Provisioner {
         Ok(())
     }
 
-    fn fetch_ed25519(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
+    fn fetch_ed25519<'r>(
+        &self,
+        w: &Wrapper<'r>,
+        identity: &Identity,
+        a: &mut Attempt<'r>,
+    ) -> Step<()> {
         let token = self.token().to_string();
         // A fresh nonce per try; the check reads the one the try sent.
         let nonce = std::cell::RefCell::new(String::new());
-        let info = w
+        let (info, watch) = w
             .run(
                 &self.call(identity, "gen25519", 5),
                 || {
@@ -224,12 +252,18 @@ impl Provisioner {
                     }
                 },
             )
-            .map_err(failed)?;
+            .map_err(call_failed)?;
+        a.watches.push(watch);
         a.ed25519 = Some(info);
         Ok(())
     }
 
-    fn fetch_inventory(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
+    fn fetch_inventory<'r>(
+        &self,
+        w: &Wrapper<'r>,
+        identity: &Identity,
+        a: &mut Attempt<'r>,
+    ) -> Step<()> {
         let call = Call {
             identity,
             agent: "rpcutil",
@@ -237,7 +271,7 @@ impl Provisioner {
             tries: 5,
             timeout: self.timeouts.rpcutil,
         };
-        let data = w
+        let (data, watch) = w
             .run(
                 &call,
                 || json!({}),
@@ -249,7 +283,8 @@ impl Provisioner {
                     }
                 },
             )
-            .map_err(failed)?;
+            .map_err(call_failed)?;
+        a.watches.push(watch);
         a.version = data["version"].as_str().unwrap_or_default().to_string();
         a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
         // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added.
@@ -264,11 +299,11 @@ impl Provisioner {
         Ok(())
     }
 
-    fn fetch_csr(&self, w: &Wrapper, identity: &str, a: &mut Attempt) -> Step<()> {
+    fn fetch_csr<'r>(&self, w: &Wrapper<'r>, identity: &Identity, a: &mut Attempt<'r>) -> Step<()> {
         let token = self.token().to_string();
         // Go tries once; a lost reply then costs a whole attempt. The node makes a new
         // key and CSR on every call, so retrying is safe.
-        let csr = w
+        let (csr, watch) = w
             .run(
                 &self.call(identity, "gencsr", 3),
                 || json!({ "token": token, "cn": identity }),
@@ -280,13 +315,19 @@ impl Provisioner {
                     })
                 },
             )
-            .map_err(failed)?;
+            .map_err(call_failed)?;
+        a.watches.push(watch);
         self.keys.check_csr(identity, &csr.csr)?;
         a.csr = Some(csr);
         Ok(())
     }
 
-    fn run_helper(&self, identity: &str, a: &Attempt, stopping: &AtomicBool) -> Step<HelperOutput> {
+    fn run_helper(
+        &self,
+        identity: &Identity,
+        a: &Attempt,
+        stopping: &AtomicBool,
+    ) -> Step<HelperOutput> {
         let input = HelperInput {
             identity,
             csr: a.csr.as_ref(),
@@ -331,7 +372,23 @@ impl Provisioner {
         out
     }
 
-    fn shutdown(&self, w: &Wrapper, identity: &str, msg: &str) -> Step<Outcome> {
+    /// Stops the attempt if any watched request got a second, different reply in the
+    /// node's name within `grace` of its accepted one (or by now, if later).
+    fn settle(&self, identity: &Identity, a: &Attempt, grace: Duration) -> Step<()> {
+        for watch in &a.watches {
+            if let Err(contested) = watch.settle(watch.accepted_at() + grace) {
+                log::error!(
+                    "SECURITY: {contested}; nothing secret was sent to {identity}, it is tried again after the cool-down"
+                );
+                return Err(Outcome::Contested(format!(
+                    "not configuring {identity}: {contested}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn shutdown(&self, w: &Wrapper, identity: &Identity, msg: &str) -> Step<Outcome> {
         log::warn!("Shutting down {identity} as the helper asked: {msg}");
         let token = self.token().to_string();
         w.run(
@@ -340,14 +397,14 @@ impl Provisioner {
             |_| Check::Accept(()),
         )
         // Go counted a refused shutdown as success; the node would keep running.
-        .map_err(failed)?;
+        .map_err(call_failed)?;
         self.metrics.helper_shutdown_requests.inc();
         Ok(Outcome::Done)
     }
 
     fn encrypt_key(
         &self,
-        identity: &str,
+        identity: &Identity,
         a: &Attempt,
         answer: &HelperOutput,
     ) -> Step<(String, String)> {
@@ -369,7 +426,7 @@ impl Provisioner {
     fn upgrade(
         &self,
         w: &Wrapper,
-        identity: &str,
+        identity: &Identity,
         a: &Attempt,
         answer: &HelperOutput,
     ) -> Step<Option<Outcome>> {
@@ -407,11 +464,11 @@ impl Provisioner {
             || json!({ "repository": repository, "token": token, "version": target }),
             |_| Check::Accept(()),
         ) {
-            Ok(()) => {
+            Ok(_) => {
                 log::info!("Upgrading {identity} from {} to {target}", a.version);
                 Ok(Some(Outcome::Upgraded))
             }
-            Err(e) => refuse(e),
+            Err(e) => refuse(e.to_string()),
         }
     }
 
@@ -419,7 +476,7 @@ impl Provisioner {
     fn configure(
         &self,
         w: &Wrapper,
-        identity: &str,
+        identity: &Identity,
         a: &Attempt,
         answer: &HelperOutput,
         key: &str,
@@ -457,16 +514,18 @@ impl Provisioner {
             || data.clone(),
             |_| Check::Accept(()),
         )
-        .map_err(failed)
+        .map(|_| ())
+        .map_err(call_failed)
     }
 
-    fn restart(&self, w: &Wrapper, identity: &str) -> Step<()> {
+    fn restart(&self, w: &Wrapper, identity: &Identity) -> Step<()> {
         let token = self.token().to_string();
         w.run(
             &self.call(identity, "restart", 3),
             || json!({ "token": token, "splay": 1 }),
             |_| Check::Accept(()),
         )
-        .map_err(failed)
+        .map(|_| ())
+        .map_err(call_failed)
     }
 }

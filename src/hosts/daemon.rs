@@ -2,8 +2,6 @@
 //! provisioning sequence, the fleet, the lifecycle listener, discovery and (when
 //! configured) the election. `cli::run` starts one; tests start two in one process.
 
-#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
-
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -12,14 +10,14 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::discovery::BroadcastDiscovery;
-use super::election::{Callbacks, Election, ElectionOptions, ElectionState, Handover};
+use super::election::{Callbacks, Election, ElectionOptions, ElectionState};
 use super::{Fleet, FleetOptions, Provision, COOLDOWN, QUEUE_CAPACITY};
 use crate::choria::client_config::ClientConfig;
 use crate::choria::connector::{ConnectError, ConnectionState, Connector};
 use crate::choria::lifecycle::{self, Event};
 use crate::choria::rpc::RpcClient;
 use crate::config::{Config, Pause};
-use crate::host::sequence::{Provisioner, Timeouts};
+use crate::host::sequence::{Provisioner, Timeouts, REPLY_GRACE};
 use crate::metrics::Metrics;
 
 /// The component of the provisioner's own lifecycle events.
@@ -36,6 +34,8 @@ pub struct DaemonOptions {
     pub interval: Option<Duration>,
     /// Election settings.
     pub election: ElectionOptions,
+    /// How long a second reply in a node's name still stops its attempt.
+    pub reply_grace: Duration,
 }
 
 impl Default for DaemonOptions {
@@ -45,6 +45,7 @@ impl Default for DaemonOptions {
             cooldown: COOLDOWN,
             interval: None,
             election: ElectionOptions::default(),
+            reply_grace: REPLY_GRACE,
         }
     }
 }
@@ -76,19 +77,17 @@ impl Daemon {
             ),
         })?;
         let startup = Event::new("startup", &client.identity, COMPONENT, crate::VERSION);
-        if let Err(e) = connector
-            .nats()
-            .publish(&startup.subject(), startup.to_choria_json())
-        {
+        if let Err(e) = lifecycle::publish(connector.bus(), &startup) {
             log::warn!("Could not publish the startup event: {e}");
         }
         let rpc = Arc::new(
-            RpcClient::new(&connector, client)
+            RpcClient::new(&connector, client, Arc::clone(metrics))
                 .map_err(|e| format!("Provisioning could not configure Choria: {e}"))?,
         );
         let timeouts = Timeouts {
             provision: client.rpc_timeout(Duration::from_secs(20)),
             rpcutil: client.rpc_timeout(Duration::from_secs(2)),
+            reply_grace: options.reply_grace,
         };
         let provisioner = Provisioner::new(
             Arc::clone(config),
@@ -121,14 +120,13 @@ impl Daemon {
         if config.leader_election {
             pause.pause();
             let (thread, state) =
-                daemon.start_election(client, metrics, options.election, trigger_tx);
+                daemon.start_election(client, metrics, options.election, trigger_tx)?;
             daemon.election = Some(state);
             daemon.threads.push(thread);
         }
         fleet.start();
-        daemon
-            .threads
-            .push(daemon.listen_for_events(&config.lifecycle_component));
+        let listener = daemon.listen_for_events(&config.lifecycle_component, metrics)?;
+        daemon.threads.push(listener);
         let discoverer = BroadcastDiscovery {
             rpc,
             initial: client.discovery_timeout,
@@ -185,30 +183,27 @@ impl Daemon {
         clean
     }
 
-    fn listen_for_events(&self, component: &str) -> JoinHandle<()> {
-        let (tx, rx) = bounded::<Vec<u8>>(1000);
-        let subject = lifecycle::subject("startup", component);
-        match self.connector.nats().subscribe(&subject) {
-            Ok(sub) => {
-                // Only forwards bytes; decoding happens on the listener thread.
-                // Dropping the returned handle does not unsubscribe.
-                sub.with_handler(move |msg| {
-                    if tx.try_send(msg.data).is_err() {
-                        log::warn!("Dropping a startup event: the listener is 1000 events behind");
-                    }
-                    Ok(())
-                });
-            }
-            Err(e) => log::error!("Could not subscribe to {subject}: {e}"),
-        }
+    fn listen_for_events(
+        &self,
+        component: &str,
+        metrics: &Arc<Metrics>,
+    ) -> Result<JoinHandle<()>, String> {
+        let (subscription, identities) = lifecycle::subscribe_startups(
+            self.connector.bus(),
+            component,
+            None,
+            Arc::clone(metrics),
+        )
+        .map_err(|e| format!("Could not subscribe to startup events of {component}: {e}"))?;
         let fleet = Arc::clone(&self.fleet);
         std::thread::Builder::new()
             .name("events".into())
             .spawn(move || {
-                let decode = |b: &[u8]| lifecycle::startup_identity(b).map_err(|e| e.to_string());
-                super::events::run(&fleet, &rx, &decode)
+                // Held for as long as the listener runs.
+                let _subscription = subscription;
+                super::events::run(&fleet, &identities)
             })
-            .expect("spawn events thread")
+            .map_err(|e| format!("cannot start the events thread: {e}"))
     }
 
     fn start_election(
@@ -217,20 +212,19 @@ impl Daemon {
         metrics: &Arc<Metrics>,
         options: ElectionOptions,
         trigger: Sender<()>,
-    ) -> (JoinHandle<()>, Arc<Mutex<ElectionState>>) {
+    ) -> Result<(JoinHandle<()>, Arc<Mutex<ElectionState>>), String> {
         let election = Election::new(
-            self.connector.nats().clone(),
+            self.connector.bus().clone(),
             &client.identity,
             options,
             Arc::clone(metrics),
-        );
+        )?;
         let state = election.state();
         let (won, lost, stop) = (
             Arc::clone(&self.fleet),
             Arc::clone(&self.fleet),
             Arc::clone(&self.fleet),
         );
-        let identity = client.identity.clone();
         let thread = std::thread::Builder::new()
             .name("election".into())
             .spawn(move || {
@@ -249,22 +243,9 @@ impl Daemon {
                         lost.remove_all();
                     }),
                 };
-                let handover = Handover {
-                    subject: lifecycle::subject("shutdown", COMPONENT),
-                    message: Box::new(move || {
-                        Event::new("shutdown", &identity, COMPONENT, crate::VERSION)
-                            .to_choria_json()
-                    }),
-                    resigned: Box::new(|bytes| {
-                        lifecycle::decode(bytes)
-                            .ok()
-                            .filter(|e| e.kind() == "shutdown" && e.component == COMPONENT)
-                            .map(|e| e.identity)
-                    }),
-                };
-                election.run(callbacks, Some(handover), &stop.stopped());
+                election.run(callbacks, &stop.stopped());
             })
-            .expect("spawn election thread");
-        (thread, state)
+            .map_err(|e| format!("cannot start the election thread: {e}"))?;
+        Ok((thread, state))
     }
 }

@@ -6,11 +6,12 @@ use std::time::Duration;
 use crossbeam_channel::{select, tick, Receiver};
 
 use super::{AddResult, Fleet, Source};
+use crate::choria::identity::Identity;
 
 /// Finds the identities of nodes in provisioning mode (a broadcast discovery).
 pub trait Discover: Send + Sync {
-    /// One discovery; the identities that answered, in any order, maybe repeated.
-    fn discover(&self) -> Result<Vec<String>, String>;
+    /// One discovery; the valid identities that answered, in any order.
+    fn discover(&self) -> Result<Vec<Identity>, String>;
 }
 
 /// Runs discovery cycles until the fleet stops.
@@ -85,9 +86,24 @@ pub struct BroadcastDiscovery {
 }
 
 impl Discover for BroadcastDiscovery {
-    fn discover(&self) -> Result<Vec<String>, String> {
-        self.rpc
+    fn discover(&self) -> Result<Vec<Identity>, String> {
+        let found = self
+            .rpc
             .discover(self.initial, self.window, self.limit)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        if found.refused > 0 {
+            log::warn!(
+                "Discovery refused {} of {} replies (invalid or undecodable senders)",
+                found.refused,
+                found.replies
+            );
+        }
+        log::debug!(
+            "Discovery heard {} replies from {} nodes in {:.2}s",
+            found.replies,
+            found.identities.len(),
+            found.took.as_secs_f64()
+        );
+        Ok(found.identities)
     }
 }

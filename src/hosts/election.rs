@@ -1,28 +1,31 @@
-//! Leader election over Choria Streams KV (`spec/election.md`), with raw requests to
-//! the two subjects a Choria broker imports into the provisioning account:
-//! `choria.streams.STREAM.INFO.KV_CHORIA_LEADER_ELECTION` and
-//! `choria.streams.$KV.CHORIA_LEADER_ELECTION.provisioner`. The `nats` crate's KV
-//! store cannot be used: it writes to unprefixed `$KV...` subjects and has no write
-//! timeout.
+//! Leader election over Choria Streams KV (`spec/election.md`): the campaign for the
+//! `provisioner` key of the `CHORIA_LEADER_ELECTION` bucket. The key is reached
+//! through `choria::kv`, which knows the subjects.
 //!
 //! Go's campaign timing and callbacks are kept (create with expected sequence 0,
 //! refresh with the last revision, `won` 200 ms after the second successful write,
 //! `lost` on the first failed refresh). Beyond Go: a bucket that cannot be opened or
 //! has a bad TTL is logged and retried (never a silent forever-pause, never a fatal
 //! exit from a background thread), the state is visible in `/healthz`, and a leader
-//! that stops cleanly announces it so that a standby takes over at once instead of
-//! waiting for the key to expire (§7).
-
-#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+//! that stops cleanly hands over at once instead of letting the key expire: it writes
+//! an empty value as its last revision and announces that revision to the standbys on
+//! a provisioner-only subject (`choria::peers`). A standby takes over only with a
+//! write that expects exactly that revision, so the bucket itself must show that the
+//! leader let go; nothing a node can publish (a forged `shutdown` lifecycle event, say)
+//! is read by the election at all.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver};
+use crossbeam_channel::{bounded, never, select, Receiver};
 use parking_lot::Mutex;
 
 use crate::backoff::{random_u64, FIVE_SEC, TWENTY_SEC};
+use crate::choria::bus::Bus;
+use crate::choria::kv::{KvError, KvKey};
+use crate::choria::peers::{self, Resignation};
 use crate::metrics::Metrics;
+use crate::throttle::Throttle;
 
 /// The bucket Choria brokers create for elections.
 pub const BUCKET: &str = "CHORIA_LEADER_ELECTION";
@@ -32,6 +35,9 @@ pub const ELECTION: &str = "provisioner";
 
 /// The JetStream API prefix Choria brokers import JetStream under.
 pub const API_PREFIX: &str = "choria.streams.";
+
+/// At most one takeover attempt per this period, whatever is announced.
+const TAKEOVER_EVERY: Duration = Duration::from_secs(1);
 
 /// Where the election stands, for `/healthz` and logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,19 +72,6 @@ pub struct Callbacks {
     pub lost: Box<dyn Fn() + Send>,
 }
 
-/// Reads a resignation message: the identity that resigned, if it is one.
-pub type ResignationParser = Box<dyn Fn(&[u8]) -> Option<String> + Send>;
-
-/// How the election announces and notices a clean leader stop.
-pub struct Handover {
-    /// Subject the resignation is published on and listened to.
-    pub subject: String,
-    /// The message a stopping leader publishes (a lifecycle shutdown event).
-    pub message: Box<dyn Fn() -> Vec<u8> + Send>,
-    /// The identity a received message announces, if it is a resignation.
-    pub resigned: ResignationParser,
-}
-
 /// Election settings.
 #[derive(Debug, Clone)]
 pub struct ElectionOptions {
@@ -92,6 +85,9 @@ pub struct ElectionOptions {
     pub startup_spread: Duration,
     /// Timeout of each JetStream request (Go: 5 s).
     pub request_timeout: Duration,
+    /// Hand the key over at once on a clean stop (and take it over when another
+    /// leader does).
+    pub handover: bool,
 }
 
 impl Default for ElectionOptions {
@@ -102,22 +98,15 @@ impl Default for ElectionOptions {
             key: ELECTION.into(),
             startup_spread: Duration::from_secs(5),
             request_timeout: Duration::from_secs(5),
+            handover: true,
         }
     }
 }
 
-/// Why a KV write failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum WriteError {
-    /// Someone else holds the key; the current revision when the server said it.
-    WrongSequence(Option<u64>),
-    /// Timeout, no responders, broken connection, unexpected answer.
-    Other(String),
-}
-
 /// One candidate in the `provisioner` election.
 pub struct Election {
-    nc: nats::Connection,
+    bus: Bus,
+    kv: KvKey,
     identity: String,
     options: ElectionOptions,
     metrics: Arc<Metrics>,
@@ -125,20 +114,29 @@ pub struct Election {
 }
 
 impl Election {
-    /// A candidate named `identity` on connection `nc`.
+    /// A candidate named `identity` on `bus`.
     pub fn new(
-        nc: nats::Connection,
+        bus: Bus,
         identity: &str,
         options: ElectionOptions,
         metrics: Arc<Metrics>,
-    ) -> Election {
-        Election {
-            nc,
+    ) -> Result<Election, String> {
+        let kv = KvKey::new(
+            bus.clone(),
+            &options.api_prefix,
+            &options.bucket,
+            &options.key,
+            options.request_timeout,
+        )
+        .map_err(|e| format!("invalid election bucket or key: {e}"))?;
+        Ok(Election {
+            bus,
+            kv,
             identity: identity.to_string(),
             options,
             metrics,
             state: Arc::new(Mutex::new(ElectionState::Starting)),
-        }
+        })
     }
 
     /// Shared view of the state for `/healthz`.
@@ -155,96 +153,8 @@ impl Election {
             .set(i64::from(leader));
     }
 
-    fn key_subject(&self) -> String {
-        format!(
-            "{}$KV.{}.{}",
-            self.options.api_prefix, self.options.bucket, self.options.key
-        )
-    }
-
-    /// Reads the bucket's TTL (`max_age`), checking it as nats.go does.
-    fn bucket_ttl(&self) -> Result<Duration, String> {
-        let subject = format!(
-            "{}STREAM.INFO.KV_{}",
-            self.options.api_prefix, self.options.bucket
-        );
-        let reply = self
-            .nc
-            .request_timeout(&subject, "", self.options.request_timeout)
-            .map_err(|e| format!("cannot access KV Bucket {}: {e}", self.options.bucket))?;
-        let info: serde_json::Value = serde_json::from_slice(&reply.data).map_err(|e| {
-            format!(
-                "cannot access KV Bucket {}: invalid stream info: {e}",
-                self.options.bucket
-            )
-        })?;
-        if let Some(err) = info.get("error") {
-            return Err(format!(
-                "cannot access KV Bucket {}: {}",
-                self.options.bucket,
-                err.get("description")
-                    .and_then(|d| d.as_str())
-                    .unwrap_or("error")
-            ));
-        }
-        let config = &info["config"];
-        if config["max_msgs_per_subject"].as_i64().unwrap_or(0) < 1 {
-            return Err(format!(
-                "bad bucket {}: max_msgs_per_subject must be 1",
-                self.options.bucket
-            ));
-        }
-        let ttl = Duration::from_nanos(config["max_age"].as_u64().unwrap_or(0));
-        if ttl < Duration::from_secs(1) {
-            return Err("bucket TTL should be 1 second or more".into());
-        }
-        if ttl > Duration::from_secs(3600) {
-            return Err("bucket TTL should be less than or equal to 1 hour".into());
-        }
-        let interval = ttl.mul_f64(0.75);
-        if interval < Duration::from_secs(1) {
-            return Err(format!("campaign interval {interval:?} too small"));
-        }
-        if ttl - interval < Duration::from_secs(1) {
-            return Err(format!(
-                "campaign interval {interval:?} is too close to bucket ttl {ttl:?}"
-            ));
-        }
-        Ok(ttl)
-    }
-
-    /// Writes our identity to the key if its last revision is `expected` (0: absent).
-    fn write(&self, expected: u64) -> Result<u64, WriteError> {
-        let mut headers = nats::header::HeaderMap::new();
-        headers.insert("Nats-Expected-Last-Subject-Sequence", expected.to_string());
-        let reply = self
-            .nc
-            .request_with_headers_or_timeout(
-                &self.key_subject(),
-                Some(&headers),
-                Some(self.options.request_timeout),
-                self.identity.as_bytes(),
-            )
-            .map_err(|e| WriteError::Other(e.to_string()))?;
-        let ack: serde_json::Value = serde_json::from_slice(&reply.data)
-            .map_err(|e| WriteError::Other(format!("invalid PubAck: {e}")))?;
-        if let Some(err) = ack.get("error") {
-            let description = err["description"].as_str().unwrap_or("");
-            if err["err_code"].as_u64() == Some(10071) {
-                let current = description.rsplit(' ').next().and_then(|n| n.parse().ok());
-                return Err(WriteError::WrongSequence(current));
-            }
-            return Err(WriteError::Other(description.to_string()));
-        }
-        ack["seq"]
-            .as_u64()
-            .filter(|s| *s > 0)
-            .ok_or_else(|| WriteError::Other("PubAck without a sequence".into()))
-    }
-
-    /// Runs the election until `stop` disconnects. With `handover`, a leader that stops
-    /// announces it, and a standby that hears another leader resign takes over at once.
-    pub fn run(&self, callbacks: Callbacks, handover: Option<Handover>, stop: &Receiver<()>) {
+    /// Runs the election until `stop` disconnects.
+    pub fn run(&self, callbacks: Callbacks, stop: &Receiver<()>) {
         let ttl = match self.wait_for_bucket(stop) {
             Some(ttl) => ttl,
             None => return,
@@ -266,25 +176,44 @@ impl Election {
                 return;
             }
         }
-        let resignations = self.subscribe_handover(&handover);
+        let (resigned_tx, mut resignations) = bounded::<Resignation>(16);
+        let _subscription = if self.options.handover {
+            peers::subscribe_resignations(&self.bus, &self.options.key, move |r| {
+                let _ = resigned_tx.try_send(r);
+            })
+            .map_err(|e| log::warn!("Cannot listen for leader resignations: {e}"))
+            .ok()
+        } else {
+            None
+        };
+        let takeovers = Throttle::new(TAKEOVER_EVERY);
         let mut campaign = Campaign::default();
         let mut next = Instant::now();
         loop {
             let wait = next.saturating_duration_since(Instant::now());
-            let mut takeover = false;
+            let mut takeover = None;
             select! {
                 recv(stop) -> _ => break,
-                recv(resignations) -> msg => {
-                    if let (Ok(msg), Some(h)) = (msg, &handover) {
-                        match (h.resigned)(&msg) {
-                            Some(who) if who != self.identity && !campaign.leader => {
-                                log::info!("Leader {who} resigned, taking over the election");
-                                takeover = true;
-                            }
-                            _ => continue,
+                recv(resignations) -> msg => match msg {
+                    Ok(r) if r.identity != self.identity && !campaign.leader => {
+                        if takeovers.ready().is_none() {
+                            continue;
                         }
+                        log::info!(
+                            "Leader {} resigned at revision {}, taking over the election",
+                            r.identity,
+                            r.revision
+                        );
+                        takeover = Some(r.revision);
                     }
-                }
+                    Ok(_) => continue,
+                    // The subscription is gone with its connection: stop selecting on
+                    // a channel that would be ready forever.
+                    Err(_) => {
+                        resignations = never();
+                        continue;
+                    }
+                },
                 default(wait) => {}
             }
             self.tick(&mut campaign, &callbacks, takeover);
@@ -297,41 +226,39 @@ impl Election {
         }
         if campaign.leader {
             self.set_state(ElectionState::Standby);
-            if let Some(h) = &handover {
-                // Our last write is done; tell the standbys they may take the key.
-                let _ = self.nc.publish(&h.subject, (h.message)());
-                let _ = self.nc.flush_timeout(Duration::from_secs(1));
-                log::info!("Resigned leadership of '{}'", self.options.key);
+            if self.options.handover {
+                self.resign(campaign.revision);
             }
         }
     }
 
-    fn subscribe_handover(&self, handover: &Option<Handover>) -> Receiver<Vec<u8>> {
-        let (tx, rx) = crossbeam_channel::bounded(16);
-        if let Some(h) = handover {
-            match self.nc.subscribe(&h.subject) {
-                Ok(sub) => {
-                    // The subscription handler only forwards bytes; decoding happens
-                    // on the election thread.
-                    let _ = sub.with_handler(move |m| {
-                        let _ = tx.try_send(m.data);
-                        Ok(())
-                    });
-                }
-                Err(e) => log::warn!("Cannot listen for leader resignations: {e}"),
+    /// Our last write: an empty value at our revision, then its revision announced.
+    fn resign(&self, revision: u64) {
+        match self.kv.write(revision, b"") {
+            Ok(last) => {
+                let r = Resignation {
+                    identity: self.identity.clone(),
+                    revision: last,
+                };
+                let _ = peers::publish_resignation(&self.bus, &self.options.key, &r);
+                let _ = self.bus.flush(Duration::from_secs(1));
+                log::info!("Resigned leadership of '{}'", self.options.key);
             }
+            Err(e) => log::warn!(
+                "Could not hand over '{}' ({e}); it expires after the bucket TTL",
+                self.options.key
+            ),
         }
-        rx
     }
 
     /// Retries the bucket status with the FiveSec back-off until it is usable.
     fn wait_for_bucket(&self, stop: &Receiver<()>) -> Option<Duration> {
         for attempt in 0usize.. {
-            match self.bucket_ttl() {
+            match self.kv.ttl() {
                 Ok(ttl) => return Some(ttl),
                 Err(why) => {
                     log::error!("Leader election cannot start, retrying: {why}");
-                    self.set_state(ElectionState::Unavailable(why));
+                    self.set_state(ElectionState::Unavailable(why.to_string()));
                 }
             }
             let delay = FIVE_SEC.duration(attempt);
@@ -352,10 +279,10 @@ impl Election {
             .inc();
     }
 
-    fn tick(&self, c: &mut Campaign, callbacks: &Callbacks, takeover: bool) {
+    fn tick(&self, c: &mut Campaign, callbacks: &Callbacks, takeover: Option<u64>) {
         if c.leader {
             self.count("leader");
-            match self.write(c.revision) {
+            match self.kv.write(c.revision, self.identity.as_bytes()) {
                 Ok(rev) => {
                     c.revision = rev;
                     if c.notify {
@@ -366,7 +293,7 @@ impl Election {
                     }
                 }
                 Err(e) => {
-                    log::warn!("Lost leadership of '{}': {e:?}", self.options.key);
+                    log::warn!("Lost leadership of '{}': {e}", self.options.key);
                     *c = Campaign::default();
                     self.set_state(ElectionState::Standby);
                     (callbacks.lost)();
@@ -375,33 +302,24 @@ impl Election {
             return;
         }
         self.count("candidate");
-        let mut expected = if takeover { c.seen.unwrap_or(0) } else { 0 };
-        // A resigned leader's last revision may be newer than the one we saw: the
-        // failure tells it, and one retry with it is still a compare-and-swap.
-        for _ in 0..2 {
-            match self.write(expected) {
-                Ok(rev) => {
-                    *c = Campaign {
-                        leader: true,
-                        revision: rev,
-                        notify: true,
-                        ..Campaign::default()
-                    };
-                    log::info!("Campaign for '{}' won the key", self.options.key);
-                    return;
-                }
-                Err(WriteError::WrongSequence(current)) => {
-                    c.seen = current;
-                    match current {
-                        Some(n) if takeover && n != expected => expected = n,
-                        _ => break,
-                    }
-                }
-                Err(WriteError::Other(e)) => {
-                    log::debug!("Campaign for '{}' failed: {e}", self.options.key);
-                    break;
-                }
+        // A takeover expects exactly the announced revision: it succeeds only while the
+        // resigning leader's empty value is still the key's last write.
+        match self
+            .kv
+            .write(takeover.unwrap_or(0), self.identity.as_bytes())
+        {
+            Ok(rev) => {
+                *c = Campaign {
+                    leader: true,
+                    revision: rev,
+                    notify: true,
+                    tries: 0,
+                };
+                log::info!("Campaign for '{}' won the key", self.options.key);
+                return;
             }
+            Err(KvError::WrongRevision(_)) => {}
+            Err(e) => log::debug!("Campaign for '{}' failed: {e}", self.options.key),
         }
         c.tries += 1;
     }
@@ -414,6 +332,4 @@ struct Campaign {
     revision: u64,
     tries: usize,
     notify: bool,
-    /// The key's revision as the last failed create reported it.
-    seen: Option<u64>,
 }

@@ -1,59 +1,41 @@
 //! The lifecycle listener: startup events of `lifecycle_component` queue the node at
 //! once, without waiting for the next discovery. Dropped while paused (standbys do
-//! not buffer, as in Go).
-
-use std::time::{Duration, Instant};
+//! not buffer, as in Go). Events arrive decoded and validated
+//! (`choria::lifecycle::subscribe_startups`): only valid identities get here.
 
 use crossbeam_channel::{select, Receiver};
 
 use super::{AddResult, Fleet, Source};
+use crate::choria::identity::Identity;
+use crate::throttle::Throttle;
 
-/// Reads a startup event: the identity it announces, `None` for other event types.
-pub type EventDecoder = dyn Fn(&[u8]) -> Result<Option<String>, String> + Send + Sync;
-
-/// How often the same kind of warning may be logged.
-const WARN_EVERY: Duration = Duration::from_secs(60);
-
-/// Handles event payloads from `events` until the fleet stops or `events` closes.
-pub fn run(fleet: &Fleet, events: &Receiver<Vec<u8>>, decode: &EventDecoder) {
+/// Queues the identities from `events` until the fleet stops or `events` closes.
+pub fn run(fleet: &Fleet, events: &Receiver<Identity>) {
     let stopped = fleet.stopped();
-    let mut warned_paused: Option<Instant> = None;
-    let mut warned_full: Option<Instant> = None;
-    let due = |last: &mut Option<Instant>| {
-        let now = Instant::now();
-        if last.is_none_or(|t| now.duration_since(t) >= WARN_EVERY) {
-            *last = Some(now);
-            true
-        } else {
-            false
-        }
-    };
+    let warn_paused = Throttle::default();
+    let warn_full = Throttle::default();
     loop {
-        let payload = select! {
+        let identity = select! {
             recv(events) -> msg => match msg { Ok(p) => p, Err(_) => return },
             recv(stopped) -> _ => return,
         };
         if fleet.pause().paused() {
-            if due(&mut warned_paused) {
+            if warn_paused.ready().is_some() {
                 log::warn!("Skipping event processing while paused");
             }
             continue;
         }
-        match decode(&payload) {
-            Ok(Some(identity)) => {
-                match fleet.add(&identity, Source::Event) {
-                    AddResult::QueueFull => {
-                        fleet.take_queue_full();
-                        if due(&mut warned_full) {
-                            log::warn!("The work queue is full: startup events are not queued until it drains");
-                        }
-                    }
-                    AddResult::Added => log::debug!("Queued {identity} from its startup event"),
-                    AddResult::Known | AddResult::Stopping => {}
+        match fleet.add(&identity, Source::Event) {
+            AddResult::QueueFull => {
+                fleet.take_queue_full();
+                if warn_full.ready().is_some() {
+                    log::warn!(
+                        "The work queue is full: startup events are not queued until it drains"
+                    );
                 }
             }
-            Ok(None) => {}
-            Err(e) => log::warn!("could not handle message: {e}"),
+            AddResult::Added => log::debug!("Queued {identity} from its startup event"),
+            AddResult::Known | AddResult::Stopping => {}
         }
     }
 }

@@ -11,7 +11,8 @@ use super::Fleet;
 
 /// The finisher's loop; returns when the fleet stops.
 pub(super) fn run(fleet: &Fleet) {
-    let mut due: BinaryHeap<Reverse<(Instant, u64, String)>> = BinaryHeap::new();
+    let mut due: BinaryHeap<Reverse<(Instant, u64, crate::choria::identity::Identity)>> =
+        BinaryHeap::new();
     loop {
         let wait = due
             .peek()

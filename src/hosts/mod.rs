@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 
+use crate::choria::identity::Identity;
 use crate::config::Pause;
 use crate::host::outcome::Outcome;
 use crate::metrics::Metrics;
@@ -39,7 +40,12 @@ pub trait Provision: Send + Sync {
     /// Runs one attempt for `identity`, known (or last refreshed) since
     /// `waiting_since`. Implementations check `stopping` between steps and give up
     /// when it is set.
-    fn provision(&self, identity: &str, waiting_since: Instant, stopping: &AtomicBool) -> Outcome;
+    fn provision(
+        &self,
+        identity: &Identity,
+        waiting_since: Instant,
+        stopping: &AtomicBool,
+    ) -> Outcome;
 }
 
 /// Where an identity came from.
@@ -92,7 +98,7 @@ impl Default for FleetOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     /// Node identity.
-    pub identity: String,
+    pub identity: Identity,
     /// The entry generation this job belongs to.
     pub generation: u64,
 }
@@ -115,14 +121,14 @@ struct Entry {
 /// A request to forget an entry, now or later.
 #[derive(Debug)]
 pub(crate) struct Finish {
-    identity: String,
+    identity: Identity,
     generation: u64,
     at: Instant,
 }
 
 /// The scheduler of one provisioner.
 pub struct Fleet {
-    hosts: Mutex<HashMap<String, Entry>>,
+    hosts: Mutex<HashMap<Identity, Entry>>,
     next_generation: AtomicU64,
     work_tx: Sender<Job>,
     work_rx: Receiver<Job>,
@@ -203,7 +209,7 @@ impl Fleet {
 
     /// Offers `identity` for provisioning. Counts `discovered`/`event_discovered`
     /// only when it was queued.
-    pub fn add(&self, identity: &str, source: Source) -> AddResult {
+    pub fn add(&self, identity: &Identity, source: Source) -> AddResult {
         if self.stopping.load(Ordering::Relaxed) {
             return AddResult::Stopping;
         }
@@ -219,13 +225,13 @@ impl Fleet {
             } else {
                 let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
                 let job = Job {
-                    identity: identity.to_string(),
+                    identity: identity.clone(),
                     generation,
                 };
                 match self.work_tx.try_send(job) {
                     Ok(()) => {
                         hosts.insert(
-                            identity.to_string(),
+                            identity.clone(),
                             Entry {
                                 generation,
                                 since: Instant::now(),
@@ -358,7 +364,7 @@ impl Fleet {
     }
 
     /// Forgets `identity` if its entry is still generation `generation`.
-    fn remove(&self, identity: &str, generation: u64) {
+    fn remove(&self, identity: &Identity, generation: u64) {
         let mut hosts = self.hosts.lock();
         if hosts
             .get(identity)
@@ -381,7 +387,12 @@ impl Fleet {
 }
 
 impl Provision for crate::host::sequence::Provisioner {
-    fn provision(&self, identity: &str, waiting_since: Instant, stopping: &AtomicBool) -> Outcome {
+    fn provision(
+        &self,
+        identity: &Identity,
+        waiting_since: Instant,
+        stopping: &AtomicBool,
+    ) -> Outcome {
         crate::host::sequence::Provisioner::provision(self, identity, waiting_since, stopping)
     }
 }

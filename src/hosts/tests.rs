@@ -5,6 +5,10 @@ use super::*;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 
+fn id(text: &str) -> Identity {
+    Identity::parse(text).unwrap()
+}
+
 /// Records every attempt; each identity's attempts wait for a go-ahead when gated.
 struct Recorder {
     calls: Mutex<Vec<String>>,
@@ -14,7 +18,7 @@ struct Recorder {
 }
 
 impl Provision for Recorder {
-    fn provision(&self, identity: &str, _since: Instant, stopping: &AtomicBool) -> Outcome {
+    fn provision(&self, identity: &Identity, _since: Instant, stopping: &AtomicBool) -> Outcome {
         self.calls.lock().push(identity.to_string());
         let _ = self.started.send(identity.to_string());
         if let Some(gate) = &self.gate {
@@ -26,7 +30,7 @@ impl Provision for Recorder {
         }
         self.outcomes
             .lock()
-            .get(identity)
+            .get(identity.as_str())
             .cloned()
             .unwrap_or(Outcome::Done)
     }
@@ -81,18 +85,18 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 #[test]
 fn an_identity_is_queued_at_most_once_until_finished() {
     let r = rig(1, 10, Duration::from_secs(60), true);
-    assert_eq!(r.fleet.add("n1", Source::Discovery), AddResult::Added);
-    assert_eq!(r.fleet.add("n1", Source::Event), AddResult::Known);
+    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    assert_eq!(r.fleet.add(&id("n1"), Source::Event), AddResult::Known);
     r.started.recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(
-        r.fleet.add("n1", Source::Discovery),
+        r.fleet.add(&id("n1"), Source::Discovery),
         AddResult::Known,
         "in progress"
     );
     r.release.as_ref().unwrap().send(()).unwrap();
     wait_until("provisioned", || r.fleet.metrics().provisioned.get() == 1);
     assert_eq!(
-        r.fleet.add("n1", Source::Discovery),
+        r.fleet.add(&id("n1"), Source::Discovery),
         AddResult::Known,
         "cooling down"
     );
@@ -105,11 +109,11 @@ fn an_identity_is_queued_at_most_once_until_finished() {
 #[test]
 fn the_cooldown_ends_and_the_node_can_come_back() {
     let r = rig(1, 10, Duration::from_millis(100), false);
-    r.fleet.add("n1", Source::Discovery);
+    r.fleet.add(&id("n1"), Source::Discovery);
     wait_until("provisioned", || r.fleet.metrics().provisioned.get() == 1);
     assert!(r.fleet.is_known("n1"));
     wait_until("forgotten after the cool-down", || !r.fleet.is_known("n1"));
-    assert_eq!(r.fleet.add("n1", Source::Event), AddResult::Added);
+    assert_eq!(r.fleet.add(&id("n1"), Source::Event), AddResult::Added);
     wait_until("provisioned again", || {
         r.fleet.metrics().provisioned.get() == 2
     });
@@ -133,7 +137,7 @@ fn failures_and_upgrades_are_forgotten_at_once() {
         .lock()
         .insert("later".into(), Outcome::Deferred("cmdb".into()));
     for id in ["bad", "up", "later"] {
-        r.fleet.add(id, Source::Discovery);
+        r.fleet.add(&self::id(id), Source::Discovery);
     }
     wait_until("all attempted", || {
         !r.fleet.is_known("bad") && !r.fleet.is_known("up") && !r.fleet.is_known("later")
@@ -147,11 +151,14 @@ fn failures_and_upgrades_are_forgotten_at_once() {
 #[test]
 fn a_full_queue_refuses_without_losing_the_node() {
     let r = rig(1, 2, Duration::from_millis(10), true);
-    r.fleet.add("busy", Source::Discovery);
+    r.fleet.add(&id("busy"), Source::Discovery);
     r.started.recv_timeout(Duration::from_secs(5)).unwrap();
-    assert_eq!(r.fleet.add("a", Source::Discovery), AddResult::Added);
-    assert_eq!(r.fleet.add("b", Source::Discovery), AddResult::Added);
-    assert_eq!(r.fleet.add("c", Source::Discovery), AddResult::QueueFull);
+    assert_eq!(r.fleet.add(&id("a"), Source::Discovery), AddResult::Added);
+    assert_eq!(r.fleet.add(&id("b"), Source::Discovery), AddResult::Added);
+    assert_eq!(
+        r.fleet.add(&id("c"), Source::Discovery),
+        AddResult::QueueFull
+    );
     assert!(
         !r.fleet.is_known("c"),
         "not kept, so the next discovery retries it"
@@ -169,7 +176,7 @@ fn a_full_queue_refuses_without_losing_the_node() {
         r.release.as_ref().unwrap().send(()).unwrap();
     }
     wait_until("queue drained", || r.fleet.queued() == 0);
-    assert_eq!(r.fleet.add("c", Source::Discovery), AddResult::Added);
+    assert_eq!(r.fleet.add(&id("c"), Source::Discovery), AddResult::Added);
     r.release.as_ref().unwrap().send(()).unwrap();
     wait_until("all four provisioned", || {
         r.fleet.metrics().provisioned.get() == 4
@@ -181,7 +188,7 @@ fn a_full_queue_refuses_without_losing_the_node() {
 fn gauges_follow_the_queue_as_workers_take_from_it() {
     let r = rig(1, 10, Duration::from_secs(60), true);
     for id in ["a", "b", "c"] {
-        r.fleet.add(id, Source::Discovery);
+        r.fleet.add(&self::id(id), Source::Discovery);
     }
     r.started.recv_timeout(Duration::from_secs(5)).unwrap();
     wait_until("one dequeued", || {
@@ -195,15 +202,15 @@ fn gauges_follow_the_queue_as_workers_take_from_it() {
 #[test]
 fn remove_all_forgets_everything_and_a_late_finish_keeps_the_new_entry() {
     let r = rig(1, 10, Duration::from_millis(50), true);
-    r.fleet.add("n1", Source::Discovery);
-    r.fleet.add("n2", Source::Discovery);
+    r.fleet.add(&id("n1"), Source::Discovery);
+    r.fleet.add(&id("n2"), Source::Discovery);
     r.started.recv_timeout(Duration::from_secs(5)).unwrap();
     r.fleet.remove_all();
     assert_eq!(r.fleet.known(), 0);
     assert_eq!(r.fleet.queued(), 0);
     assert_eq!(r.fleet.metrics().waiting_nodes.get(), 0);
     // n1 is re-added while its old attempt is still running: a new generation.
-    assert_eq!(r.fleet.add("n1", Source::Event), AddResult::Added);
+    assert_eq!(r.fleet.add(&id("n1"), Source::Event), AddResult::Added);
     r.recorder
         .outcomes
         .lock()
@@ -232,7 +239,7 @@ fn remove_all_forgets_everything_and_a_late_finish_keeps_the_new_entry() {
 #[test]
 fn stop_waits_for_in_flight_nodes_within_the_bound() {
     let r = rig(2, 10, Duration::from_secs(60), true);
-    r.fleet.add("n1", Source::Discovery);
+    r.fleet.add(&id("n1"), Source::Discovery);
     r.started.recv_timeout(Duration::from_secs(5)).unwrap();
     let started = Instant::now();
     assert!(
@@ -240,26 +247,29 @@ fn stop_waits_for_in_flight_nodes_within_the_bound() {
         "the provisioner sees `stopping` and returns"
     );
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(r.fleet.add("n2", Source::Discovery), AddResult::Stopping);
+    assert_eq!(
+        r.fleet.add(&id("n2"), Source::Discovery),
+        AddResult::Stopping
+    );
 }
 
 #[test]
 fn two_fleets_in_one_process_are_independent() {
     let a = rig(1, 10, Duration::from_secs(60), false);
     let b = rig(1, 10, Duration::from_secs(60), false);
-    a.fleet.add("n1", Source::Discovery);
+    a.fleet.add(&id("n1"), Source::Discovery);
     wait_until("a provisioned", || a.fleet.metrics().provisioned.get() == 1);
-    assert_eq!(b.fleet.add("n1", Source::Discovery), AddResult::Added);
+    assert_eq!(b.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
     wait_until("b provisioned", || b.fleet.metrics().provisioned.get() == 1);
     assert_eq!(a.fleet.metrics().provisioned.get(), 1);
     a.fleet.stop();
     b.fleet.stop();
 }
 
-struct FixedDiscovery(Result<Vec<String>, String>);
+struct FixedDiscovery(Result<Vec<Identity>, String>);
 
 impl discovery::Discover for FixedDiscovery {
-    fn discover(&self) -> Result<Vec<String>, String> {
+    fn discover(&self) -> Result<Vec<Identity>, String> {
         self.0.clone()
     }
 }
@@ -267,7 +277,7 @@ impl discovery::Discover for FixedDiscovery {
 #[test]
 fn a_discovery_cycle_counts_and_queues_each_identity_once() {
     let r = rig(1, 10, Duration::from_secs(60), true);
-    let found = FixedDiscovery(Ok(vec!["a".into(), "b".into(), "a".into()]));
+    let found = FixedDiscovery(Ok(vec![id("a"), id("b"), id("a")]));
     discovery::cycle(&r.fleet, &found);
     let m = r.fleet.metrics();
     assert_eq!(m.discover_cycles.get(), 1);
@@ -292,7 +302,7 @@ fn the_discovery_loop_runs_at_once_and_on_trigger() {
     let fleet = Arc::clone(&r.fleet);
     let (trigger_tx, trigger) = crossbeam_channel::bounded(1);
     let loop_thread = std::thread::spawn(move || {
-        let found = FixedDiscovery(Ok(vec!["a".into()]));
+        let found = FixedDiscovery(Ok(vec![id("a")]));
         discovery::run(&fleet, &found, Duration::from_secs(3600), &trigger)
     });
     wait_until("first cycle at start", || {
@@ -310,29 +320,18 @@ fn the_discovery_loop_runs_at_once_and_on_trigger() {
 fn startup_events_queue_nodes_unless_paused() {
     let r = rig(1, 10, Duration::from_secs(60), true);
     let fleet = Arc::clone(&r.fleet);
-    let (tx, rx) = crossbeam_channel::unbounded::<Vec<u8>>();
-    let listener = std::thread::spawn(move || {
-        let decode = |b: &[u8]| -> Result<Option<String>, String> {
-            match b {
-                b"garbage" => Err("not an event".into()),
-                b"alive" => Ok(None),
-                other => Ok(Some(String::from_utf8_lossy(other).into_owned())),
-            }
-        };
-        events::run(&fleet, &rx, &decode)
-    });
-    tx.send(b"n1".to_vec()).unwrap();
-    tx.send(b"garbage".to_vec()).unwrap();
-    tx.send(b"alive".to_vec()).unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded::<Identity>();
+    let listener = std::thread::spawn(move || events::run(&fleet, &rx));
+    tx.send(id("n1")).unwrap();
     wait_until("event queued", || {
         r.fleet.metrics().event_discovered.get() == 1
     });
     r.fleet.pause().pause();
-    tx.send(b"n2".to_vec()).unwrap();
+    tx.send(id("n2")).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(!r.fleet.is_known("n2"), "dropped while paused");
     r.fleet.pause().resume();
-    tx.send(b"n3".to_vec()).unwrap();
+    tx.send(id("n3")).unwrap();
     wait_until("event queued after resume", || {
         r.fleet.metrics().event_discovered.get() == 2
     });

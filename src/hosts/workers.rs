@@ -34,10 +34,13 @@ pub(super) fn run(fleet: &Fleet) {
                 metrics.provisioned.inc();
                 log::info!("{}: {outcome}", job.identity);
             }
-            Outcome::Deferred(_) | Outcome::Failed(_) => {
+            Outcome::Deferred(_) | Outcome::Failed(_) | Outcome::Contested(_) => {
                 metrics.provision_errors.inc();
                 log::error!("Provisioning {} failed: {outcome}", job.identity);
             }
+            // A made-up identity or a node that left: counted in unreachable_nodes,
+            // not an error of ours; forgotten until it is seen again.
+            Outcome::Unreachable(_) => log::debug!("Dropping {}: {outcome}", job.identity),
         }
         fleet.finish(&job, &outcome);
     }

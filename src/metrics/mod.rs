@@ -66,6 +66,20 @@ pub struct Metrics {
     pub connector_errors: IntCounterVec,
     /// Time taken by the initial connection, by `identity`.
     pub connector_initial_connect_time: SumCountVec,
+    /// Identities refused as invalid, by `source` (`discovery`, `event`) and `reason`.
+    pub refused_identities: IntCounterVec,
+    /// RPC replies refused, by `reason` (`undecodable`, `wrong_request`,
+    /// `wrong_sender`, `overflow`).
+    pub rejected_replies: IntCounterVec,
+    /// Requests nobody could answer: no server subscribes to the node's subject.
+    pub unreachable_nodes: IntCounter,
+    /// Requests answered twice with different replies in one node's name, by `rpc`:
+    /// someone else answers for that node (a security event).
+    pub contested_replies: IntCounterVec,
+    /// Lifecycle events dropped before use, by `reason`.
+    pub dropped_events: IntCounterVec,
+    /// Discovery replies beyond the per-discovery cap of distinct senders.
+    pub discovery_overflow: IntCounter,
 }
 
 /// The `rpc` label values, one per RPC the provisioner makes. Their series are
@@ -136,6 +150,31 @@ impl Metrics {
         )?;
         registry.register(Box::new(election_interval_seconds.clone()))?;
 
+        let site_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(site_opts(name, help, site), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok::<_, prometheus::Error>(c)
+        };
+        let refused_identities = site_vec(
+            "choria_provisioner_refused_identities",
+            "How many node identities were refused as invalid",
+            &["source", "reason"],
+        )?;
+        let rejected_replies = site_vec(
+            "choria_provisioner_rejected_replies",
+            "How many RPC replies were refused",
+            &["reason"],
+        )?;
+        let contested_replies = site_vec(
+            "choria_provisioner_contested_replies",
+            "How many requests were answered twice with different replies in one node's name",
+            &["rpc"],
+        )?;
+        let dropped_events = site_vec(
+            "choria_provisioner_dropped_events",
+            "How many lifecycle events were dropped before use",
+            &["reason"],
+        )?;
         let connector = |name: &str, help: &str| -> prometheus::Result<IntCounterVec> {
             let c = IntCounterVec::new(Opts::new(name, help), &["identity"])?;
             registry.register(Box::new(c.clone()))?;
@@ -225,6 +264,18 @@ impl Metrics {
                 "choria_provisioner_helper_shutdown_requests",
                 "Host many times the helper asked for a node to be shutdown and it succeeded",
             )?,
+            unreachable_nodes: counter(
+                "choria_provisioner_unreachable_nodes",
+                "How many requests found no server subscribed to the node's subject",
+            )?,
+            discovery_overflow: counter(
+                "choria_provisioner_discovery_overflow",
+                "How many discovery replies came beyond the cap of distinct senders",
+            )?,
+            refused_identities,
+            rejected_replies,
+            contested_replies,
+            dropped_events,
             election_campaigns,
             election_leader,
             election_interval_seconds,

@@ -1,8 +1,11 @@
 //! `choria-fleet-sim`: N provisioning-mode Choria servers on one NATS connection.
 //!
 //! Built for tests, the demo and the benchmark, and for operators who want to try a
-//! helper or a configuration before pointing the provisioner at real machines. One
-//! wildcard subscription serves every node (no thread per node); a few worker
+//! helper or a configuration before pointing the provisioner at real machines. Each
+//! node in provisioning mode subscribes to its own `provisioning.node.<identity>`, as
+//! a real server does (so a request to a node that is not there gets nats-server's
+//! "no responders"), but every subscription hands its messages over on the
+//! connection's reader thread to one work queue (no thread per node); a few worker
 //! threads decode requests with the server side of the real codec, check them as a
 //! provisioning-mode server does (dropping what it would drop), and answer from the
 //! node's state; one timer thread runs delayed work (slow replies, restarts).
@@ -16,7 +19,6 @@ pub mod node;
 mod timer;
 pub mod verify;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,9 +27,11 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::choria::bus::{Bus, Subscription};
 use crate::choria::lifecycle::Event;
 use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
 use crate::choria::protocol::{self, ids, Protocol};
+use crate::choria::subject::{Subject, SubjectFilter};
 pub use faults::{Fault, Faults};
 pub use node::{AfterRestart, CsrKey, Node, Phase};
 use timer::Timer;
@@ -199,12 +203,23 @@ impl Shared {
     }
 }
 
+/// What the reader thread hands to the sim's workers.
+enum Work {
+    /// A broadcast discovery request.
+    Discovery(Vec<u8>),
+    /// A request to node `.0`.
+    Direct(usize, Vec<u8>),
+}
+
 struct Shared {
-    nc: nats::Connection,
+    bus: Bus,
+    /// Each node's subscription to its own subject while it is in provisioning mode.
+    subscriptions: Vec<Mutex<Option<Subscription>>>,
+    /// Where the subscriptions hand requests over.
+    inbox: Sender<Work>,
     nodes: Vec<Mutex<Node>>,
     faults: Vec<Option<Fault>>,
     booted: Vec<AtomicBool>,
-    index: HashMap<String, usize>,
     counters: Counters,
     options: SimOptions,
     timer: Timer,
@@ -216,6 +231,7 @@ pub struct Sim {
     shared: Arc<Shared>,
     stop: Option<Sender<()>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    _discovery: Subscription,
 }
 
 /// The identity of node `n`.
@@ -274,7 +290,6 @@ impl Sim {
         }
         let nc = connect.connect(url)?;
         let mut nodes = Vec::with_capacity(options.nodes);
-        let mut index = HashMap::with_capacity(options.nodes);
         let mut faults = Vec::with_capacity(options.nodes);
         for n in 0..options.nodes {
             let id = identity(&options, n);
@@ -285,33 +300,29 @@ impl Sim {
                 node.after_restart = AfterRestart::ComeBack;
             }
             faults.push(options.faults.pick(n));
-            index.insert(id, n);
             nodes.push(Mutex::new(node));
         }
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let (inbox, work) = unbounded::<Work>();
+        let bus = Bus::new(nc);
         let shared = Arc::new(Shared {
-            nc: nc.clone(),
+            bus: bus.clone(),
+            subscriptions: (0..options.nodes).map(|_| Mutex::new(None)).collect(),
+            inbox: inbox.clone(),
             booted: (0..options.nodes).map(|_| AtomicBool::new(false)).collect(),
             nodes,
             faults,
-            index,
             counters: Counters::default(),
             timer: Timer::start(stopped.clone()),
             url: url.to_string(),
             options,
         });
-        let (inbox, work) = unbounded::<nats::Message>();
-        for subject in [
-            "provisioning.node.>",
-            "provisioning.broadcast.agent.discovery",
-        ] {
-            let tx = inbox.clone();
-            nc.subscribe(subject)?.with_handler(move |m| {
-                let _ = tx.send(m);
-                Ok(())
-            });
-        }
-        nc.flush()?;
+        let discovery = SubjectFilter::new("provisioning.broadcast.agent.discovery")
+            .map_err(|e| invalid(e.to_string()))?;
+        let discovery_subscription = bus.subscribe(&discovery, None, move |m| {
+            let _ = inbox.send(Work::Discovery(m.data));
+        })?;
+        bus.flush(Duration::from_secs(5))?;
         let mut threads = Vec::new();
         for n in 0..shared.options.workers.max(1) {
             let (shared, work, stopped) = (Arc::clone(&shared), work.clone(), stopped.clone());
@@ -331,6 +342,7 @@ impl Sim {
             shared,
             stop: Some(stop),
             threads,
+            _discovery: discovery_subscription,
         })
     }
 
@@ -414,7 +426,10 @@ impl Sim {
             let _ = t.join();
         }
         self.shared.timer.join();
-        let _ = self.shared.nc.flush_timeout(Duration::from_secs(1));
+        for subscription in &self.shared.subscriptions {
+            subscription.lock().take();
+        }
+        let _ = self.shared.bus.flush(Duration::from_secs(1));
     }
 }
 
@@ -456,33 +471,64 @@ fn boot_all(shared: &Arc<Shared>, stopped: &Receiver<()>) {
 fn emit(shared: &Shared, identity: &str, version: &str, kind: &str, new_version: &str) {
     let mut event = Event::new(kind, identity, &shared.options.component, version);
     event.new_version = new_version.to_string();
-    let _ = shared
-        .nc
-        .publish(&event.subject(), event.to_cloudevent_json());
+    publish_event(shared, &event);
 }
 
-/// Publishes node `n`'s startup event.
+fn publish_event(shared: &Shared, event: &Event) {
+    if let Ok(subject) = event.subject() {
+        let _ = shared.bus.publish(&subject, &event.to_cloudevent_json());
+    }
+}
+
+/// Node `n` enters provisioning mode: it subscribes to its subject and publishes its
+/// startup event.
 fn announce(shared: &Shared, n: usize) {
     let identity = shared.nodes[n].lock().identity.clone();
     let version = shared.nodes[n].lock().version.clone();
+    listen(shared, n, &identity);
     let event = Event::new("startup", &identity, &shared.options.component, &version);
-    let _ = shared
-        .nc
-        .publish(&event.subject(), event.to_cloudevent_json());
+    publish_event(shared, &event);
 }
 
-fn worker(shared: &Arc<Shared>, work: &Receiver<nats::Message>, stopped: &Receiver<()>) {
+/// Subscribes node `n` to `provisioning.node.<identity>` unless it already is.
+fn listen(shared: &Shared, n: usize, identity: &str) {
+    let mut slot = shared.subscriptions[n].lock();
+    if slot.is_some() {
+        return;
+    }
+    let Ok(filter) = SubjectFilter::new(format!("provisioning.node.{identity}")) else {
+        return;
+    };
+    let inbox = shared.inbox.clone();
+    *slot = shared
+        .bus
+        .subscribe(&filter, None, move |m| {
+            let _ = inbox.send(Work::Direct(n, m.data));
+        })
+        .ok();
+}
+
+/// Node `n` leaves provisioning mode (restarts, shuts down): its subject goes.
+fn leave(shared: &Shared, n: usize) {
+    shared.subscriptions[n].lock().take();
+}
+
+/// Publishes `payload` to a request's reply subject, if it is a valid subject.
+fn reply_to(bus: &Bus, subject: &str, payload: &[u8]) {
+    if let Ok(subject) = Subject::new(subject) {
+        let _ = bus.publish(&subject, payload);
+    }
+}
+
+fn worker(shared: &Arc<Shared>, work: &Receiver<Work>, stopped: &Receiver<()>) {
     loop {
-        let msg = crossbeam_channel::select! {
+        let work = crossbeam_channel::select! {
             recv(work) -> m => match m { Ok(m) => m, Err(_) => return },
             recv(stopped) -> _ => return,
         };
-        if msg.subject == "provisioning.broadcast.agent.discovery" {
-            discovery(shared, &msg.data);
-        } else if let Some(id) = msg.subject.strip_prefix("provisioning.node.") {
-            if let Some(&n) = shared.index.get(id) {
-                direct(shared, n, &msg.data);
-            }
+        match work {
+            Work::Discovery(data) => discovery(shared, &data),
+            Work::Direct(n, data) => direct(shared, n, &data),
         }
     }
 }
@@ -522,7 +568,7 @@ fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
             Some(&shared.url),
         );
         drop(node);
-        let _ = shared.nc.publish(&request.reply_to, reply);
+        reply_to(&shared.bus, &request.reply_to, &reply);
         shared
             .counters
             .discovery_replies
@@ -645,14 +691,12 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
     let subject = request.reply_to;
     match fault {
         Some(Fault::Slow) => {
-            let nc = shared.nc.clone();
+            let bus = shared.bus.clone();
             shared.timer.after(shared.options.faults.slow_by, move || {
-                let _ = nc.publish(&subject, payload);
+                reply_to(&bus, &subject, &payload);
             });
         }
-        _ => {
-            let _ = shared.nc.publish(&subject, payload);
-        }
+        _ => reply_to(&shared.bus, &subject, &payload),
     }
 }
 
@@ -664,12 +708,14 @@ fn apply(shared: &Arc<Shared>, n: usize, node: &mut Node, effect: node::Effect) 
         node::Effect::Shutdown => {
             emit(shared, &node.identity, &node.version, "shutdown", "");
             node.phase = Phase::Shutdown;
+            leave(shared, n);
         }
         node::Effect::Restart => {
             emit(shared, &node.identity, &node.version, "shutdown", "");
             node.phase = Phase::Restarting;
             let s = Arc::clone(shared);
             shared.timer.after(delay, move || {
+                leave(&s, n);
                 let mut node = s.nodes[n].lock();
                 node.reboot();
                 let phase = if node.after_restart == AfterRestart::ComeBack && node.restarts == 1 {
@@ -690,6 +736,7 @@ fn apply(shared: &Arc<Shared>, n: usize, node: &mut Node, effect: node::Effect) 
             node.phase = Phase::Restarting;
             let s = Arc::clone(shared);
             shared.timer.after(delay, move || {
+                leave(&s, n);
                 let mut node = s.nodes[n].lock();
                 node.reboot();
                 node.version = version;

@@ -284,12 +284,15 @@ pub fn new_request_id(protocol: Protocol) -> String {
 }
 
 /// `provisioning.reply.<md5hex(caller_id)>` for `collective`.
-pub fn reply_prefix(collective: &str, caller_id: &str) -> String {
+pub fn reply_prefix(
+    collective: &str,
+    caller_id: &str,
+) -> Result<super::subject::Subject, super::subject::SubjectError> {
     use md5::{Digest, Md5};
-    format!(
+    super::subject::Subject::new(format!(
         "{collective}.reply.{}",
         ids::hex(&Md5::digest(caller_id.as_bytes()))
-    )
+    ))
 }
 
 /// Encodes a request; returns its id and the NATS payload.

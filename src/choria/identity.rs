@@ -1,0 +1,228 @@
+//! A node's identity, validated once at the edge.
+//!
+//! Every identity the provisioner learns comes from the network (a discovery reply's
+//! sender, a startup event, an RPC reply's envelope) and is attacker-controlled until
+//! checked. [`Identity::parse`] is the only way to make one, so anything that holds an
+//! `Identity` (the fleet, the sequence, the helper's input, a subject) can trust it.
+//!
+//! The rule is go-choria's own (`validIdentity` in
+//! `providers/discovery/flatfile/flatfile.go`): dot-separated labels of ASCII letters,
+//! digits and inner hyphens, plus the DNS limit of 253 bytes. It is stricter than
+//! what a NATS subject token needs (no `*`, `>`, whitespace, control characters or
+//! empty tokens can get through), so an identity is always safe in a subject, a log
+//! line and a file name.
+
+use std::fmt;
+
+/// The longest identity accepted, in bytes (a DNS name's limit).
+pub const MAX_IDENTITY_LEN: usize = 253;
+
+/// A validated Choria identity.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Identity(Box<str>);
+
+/// Why a string is not an identity. [`IdentityError::reason`] is the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdentityError {
+    /// Nothing at all.
+    Empty,
+    /// Longer than [`MAX_IDENTITY_LEN`] bytes (the length).
+    TooLong(usize),
+    /// A byte that is not a letter, digit, `-` or `.` (its offset and value).
+    Character {
+        /// Byte offset.
+        at: usize,
+        /// The byte.
+        byte: u8,
+    },
+    /// An empty label: a leading, trailing or doubled dot.
+    EmptyLabel,
+    /// A label that starts or ends with `-`.
+    Hyphen,
+}
+
+impl IdentityError {
+    /// A short, fixed label for metrics: `empty`, `too_long`, `character`,
+    /// `empty_label` or `hyphen`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            IdentityError::Empty => "empty",
+            IdentityError::TooLong(_) => "too_long",
+            IdentityError::Character { .. } => "character",
+            IdentityError::EmptyLabel => "empty_label",
+            IdentityError::Hyphen => "hyphen",
+        }
+    }
+}
+
+impl fmt::Display for IdentityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdentityError::Empty => f.write_str("the identity is empty"),
+            IdentityError::TooLong(n) => write!(
+                f,
+                "the identity is {n} bytes long, more than {MAX_IDENTITY_LEN}"
+            ),
+            IdentityError::Character { at, byte } => write!(
+                f,
+                "the identity has the byte 0x{byte:02x} at offset {at}; only letters, digits, '-' and '.' are allowed"
+            ),
+            IdentityError::EmptyLabel => {
+                f.write_str("the identity has an empty label (a leading, trailing or doubled '.')")
+            }
+            IdentityError::Hyphen => f.write_str("a label of the identity starts or ends with '-'"),
+        }
+    }
+}
+
+impl std::error::Error for IdentityError {}
+
+impl Identity {
+    /// Checks `text` against the identity rule.
+    pub fn parse(text: &str) -> Result<Identity, IdentityError> {
+        let bytes = text.as_bytes();
+        if bytes.is_empty() {
+            return Err(IdentityError::Empty);
+        }
+        if bytes.len() > MAX_IDENTITY_LEN {
+            return Err(IdentityError::TooLong(bytes.len()));
+        }
+        if let Some(at) = bytes
+            .iter()
+            .position(|b| !(b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.'))
+        {
+            return Err(IdentityError::Character {
+                at,
+                byte: bytes[at],
+            });
+        }
+        for label in text.split('.') {
+            if label.is_empty() {
+                return Err(IdentityError::EmptyLabel);
+            }
+            if label.starts_with('-') || label.ends_with('-') {
+                return Err(IdentityError::Hyphen);
+            }
+        }
+        Ok(Identity(text.into()))
+    }
+
+    /// The identity as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Identity {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Identity {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Identity {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl serde::Serialize for Identity {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// How much of a hostile string a log line shows.
+pub const SHOWN_CHARS: usize = 200;
+
+/// `text` fit for a log line: at most [`SHOWN_CHARS`] characters, control
+/// characters, quotes and non-ASCII escaped, and a marker with the full length when
+/// it was cut. For strings that failed validation; a valid [`Identity`] is shown as is.
+pub fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(SHOWN_CHARS) + 16);
+    for (n, c) in text.chars().enumerate() {
+        if n == SHOWN_CHARS {
+            out.push_str(&format!("…({} bytes)", text.len()));
+            break;
+        }
+        out.extend(c.escape_debug());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_are_identities() {
+        for ok in [
+            "n1",
+            "node-1.example.net",
+            "A.b-c.D9",
+            "x",
+            &"a".repeat(253),
+        ] {
+            assert_eq!(Identity::parse(ok).unwrap().as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn everything_a_subject_or_log_could_choke_on_is_refused() {
+        let cases: [(&str, &str); 12] = [
+            ("", "empty"),
+            ("evil 0\r\nPUB x 5", "character"),
+            ("a*b", "character"),
+            ("a.>", "character"),
+            ("tab\there", "character"),
+            ("nul\0", "character"),
+            ("ünï.example", "character"),
+            ("under_score", "character"),
+            ("a..b", "empty_label"),
+            (".a", "empty_label"),
+            ("a.", "empty_label"),
+            ("-a.b", "hyphen"),
+        ];
+        for (bad, reason) in cases {
+            let e = Identity::parse(bad).unwrap_err();
+            assert_eq!(e.reason(), reason, "{bad:?}: {e}");
+        }
+        assert_eq!(
+            Identity::parse(&"a".repeat(254)).unwrap_err(),
+            IdentityError::TooLong(254)
+        );
+        assert_eq!(
+            Identity::parse("a.b-").unwrap_err().reason(),
+            "hyphen",
+            "trailing hyphen"
+        );
+    }
+
+    #[test]
+    fn hostile_strings_are_cut_and_escaped_for_logs() {
+        assert_eq!(shown("a\r\nb\"c"), "a\\r\\nb\\\"c");
+        let long = "x".repeat(5000);
+        let s = shown(&long);
+        assert!(s.starts_with(&"x".repeat(200)), "{s}");
+        assert!(s.ends_with("…(5000 bytes)"), "{s}");
+        assert!(s.len() < 230);
+    }
+}

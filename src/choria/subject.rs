@@ -1,0 +1,253 @@
+//! NATS subjects, subscription filters, queue groups and headers, validated when made.
+//!
+//! The NATS text protocol puts a subject in a control line (`PUB <subject> <reply>
+//! <size>`): a space or a CRLF inside one starts another argument or another command
+//! on our connection, and a wildcard or an oversized line makes the server close it.
+//! These types are the choke point: [`super::bus::Bus`] takes nothing else, so no code
+//! path can publish or subscribe on a string that was not checked here, whoever
+//! built it.
+
+#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+
+use std::fmt;
+
+/// Longest subject or filter we send (nats-server's control line limit is 4 KiB).
+pub const MAX_SUBJECT_LEN: usize = 512;
+
+/// Longest header value we send.
+pub const MAX_HEADER_VALUE_LEN: usize = 1024;
+
+/// Why a string cannot be used on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubjectError {
+    /// Empty.
+    Empty,
+    /// Longer than [`MAX_SUBJECT_LEN`] (the length).
+    TooLong(usize),
+    /// A space, control character or non-ASCII byte at this offset.
+    Byte(usize),
+    /// An empty token (leading, trailing or doubled `.`).
+    EmptyToken,
+    /// `*` or `>` where only a literal is allowed, or not as a whole token, or `>`
+    /// before the last token.
+    Wildcard,
+    /// A header name or value that would break the header block.
+    Header(&'static str),
+}
+
+impl fmt::Display for SubjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SubjectError::Empty => f.write_str("empty subject"),
+            SubjectError::TooLong(n) => {
+                write!(f, "subject of {n} bytes exceeds {MAX_SUBJECT_LEN}")
+            }
+            SubjectError::Byte(at) => write!(
+                f,
+                "subject has a space, control or non-ASCII byte at offset {at}"
+            ),
+            SubjectError::EmptyToken => f.write_str("subject has an empty token"),
+            SubjectError::Wildcard => f.write_str("subject has a misplaced wildcard"),
+            SubjectError::Header(why) => write!(f, "invalid header: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for SubjectError {}
+
+/// Checks the form every subject, filter and queue group shares and returns its
+/// tokens.
+fn tokens(text: &str) -> Result<std::str::Split<'_, char>, SubjectError> {
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return Err(SubjectError::Empty);
+    }
+    if bytes.len() > MAX_SUBJECT_LEN {
+        return Err(SubjectError::TooLong(bytes.len()));
+    }
+    if let Some(at) = bytes.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+        return Err(SubjectError::Byte(at));
+    }
+    if text.split('.').any(str::is_empty) {
+        return Err(SubjectError::EmptyToken);
+    }
+    Ok(text.split('.'))
+}
+
+/// A literal subject one can publish to: no wildcards.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Subject(String);
+
+impl Subject {
+    /// Checks `text`.
+    pub fn new(text: impl Into<String>) -> Result<Subject, SubjectError> {
+        let text = text.into();
+        if tokens(&text)?.any(|t| t.contains(['*', '>'])) {
+            return Err(SubjectError::Wildcard);
+        }
+        Ok(Subject(text))
+    }
+
+    /// `self` followed by `.token`, checked as a whole.
+    pub fn child(&self, token: &str) -> Result<Subject, SubjectError> {
+        Subject::new(format!("{}.{token}", self.0))
+    }
+
+    /// The subject as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A subscription filter: a subject whose tokens may be `*`, and whose last token may
+/// be `>`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SubjectFilter(String);
+
+impl SubjectFilter {
+    /// Checks `text`.
+    pub fn new(text: impl Into<String>) -> Result<SubjectFilter, SubjectError> {
+        let text = text.into();
+        let mut tokens = tokens(&text)?.peekable();
+        while let Some(token) = tokens.next() {
+            let last = tokens.peek().is_none();
+            let wild = token.contains(['*', '>']);
+            if wild && !(token == "*" || (token == ">" && last)) {
+                return Err(SubjectError::Wildcard);
+            }
+        }
+        Ok(SubjectFilter(text))
+    }
+
+    /// The filter as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<Subject> for SubjectFilter {
+    fn from(s: Subject) -> SubjectFilter {
+        SubjectFilter(s.0)
+    }
+}
+
+/// A queue group name: a literal subject-like name.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct QueueGroup(String);
+
+impl QueueGroup {
+    /// Checks `text`.
+    pub fn new(text: impl Into<String>) -> Result<QueueGroup, SubjectError> {
+        Subject::new(text).map(|s| QueueGroup(s.0))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+macro_rules! text_impls {
+    ($t:ty) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+    };
+}
+text_impls!(Subject);
+text_impls!(SubjectFilter);
+text_impls!(QueueGroup);
+
+/// Message headers with names and values that cannot break the header block.
+#[derive(Debug, Clone, Default)]
+pub struct Headers(pub(super) nats::header::HeaderMap);
+
+impl Headers {
+    /// No headers.
+    pub fn new() -> Headers {
+        Headers::default()
+    }
+
+    /// Adds `name: value` after checking both.
+    pub fn insert(&mut self, name: &str, value: &str) -> Result<(), SubjectError> {
+        if name.is_empty()
+            || name
+                .bytes()
+                .any(|b| !(0x21..=0x7e).contains(&b) || b == b':')
+        {
+            return Err(SubjectError::Header("name"));
+        }
+        if value.len() > MAX_HEADER_VALUE_LEN
+            || value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+        {
+            return Err(SubjectError::Header("value"));
+        }
+        self.0.insert(name, value.to_string());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_cannot_carry_another_command() {
+        let injected = "provisioning.node.evil 0\r\n\r\nPUB provisioning.injected 5\r\nhello";
+        assert_eq!(Subject::new(injected).unwrap_err(), SubjectError::Byte(22));
+        assert_eq!(
+            SubjectFilter::new(injected).unwrap_err(),
+            SubjectError::Byte(22)
+        );
+        assert!(Subject::new("a b").is_err());
+        assert!(Subject::new("a\tb").is_err());
+        assert!(Subject::new("a.é").is_err());
+    }
+
+    #[test]
+    fn literal_subjects_have_no_wildcards_or_empty_tokens() {
+        assert!(Subject::new("provisioning.node.n1").is_ok());
+        for bad in ["a.*", "a.>", "a*", ".a", "a.", "a..b", ""] {
+            assert!(Subject::new(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            Subject::new("x".repeat(513)).unwrap_err(),
+            SubjectError::TooLong(513)
+        );
+        let parent = Subject::new("provisioning.reply.abc").unwrap();
+        assert_eq!(
+            parent.child("id1").unwrap().as_str(),
+            "provisioning.reply.abc.id1"
+        );
+        assert!(parent.child("a b").is_err());
+        assert!(parent.child("").is_err());
+    }
+
+    #[test]
+    fn filters_take_whole_token_wildcards_only() {
+        for ok in ["a.*", "a.>", "*.b.>", "provisioning.node.>"] {
+            assert!(SubjectFilter::new(ok).is_ok(), "{ok}");
+        }
+        for bad in ["a.>.b", "a*", "a.b>", "a..>", "a >"] {
+            assert!(SubjectFilter::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn header_values_cannot_start_new_lines() {
+        let mut h = Headers::new();
+        assert!(h
+            .insert("Nats-Expected-Last-Subject-Sequence", "12")
+            .is_ok());
+        assert!(h.insert("X", "1\r\nPUB a 1").is_err());
+        assert!(h.insert("Bad:Name", "1").is_err());
+        assert!(h.insert("Bad Name", "1").is_err());
+    }
+}

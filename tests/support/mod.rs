@@ -308,7 +308,14 @@ accounts {
     ]
   }
   provisioning: {
-    users: [ { user: provisioner, password: s3cret }, { user: node, password: n0de } ]
+    users: [
+      { user: provisioner, password: s3cret }
+      # What a Choria broker lets a provisioning-mode server do (spec/broker-auth.md).
+      { user: node, password: n0de, permissions: {
+          publish: { allow: ["choria.lifecycle.>", "provisioning.reply.>", "provisioning.registration.>"] }
+          subscribe: { allow: ["provisioning.node.>", "provisioning.broadcast.agent.discovery", "provisioning.broadcast.agent.rpcutil", "provisioning.broadcast.agent.choria_util", "provisioning.broadcast.agent.choria_provision"] }
+      } }
+    ]
     imports: [
       { service: { account: choria, subject: "$JS.API.STREAM.INFO.KV_CHORIA_LEADER_ELECTION" }, to: "choria.streams.STREAM.INFO.KV_CHORIA_LEADER_ELECTION" }
       { service: { account: choria, subject: "$KV.CHORIA_LEADER_ELECTION.provisioner" }, to: "choria.streams.$KV.CHORIA_LEADER_ELECTION.provisioner" }
@@ -350,3 +357,8 @@ pub fn create_election_bucket(server: &NatsServer, ttl: Duration) {
         "stream create failed: {answer}"
     );
 }
+
+#[cfg(feature = "sim")]
+pub mod hostile;
+#[cfg(feature = "sim")]
+pub mod rig;

@@ -1,0 +1,555 @@
+//! Hostile nodes against the whole provisioner over a real nats-server: every named
+//! input below is sent by a node with exactly the rights a Choria broker gives a
+//! provisioning-mode server (`tests/support/hostile.rs`), while honest simulated nodes
+//! boot in the same run. Each case asserts the specific outcome (the refusal and its
+//! counter), that the provisioner's connection stayed up (no reconnect), and that the
+//! honest nodes were provisioned exactly once.
+#![cfg(feature = "sim")]
+#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use choria_provisioner::choria::identity::Identity;
+use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
+use choria_provisioner::sim::{Phase, Sim};
+use support::hostile::{ok, Hostile};
+use support::rig::{fast, sim, wait_until, Provisioner};
+use support::{NatsServer, TempDir};
+
+/// Every honest node is provisioned, each restarted exactly once.
+fn assert_all_provisioned_once(fleet: &Sim) {
+    for node in fleet.summary().nodes {
+        assert_eq!(node.phase, Phase::Provisioned, "{}", node.identity);
+        assert_eq!(
+            node.restarts, 1,
+            "{} restarted {} times: {:?}",
+            node.identity, node.restarts, node.rpcs
+        );
+    }
+}
+
+/// The provisioner's connection never dropped.
+fn assert_connection_held(prov: &Provisioner) {
+    assert_eq!(prov.reconnections(), 0, "the broker connection was lost");
+    assert!(prov.daemon().connection().is_connected());
+}
+
+/// Identity shapes a hostile node may claim, with the refusal reason each gets.
+const BAD_IDENTITIES: [(&str, &str, &str); 13] = [
+    (
+        "NATS protocol injection",
+        "evil 0\r\n\r\nPUB provisioning.injected 5\r\nhello\r\nPUB provisioning.node.z",
+        "character",
+    ),
+    ("a space", "evil node.example.net", "character"),
+    ("a * wildcard", "*.example.net", "character"),
+    ("a > wildcard", "evil.>", "character"),
+    ("a NUL byte", "evil\0.example.net", "character"),
+    ("a tab", "evil\t.example.net", "character"),
+    ("non-ASCII", "névil.example.net", "character"),
+    ("an underscore", "evil_node.example.net", "character"),
+    ("an empty label", "evil..example.net", "empty_label"),
+    ("a leading dot", ".evil.example.net", "empty_label"),
+    ("a trailing dot", "evil.example.net.", "empty_label"),
+    ("a leading hyphen", "-evil.example.net", "hyphen"),
+    ("a label ending in a hyphen", "evil-.example.net", "hyphen"),
+];
+
+/// Counts messages on `provisioning.>` subjects nobody should publish to.
+fn spy(server: &NatsServer) -> (nats::Connection, crossbeam_channel::Receiver<String>) {
+    let nc = nats::connect(server.url()).unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for subject in ["provisioning.injected", "provisioning.node.z", "PUB"] {
+        let tx = tx.clone();
+        nc.subscribe(subject).unwrap().with_handler(move |m| {
+            let _ = tx.send(m.subject);
+            Ok(())
+        });
+    }
+    nc.flush().unwrap();
+    (nc, rx)
+}
+
+#[test]
+fn hostile_identities_in_discovery_replies_are_refused_counted_and_never_published_to() {
+    let server = NatsServer::start();
+    let (_spy, injected) = spy(&server);
+    let attacker = Hostile::connect(&server.url(), None);
+    let mut senders: Vec<String> = BAD_IDENTITIES.iter().map(|c| c.1.to_string()).collect();
+    senders.push("e".repeat(5000));
+    let _answers = attacker.answer_discovery(senders);
+    attacker.flush();
+    let fleet = sim(&server.url(), 10, |_| {});
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 10
+    });
+    assert_all_provisioned_once(&fleet);
+    for (name, _, reason) in BAD_IDENTITIES {
+        assert!(
+            prov.counter("refused_identities", &["discovery", reason]) >= 1,
+            "{name}: not counted as {reason}"
+        );
+    }
+    assert!(
+        prov.counter("refused_identities", &["discovery", "too_long"]) >= 1,
+        "5,000 bytes"
+    );
+    assert!(
+        injected.try_recv().is_err(),
+        "a message reached a subject the provisioner never chose"
+    );
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+    assert_eq!(prov.daemon().fleet().known(), 10, "only honest nodes known");
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn hostile_identities_in_startup_events_are_refused_counted_and_never_queued() {
+    let server = NatsServer::start();
+    let (_spy, injected) = spy(&server);
+    let fleet = sim(&server.url(), 10, |o| o.boot_rate = 5.0);
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    let attacker = Hostile::connect(&server.url(), None);
+    for (_, identity, _) in BAD_IDENTITIES {
+        attacker.startup_event(identity, "provision_mode_server");
+    }
+    attacker.startup_event(&"e".repeat(5000), "provision_mode_server");
+    attacker.flush();
+    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 10
+    });
+    assert_all_provisioned_once(&fleet);
+    for (name, _, reason) in BAD_IDENTITIES {
+        assert!(
+            prov.counter("refused_identities", &["event", reason]) >= 1,
+            "{name}: not counted as {reason}"
+        );
+    }
+    assert_eq!(
+        prov.counter("dropped_events", &["invalid_identity"]),
+        BAD_IDENTITIES.len() as u64 + 1
+    );
+    assert!(injected.try_recv().is_err());
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn oversized_undecodable_and_foreign_events_are_dropped_with_their_reason() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 5, |o| o.boot_rate = 5.0);
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    let attacker = Hostile::connect(&server.url(), None);
+    let subject = "choria.lifecycle.event.startup.provision_mode_server";
+    // 100 KiB of valid JSON: over the 64 KiB a startup event may have.
+    let huge = serde_json::json!({"protocol": "io.choria.lifecycle.v1.startup", "identity": "n1", "pad": "x".repeat(100 * 1024)});
+    attacker.publish(subject, &serde_json::to_vec(&huge).unwrap());
+    attacker.publish(subject, b"\x00\xffnot json");
+    attacker.publish(subject, br#"{"protocol":"io.choria.lifecycle.v1.startup"#);
+    // 10,000 nested arrays: serde's recursion limit, not our stack.
+    attacker.publish(subject, "[".repeat(10_000).as_bytes());
+    attacker.flush();
+    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 5
+    });
+    assert_eq!(prov.counter("dropped_events", &["too_large"]), 1);
+    assert_eq!(prov.counter("dropped_events", &["undecodable"]), 3);
+    assert_all_provisioned_once(&fleet);
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn thousands_of_ghosts_cost_a_round_trip_each_and_honest_nodes_keep_their_pace() {
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let ghosts: Vec<String> = (0..3000)
+        .map(|n| format!("ghost-{n:05}.example.net"))
+        .collect();
+    let _answers = attacker.answer_discovery(ghosts);
+    for n in 0..2000 {
+        attacker.startup_event(
+            &format!("event-ghost-{n:05}.example.net"),
+            "provision_mode_server",
+        );
+    }
+    attacker.flush();
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    // The honest nodes boot while the provisioner is busy with 5,000 ghosts.
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let fleet = sim(&server.url(), 20, |_| {});
+    wait_until("honest nodes provisioned", Duration::from_secs(30), || {
+        fleet.progress().provisioned == 20
+    });
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "20 honest nodes took {took:?} behind the ghosts"
+    );
+    assert_all_provisioned_once(&fleet);
+    assert!(
+        prov.metrics.unreachable_nodes.get() >= 3000,
+        "ghosts recognised: {}",
+        prov.metrics.unreachable_nodes.get()
+    );
+    assert_eq!(
+        prov.metrics.provision_errors.get(),
+        0,
+        "a ghost is no error"
+    );
+    assert_connection_held(&prov);
+}
+
+/// A helper that hands every node `key` with a certificate and its configuration (a
+/// node writes the key only with a certificate, a CA and an SSL directory, as Go).
+fn helper_with_key(dir: &TempDir, key_pem: &str) -> std::path::PathBuf {
+    let key_json = serde_json::to_string(key_pem).unwrap();
+    let cert_json = serde_json::to_string(&fixture("rsa2048-cert.pem")).unwrap();
+    dir.script(
+        "key-helper.sh",
+        &format!(
+            "#!/bin/sh\ninput=$(cat)\nid=$(printf '%s' \"$input\" | sed -n 's/^{{\"identity\":\"\\([^\"]*\\)\".*/\\1/p')\n\
+             cat <<EOF\n{{\"configuration\": {{\"identity\": \"$id\", \"plugin.choria.server.provision\": \"false\"}}, \"key\": {key_json}, \"certificate\": {cert_json}, \"ca\": {cert_json}, \"ssldir\": \"/etc/choria/ssl\"}}\nEOF\n"
+        ),
+    )
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+const ISSUER_SEED: [u8; 32] = [7; 32];
+
+fn issuer_public_hex() -> String {
+    use ring::signature::KeyPair as _;
+    let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&ISSUER_SEED).unwrap();
+    choria_provisioner::choria::protocol::ids::hex(key.public_key().as_ref())
+}
+
+/// Decrypts a `configure` key with the attacker's X25519 secret: the attack of
+/// issue #11, which must never give back the helper's key.
+fn attacker_decrypts(secret: &[u8; 32], data: &serde_json::Value, key_der: &[u8]) -> bool {
+    let (Some(key), Some(public)) = (data["key"].as_str(), data["ecdh_public"].as_str()) else {
+        return false;
+    };
+    let Some(theirs) = choria_provisioner::choria::protocol::ids::unhex(public)
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+    else {
+        return false;
+    };
+    let shared = x25519_dalek::StaticSecret::from(*secret)
+        .diffie_hellman(&x25519_dalek::PublicKey::from(theirs));
+    let Some(block) = choria_provisioner::host::pem::decode(key) else {
+        return false;
+    };
+    choria_provisioner::host::crypto::decrypt_pem_block(&block, shared.as_bytes())
+        .is_ok_and(|der| der == key_der)
+}
+
+#[test]
+fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_once_it_stops() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("race-jwt");
+    let key_pem = fixture("rsa2048-pkcs1.pem");
+    let key_der = choria_provisioner::host::pem::decode(&key_pem).unwrap().der;
+    let secret = [42u8; 32];
+    let attacker_public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret));
+    let attacker_public =
+        choria_provisioner::choria::protocol::ids::hex(attacker_public.as_bytes());
+    // A valid provisioning JWT, as every provisioning-mode node holds one.
+    let jwt = choria_provisioner::sim::keys::provisioning_jwt(
+        &ISSUER_SEED,
+        "s3cret",
+        &server.url(),
+        false,
+        false,
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    // A second hostile node only reads, for the whole run, what every node may read.
+    let reader = Hostile::connect(&server.url(), None);
+    let _read = reader.race(Box::new(|_, _, _| None));
+    let attacker = Hostile::connect(&server.url(), None);
+    let race = attacker.race(Box::new(move |_, _, body| {
+        (body.action == "jwt").then(|| {
+            ok(
+                "jwt",
+                serde_json::json!({"jwt": jwt, "ecdh_public": attacker_public}),
+            )
+        })
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 10, |o| {
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
+    });
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "helper: {}\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+            helper_with_key(&dir, &key_pem).display(),
+            issuer_public_hex()
+        ),
+        fast(),
+    );
+    wait_until("every node contested", Duration::from_secs(30), || {
+        prov.counter("contested_replies", &["choria_provision#jwt"]) >= 10
+    });
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "nothing configured under attack"
+    );
+    assert!(
+        attacker.loot.configures.lock().is_empty(),
+        "no configure was sent while the replies were contested"
+    );
+    race.unsubscribe().unwrap();
+    attacker.flush();
+    wait_until(
+        "provisioned once the race stops",
+        Duration::from_secs(60),
+        || fleet.progress().provisioned == 10,
+    );
+    assert_all_provisioned_once(&fleet);
+    for node in fleet.summary().nodes {
+        let got = node.private_key.expect("the node got its key");
+        let got = choria_provisioner::host::pem::decode(&got).unwrap().der;
+        assert_eq!(got, key_der, "{} holds the helper's key", node.identity);
+    }
+    let configures = reader.loot.configures.lock();
+    assert!(configures.len() >= 10, "every configure was readable");
+    for (node, data) in configures.iter() {
+        assert!(
+            !attacker_decrypts(&secret, data, &key_der),
+            "the key for {node} was encrypted for the attacker"
+        );
+    }
+    assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let race = attacker.race(Box::new(|_, _, body| {
+        (body.action == "inventory").then(|| {
+            ok(
+                "inventory",
+                serde_json::json!({"version": "6.6.6", "facts": {"role": "db"}}),
+            )
+        })
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 10, |_| {});
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_until("every node contested", Duration::from_secs(30), || {
+        prov.counter("contested_replies", &["rpcutil#inventory"]) >= 10
+    });
+    assert_eq!(fleet.progress().configured, 0);
+    race.unsubscribe().unwrap();
+    attacker.flush();
+    wait_until(
+        "provisioned after the attack",
+        Duration::from_secs(60),
+        || fleet.progress().provisioned == 10,
+    );
+    assert_all_provisioned_once(&fleet);
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counted() {
+    let server = NatsServer::with_config("max_payload: 8388608");
+    let attacker = Hostile::connect(&server.url(), None);
+    let publisher = attacker.nc().clone();
+    // To every inventory request: a reply in the attacker's name, undecodable bytes, a
+    // 10,000-deep JSON, bad base64, an 8 MiB field, and 500 copies of a garbage reply.
+    let _race = attacker.race(Box::new(move |_, request, body| {
+        if body.action != "inventory" {
+            return None;
+        }
+        let reply = RpcReply::new("inventory", StatusCode::Ok, "OK", serde_json::json!({}));
+        let mine = choria_provisioner::choria::protocol::encode_reply(
+            request,
+            "attacker.example.net",
+            &reply.encode(),
+            choria_provisioner::choria::protocol::ids::unix_nanos(),
+            None,
+        );
+        let to = &request.reply_to;
+        let _ = publisher.publish(to, mine);
+        let _ = publisher.publish(to, b"\xff\xfe garbage");
+        let _ = publisher.publish(to, "[".repeat(10_000));
+        let _ = publisher.publish(
+            to,
+            br#"{"protocol":"choria:transport:1","data":"!!!not base64!!!","headers":{}}"#,
+        );
+        let big = format!(
+            r#"{{"protocol":"choria:transport:1","data":"{}","headers":{{}}}}"#,
+            "A".repeat(8 * 1024 * 1024 - 100)
+        );
+        let _ = publisher.publish(to, big);
+        for _ in 0..500 {
+            let _ = publisher.publish(to, b"{}");
+        }
+        None
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 10, |_| {});
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 10
+    });
+    assert_all_provisioned_once(&fleet);
+    assert!(prov.counter("rejected_replies", &["wrong_sender"]) >= 1);
+    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 4);
+    let overflow = prov
+        .daemon()
+        .rpc()
+        .router()
+        .stats()
+        .overflow
+        .load(Ordering::Relaxed);
+    assert!(overflow > 0, "the flood overflowed its bounded route");
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn the_broker_password_never_reaches_a_node_in_seen_by() {
+    let server = NatsServer::with_config(
+        "authorization { users = [ {user: provisioner, password: s3cret}, {user: node, password: n0de} ] }",
+    );
+    let url = format!("nats://provisioner:s3cret@127.0.0.1:{}", server.port);
+    let node_url = format!("nats://node:n0de@127.0.0.1:{}", server.port);
+    let attacker = Hostile::connect(&node_url, None);
+    let raw = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<Vec<u8>>::new()));
+    let seen = std::sync::Arc::clone(&raw);
+    let _sub = attacker
+        .nc()
+        .subscribe("provisioning.node.>")
+        .unwrap()
+        .with_handler(move |m| {
+            seen.lock().push(m.data);
+            Ok(())
+        });
+    attacker.flush();
+    let fleet = sim(&node_url, 3, |_| {});
+    let prov = Provisioner::start(&url, "p1.test", "", fast());
+    wait_until("provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 3
+    });
+    let raw = raw.lock();
+    assert!(raw.len() >= 9, "the attacker read the requests");
+    for request in raw.iter() {
+        let text = String::from_utf8_lossy(request);
+        assert!(!text.contains("s3cret"), "password in a request: {text}");
+        assert!(
+            text.contains("seen-by"),
+            "v1 requests carry seen-by: {text}"
+        );
+    }
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn a_valid_identity_parses_and_a_hostile_one_never_becomes_a_subject() {
+    // The choke point alone: no Identity, hence no Subject, from a hostile string.
+    for (name, bad, _) in BAD_IDENTITIES {
+        assert!(Identity::parse(bad).is_err(), "{name}");
+        assert!(
+            choria_provisioner::choria::subject::Subject::new(format!("provisioning.node.{bad}"))
+                .is_err()
+                || !bad.contains([' ', '\r', '\n', '\t', '\0', '*', '>']),
+            "{name}"
+        );
+    }
+    assert!(Identity::parse("node-1.example.net").is_ok());
+}
+
+#[test]
+fn forged_resignations_during_ha_never_make_a_second_leader() {
+    use choria_provisioner::hosts::daemon::DaemonOptions;
+    use choria_provisioner::hosts::election::{ElectionOptions, ElectionState};
+    let server = support::election_broker();
+    support::create_election_bucket(&server, Duration::from_secs(30));
+    let url = server
+        .url()
+        .replace("nats://", "nats://provisioner:s3cret@");
+    let node_url = server.url().replace("nats://", "nats://node:n0de@");
+    let election = || DaemonOptions {
+        election: ElectionOptions {
+            startup_spread: Duration::from_millis(200),
+            ..ElectionOptions::default()
+        },
+        ..fast()
+    };
+    let a = Provisioner::start(&url, "a.test", "leader_election: true\n", election());
+    let b = Provisioner::start(&url, "b.test", "leader_election: true\n", election());
+    let leads = |p: &Provisioner| {
+        p.daemon()
+            .election()
+            .is_some_and(|s| *s.lock() == ElectionState::Leader)
+    };
+    wait_until("a leader", Duration::from_secs(15), || {
+        leads(&a) || leads(&b)
+    });
+    let (leader, standby) = if leads(&a) { (&a, &b) } else { (&b, &a) };
+    let attacker = Hostile::connect(&node_url, None);
+    // What Go's standby obeyed: a shutdown event of component provisioner naming the
+    // leader, which any provisioning-mode node may publish.
+    let event = serde_json::json!({
+        "protocol": "io.choria.lifecycle.v1.shutdown",
+        "id": "forged",
+        "identity": leader.identity,
+        "component": "provisioner",
+        "timestamp": choria_provisioner::choria::protocol::ids::unix_now(),
+    });
+    // And resignations with every revision the key can have had: the broker refuses
+    // them, a node may not publish on provisioning.provisioner.>.
+    for _ in 0..5 {
+        attacker.publish(
+            "choria.lifecycle.event.shutdown.provisioner",
+            &serde_json::to_vec(&event).unwrap(),
+        );
+        for revision in 1..=300u64 {
+            attacker.publish(
+                "provisioning.provisioner.election.provisioner.resigned",
+                format!(
+                    r#"{{"identity":"{}","revision":{revision}}}"#,
+                    leader.identity
+                )
+                .as_bytes(),
+            );
+        }
+        attacker.flush();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            !leads(standby),
+            "the standby took the key from a live leader"
+        );
+    }
+    let fleet = sim(&node_url, 20, |_| {});
+    wait_until("provisioned by the leader", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 20
+    });
+    assert_all_provisioned_once(&fleet);
+    assert!(leads(leader) && !leads(standby), "one leader throughout");
+    assert_eq!(
+        standby.metrics.provisioned.get(),
+        0,
+        "the standby sent no RPC"
+    );
+    assert_connection_held(leader);
+    assert_connection_held(standby);
+}

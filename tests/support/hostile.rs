@@ -1,0 +1,153 @@
+//! A hostile provisioning-mode node: a plain NATS client with exactly the rights a
+//! Choria broker gives such a node (it reads every `provisioning.node.>` request and
+//! publishes replies, discovery answers and lifecycle events), used to attack the
+//! provisioner in `tests/hostile.rs`.
+#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
+use choria_provisioner::choria::protocol::{self, ids, DecodedRequest};
+use parking_lot::Mutex;
+
+/// What the attacker saw and did.
+#[derive(Debug, Default)]
+pub struct Loot {
+    /// Requests seen, as `identity agent#action`.
+    pub seen: Mutex<Vec<String>>,
+    /// Forged replies sent.
+    pub forged: AtomicU64,
+    /// `configure` requests seen, with their `key` and `ecdh_public` (identity, data).
+    pub configures: Mutex<Vec<(String, serde_json::Value)>>,
+}
+
+/// A hostile node's connection.
+pub struct Hostile {
+    nc: nats::Connection,
+    /// What it saw.
+    pub loot: Arc<Loot>,
+}
+
+/// A forgery: given the node a request was for, the request and its RPC body, the
+/// reply to send in that node's name (`None`: stay quiet).
+pub type Forger = dyn Fn(&str, &DecodedRequest, &RpcRequestBody) -> Option<RpcReply> + Send + Sync;
+
+impl Hostile {
+    /// Connects to `url` (optionally as `user`/`password`).
+    pub fn connect(url: &str, user: Option<(&str, &str)>) -> Hostile {
+        let options = match user {
+            Some((u, p)) => nats::Options::with_user_pass(u, p),
+            None => nats::Options::new(),
+        };
+        Hostile {
+            nc: options
+                .with_name("hostile")
+                .connect(url)
+                .expect("hostile connect"),
+            loot: Arc::default(),
+        }
+    }
+
+    /// The raw connection.
+    pub fn nc(&self) -> &nats::Connection {
+        &self.nc
+    }
+
+    /// Answers every discovery request with one reply per sender in `senders`
+    /// (arbitrary strings, JSON-escaped into the envelope as Go would).
+    pub fn answer_discovery(&self, senders: Vec<String>) -> nats::Handler {
+        let publisher = self.nc.clone();
+        self.nc
+            .subscribe("provisioning.broadcast.agent.discovery")
+            .unwrap()
+            .with_handler(move |msg| {
+                let Ok(request) = protocol::decode_request(&msg.data) else {
+                    return Ok(());
+                };
+                for sender in &senders {
+                    let payload = protocol::encode_reply(
+                        &request,
+                        sender,
+                        protocol::DISCOVERY_REPLY,
+                        ids::unix_nanos(),
+                        None,
+                    );
+                    publisher.publish(&request.reply_to, payload)?;
+                }
+                Ok(())
+            })
+    }
+
+    /// Publishes a startup event announcing `identity` (any string) for `component`.
+    pub fn startup_event(&self, identity: &str, component: &str) {
+        let event = serde_json::json!({
+            "protocol": "io.choria.lifecycle.v1.startup",
+            "id": ids::uuid_v4(),
+            "identity": identity,
+            "component": component,
+            "timestamp": ids::unix_now(),
+            "version": "0.30.2",
+        });
+        self.publish(
+            &format!("choria.lifecycle.event.startup.{component}"),
+            &serde_json::to_vec(&event).unwrap(),
+        );
+    }
+
+    /// Publishes raw bytes.
+    pub fn publish(&self, subject: &str, payload: &[u8]) {
+        self.nc.publish(subject, payload).unwrap();
+    }
+
+    /// Flushes what was published.
+    pub fn flush(&self) {
+        self.nc.flush_timeout(Duration::from_secs(5)).unwrap();
+    }
+
+    /// Reads every request to every node (as the broker allows) and answers those for
+    /// which `forge` returns a reply, in the asked node's name, before or after the
+    /// real node. Records what it saw in [`Hostile::loot`].
+    pub fn race(&self, forge: Box<Forger>) -> nats::Handler {
+        let publisher = self.nc.clone();
+        let loot = Arc::clone(&self.loot);
+        self.nc
+            .subscribe("provisioning.node.>")
+            .unwrap()
+            .with_handler(move |msg| {
+                let target = msg.subject.trim_start_matches("provisioning.node.");
+                let Ok(request) = protocol::decode_request(&msg.data) else {
+                    return Ok(());
+                };
+                let Ok(body) = RpcRequestBody::decode(&request.body) else {
+                    return Ok(());
+                };
+                loot.seen
+                    .lock()
+                    .push(format!("{target} {}#{}", request.agent, body.action));
+                if body.action == "configure" {
+                    loot.configures
+                        .lock()
+                        .push((target.to_string(), body.data.clone()));
+                }
+                if let Some(reply) = forge(target, &request, &body) {
+                    let payload = protocol::encode_reply(
+                        &request,
+                        target,
+                        &reply.encode(),
+                        ids::unix_nanos(),
+                        None,
+                    );
+                    loot.forged.fetch_add(1, Ordering::Relaxed);
+                    publisher.publish(&request.reply_to, payload)?;
+                }
+                Ok(())
+            })
+    }
+}
+
+/// An OK reply with `data`.
+pub fn ok(action: &str, data: serde_json::Value) -> RpcReply {
+    RpcReply::new(action, StatusCode::Ok, "OK", data)
+}

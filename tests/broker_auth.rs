@@ -37,33 +37,25 @@ struct Setup {
 
 impl Setup {
     fn new(rig: &ChoriaBroker, password: &str, edit: impl Fn(String) -> String) -> Setup {
-        Setup::with_url(rig, &rig.url(), password, "", edit)
+        Setup::with_url(rig, &rig.url(), password, edit)
     }
 
     fn with_url(
         rig: &ChoriaBroker,
         url: &str,
         password: &str,
-        extra_yaml: &str,
         edit: impl Fn(String) -> String,
     ) -> Setup {
         let dir = TempDir::new("broker-auth");
-        let cfg = dir.write(
-            "choria.cfg",
-            &format!(
-                "identity = provisioner.test.local\nplugin.choria.middleware_hosts = {url}\n{}",
-                edit(rig.choria_cfg())
-            ),
+        let (cfg, yaml) = rig.write_provisioner(
+            &dir,
+            "provisioner.test.local",
+            url,
+            &edit(rig.choria_cfg()),
+            "",
         );
-        let helper = dir.script("helper.sh", "#!/bin/sh\necho '{\"defer\":true}'\n");
-        let yaml = dir.write(
-            "p.yaml",
-            &format!(
-                "helper: {}\n{}{extra_yaml}",
-                helper.display(),
-                rig.yaml().replace(PROVISIONING_PASSWORD, password)
-            ),
-        );
+        let text = std::fs::read_to_string(&yaml).unwrap();
+        std::fs::write(&yaml, text.replace(PROVISIONING_PASSWORD, password)).unwrap();
         Setup {
             _dir: dir,
             cfg,
@@ -456,7 +448,7 @@ fn check_shows_brokers_caller_and_permissions_and_no_password() {
         "nats://",
         &format!("nats://provisioner:{PROVISIONING_PASSWORD}@"),
     );
-    let setup = Setup::with_url(&rig, &url, "yaml-pa55word", "", |c| c);
+    let setup = Setup::with_url(&rig, &url, "yaml-pa55word", |c| c);
     let (code, out, err) = setup.check();
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains(&format!("brokers: {}", rig.url())), "{out}");

@@ -1,4 +1,6 @@
-//! Leader election against a broker that exposes only the two election subjects.
+//! Leader election against a broker that exposes only the two election subjects:
+//! straight to the nats-server, and (with the `sim` feature) through a Choria broker
+//! front end with the provisioner's own connector (`tests/support/broker.rs`).
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
 mod support;
@@ -14,7 +16,59 @@ use choria_provisioner::hosts::election::{
 use choria_provisioner::metrics::Metrics;
 use crossbeam_channel::{bounded, Sender};
 use parking_lot::Mutex;
+#[cfg(feature = "sim")]
+use support::broker::{ChoriaBroker, Network};
 use support::{create_election_bucket, election_broker, NatsServer};
+
+/// Where the candidates connect.
+enum Rig {
+    /// Straight to the nats-server, as user `provisioner`.
+    Direct(NatsServer),
+    /// Through a Choria broker with an organisation issuer: the `choria` provider's
+    /// CONNECT (password, client JWT, signed nonce) made by our connector.
+    #[cfg(feature = "sim")]
+    Broker(ChoriaBroker),
+}
+
+impl Rig {
+    fn direct() -> Rig {
+        Rig::Direct(election_broker())
+    }
+
+    #[cfg(feature = "sim")]
+    fn broker() -> Rig {
+        Rig::Broker(ChoriaBroker::start(Network::Issuer))
+    }
+
+    /// The nats-server holding the bucket.
+    fn server(&self) -> &NatsServer {
+        match self {
+            Rig::Direct(server) => server,
+            #[cfg(feature = "sim")]
+            Rig::Broker(broker) => &broker.backend,
+        }
+    }
+
+    fn connect(&self, identity: &str) -> nats::Connection {
+        match self {
+            Rig::Direct(server) => nats::Options::with_user_pass("provisioner", "s3cret")
+                .with_name(identity)
+                .connect(server.url())
+                .expect("connect as provisioner"),
+            #[cfg(feature = "sim")]
+            Rig::Broker(broker) => {
+                let metrics = Arc::new(Metrics::new("t").unwrap());
+                choria_provisioner::choria::connector::Connector::connect_once(
+                    &broker.client(identity),
+                    &metrics,
+                )
+                .expect("let in by the broker")
+                .nats()
+                .clone()
+            }
+        }
+    }
+}
 
 struct Candidate {
     won: Arc<AtomicUsize>,
@@ -27,11 +81,8 @@ struct Candidate {
 }
 
 impl Candidate {
-    fn start(server: &NatsServer, identity: &str) -> Candidate {
-        #[allow(deprecated)]
-        let nc = nats::Options::with_user_pass("provisioner", "s3cret")
-            .connect(server.url())
-            .expect("connect as provisioner");
+    fn start(rig: &Rig, identity: &str) -> Candidate {
+        let nc = rig.connect(identity);
         let metrics = Arc::new(Metrics::new("t").unwrap());
         let election = Election::new(
             nc.clone(),
@@ -101,11 +152,54 @@ fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration>
 }
 
 #[test]
-fn exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds() {
-    let server = election_broker();
-    create_election_bucket(&server, Duration::from_secs(30));
-    let mut a = Candidate::start(&server, "a.example.net");
-    let mut b = Candidate::start(&server, "b.example.net");
+fn exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds_direct() {
+    exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds(Rig::direct());
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds_through_a_choria_broker(
+) {
+    exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds(Rig::broker());
+}
+
+#[test]
+fn a_dead_leader_is_replaced_after_the_bucket_ttl_direct() {
+    a_dead_leader_is_replaced_after_the_bucket_ttl(Rig::direct());
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn a_dead_leader_is_replaced_after_the_bucket_ttl_through_a_choria_broker() {
+    a_dead_leader_is_replaced_after_the_bucket_ttl(Rig::broker());
+}
+
+#[test]
+fn a_missing_bucket_is_reported_and_retried_direct() {
+    a_missing_bucket_is_reported_and_retried(Rig::direct());
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn a_missing_bucket_is_reported_and_retried_through_a_choria_broker() {
+    a_missing_bucket_is_reported_and_retried(Rig::broker());
+}
+
+#[test]
+fn a_bad_ttl_is_reported_not_fatal_direct() {
+    a_bad_ttl_is_reported_not_fatal(Rig::direct());
+}
+
+#[cfg(feature = "sim")]
+#[test]
+fn a_bad_ttl_is_reported_not_fatal_through_a_choria_broker() {
+    a_bad_ttl_is_reported_not_fatal(Rig::broker());
+}
+
+fn exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds(rig: Rig) {
+    create_election_bucket(rig.server(), Duration::from_secs(30));
+    let mut a = Candidate::start(&rig, "a.example.net");
+    let mut b = Candidate::start(&rig, "b.example.net");
     wait_until(Duration::from_secs(10), || a.is_leader() || b.is_leader()).expect("a leader");
     std::thread::sleep(Duration::from_secs(2));
     assert!(a.is_leader() ^ b.is_leader(), "exactly one leader");
@@ -130,13 +224,11 @@ fn exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds() 
     standby.stop();
 }
 
-#[test]
-fn a_dead_leader_is_replaced_after_the_bucket_ttl() {
-    let server = election_broker();
-    create_election_bucket(&server, Duration::from_secs(4));
-    let mut a = Candidate::start(&server, "a.example.net");
+fn a_dead_leader_is_replaced_after_the_bucket_ttl(rig: Rig) {
+    create_election_bucket(rig.server(), Duration::from_secs(4));
+    let mut a = Candidate::start(&rig, "a.example.net");
     wait_until(Duration::from_secs(10), || a.is_leader()).expect("a leads");
-    let mut b = Candidate::start(&server, "b.example.net");
+    let mut b = Candidate::start(&rig, "b.example.net");
     std::thread::sleep(Duration::from_secs(1));
     assert!(!b.is_leader());
     // Kill a's connection without a clean stop: its refreshes fail, it pauses.
@@ -152,24 +244,20 @@ fn a_dead_leader_is_replaced_after_the_bucket_ttl() {
     b.stop();
 }
 
-#[test]
-fn a_missing_bucket_is_reported_and_retried() {
-    let server = election_broker();
-    let mut a = Candidate::start(&server, "a.example.net");
+fn a_missing_bucket_is_reported_and_retried(rig: Rig) {
+    let mut a = Candidate::start(&rig, "a.example.net");
     wait_until(Duration::from_secs(5), || {
         matches!(&*a.state.lock(), ElectionState::Unavailable(why) if why.contains("cannot access KV Bucket CHORIA_LEADER_ELECTION"))
     })
     .expect("unavailable state with a reason");
-    create_election_bucket(&server, Duration::from_secs(10));
+    create_election_bucket(rig.server(), Duration::from_secs(10));
     wait_until(Duration::from_secs(15), || a.is_leader()).expect("leads once the bucket exists");
     a.stop();
 }
 
-#[test]
-fn a_bad_ttl_is_reported_not_fatal() {
-    let server = election_broker();
-    create_election_bucket(&server, Duration::from_secs(7200));
-    let mut a = Candidate::start(&server, "a.example.net");
+fn a_bad_ttl_is_reported_not_fatal(rig: Rig) {
+    create_election_bucket(rig.server(), Duration::from_secs(7200));
+    let mut a = Candidate::start(&rig, "a.example.net");
     wait_until(Duration::from_secs(5), || {
         matches!(&*a.state.lock(), ElectionState::Unavailable(why) if why.contains("less than or equal to 1 hour"))
     })

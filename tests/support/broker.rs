@@ -40,8 +40,10 @@ use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use choria_provisioner::choria::client_config::ClientConfig;
 use choria_provisioner::choria::client_jwt::{unverified_claims, ClientClaims};
 use choria_provisioner::choria::protocol::ids;
+use choria_provisioner::config::Config;
 use choria_provisioner::host::tokens::{
     verify_provisioning_token, ServerClaims, VerifyKey, CLIENT_ID_PURPOSE, SERVER_PURPOSE,
 };
@@ -748,6 +750,44 @@ impl ChoriaBroker {
         format!(
             "choria_insecure: false\nbroker_provisioning_password: {PROVISIONING_PASSWORD}\ntoken: {NODE_TOKEN}\n"
         )
+    }
+
+    /// Writes a provisioner's `choria.cfg` (identity, `url`, `security` lines) and
+    /// YAML (the helper the keys command wrote unless `yaml` names one, the rig's
+    /// password and token, then `yaml`) into `dir`.
+    pub fn write_provisioner(
+        &self,
+        dir: &TempDir,
+        identity: &str,
+        url: &str,
+        security: &str,
+        yaml: &str,
+    ) -> (PathBuf, PathBuf) {
+        let cfg = dir.write(
+            &format!("{identity}.cfg"),
+            &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n{security}"),
+        );
+        let helper = if yaml.contains("helper:") {
+            String::new()
+        } else {
+            format!("helper: {}\n", self.path("helper.sh").display())
+        };
+        let yaml = dir.write(
+            &format!("{identity}.yaml"),
+            &format!("{helper}{}{yaml}", self.yaml()),
+        );
+        (cfg, yaml)
+    }
+
+    /// The client configuration of a provisioner named `identity` on this broker, as
+    /// `run` loads it.
+    pub fn client(&self, identity: &str) -> ClientConfig {
+        let (cfg, yaml) =
+            self.write_provisioner(&self.keys, identity, &self.url(), &self.choria_cfg(), "");
+        let config = Config::load(&yaml).expect("provisioner YAML").config;
+        let mut client = ClientConfig::load(&cfg).expect("choria.cfg");
+        client.apply_provisioner_overrides(&config);
+        client
     }
 
     /// Nodes through the front end: TLS verified with the rig's CA, the keys'

@@ -151,50 +151,33 @@ fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> Option<Duration>
     None
 }
 
-#[test]
-fn exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds_direct() {
-    exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds(Rig::direct());
+/// Runs each test straight to the nats-server (`direct::…`) and through a Choria
+/// broker front end (`through_a_choria_broker::…`).
+macro_rules! on_both_rigs {
+    ($($test:ident),* $(,)?) => {
+        mod direct {
+            $(#[test]
+            fn $test() {
+                super::$test(super::Rig::direct());
+            })*
+        }
+
+        #[cfg(feature = "sim")]
+        mod through_a_choria_broker {
+            $(#[test]
+            fn $test() {
+                super::$test(super::Rig::broker());
+            })*
+        }
+    };
 }
 
-#[cfg(feature = "sim")]
-#[test]
-fn exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds_through_a_choria_broker(
-) {
-    exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds(Rig::broker());
-}
-
-#[test]
-fn a_dead_leader_is_replaced_after_the_bucket_ttl_direct() {
-    a_dead_leader_is_replaced_after_the_bucket_ttl(Rig::direct());
-}
-
-#[cfg(feature = "sim")]
-#[test]
-fn a_dead_leader_is_replaced_after_the_bucket_ttl_through_a_choria_broker() {
-    a_dead_leader_is_replaced_after_the_bucket_ttl(Rig::broker());
-}
-
-#[test]
-fn a_missing_bucket_is_reported_and_retried_direct() {
-    a_missing_bucket_is_reported_and_retried(Rig::direct());
-}
-
-#[cfg(feature = "sim")]
-#[test]
-fn a_missing_bucket_is_reported_and_retried_through_a_choria_broker() {
-    a_missing_bucket_is_reported_and_retried(Rig::broker());
-}
-
-#[test]
-fn a_bad_ttl_is_reported_not_fatal_direct() {
-    a_bad_ttl_is_reported_not_fatal(Rig::direct());
-}
-
-#[cfg(feature = "sim")]
-#[test]
-fn a_bad_ttl_is_reported_not_fatal_through_a_choria_broker() {
-    a_bad_ttl_is_reported_not_fatal(Rig::broker());
-}
+on_both_rigs!(
+    exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds,
+    a_dead_leader_is_replaced_after_the_bucket_ttl,
+    a_missing_bucket_is_reported_and_retried,
+    a_bad_ttl_is_reported_not_fatal,
+);
 
 fn exactly_one_candidate_leads_and_a_clean_stop_hands_over_within_two_seconds(rig: Rig) {
     create_election_bucket(rig.server(), Duration::from_secs(30));

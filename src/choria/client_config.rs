@@ -80,8 +80,9 @@ pub struct TlsFiles {
 }
 
 /// The Choria client configuration the daemon needs, after the provisioner's
-/// overrides.
-#[derive(Debug, Clone)]
+/// overrides. `Debug` shows no secret: passwords as `***`, broker URLs without
+/// credentials, and only the names of the raw settings.
+#[derive(Clone)]
 pub struct ClientConfig {
     /// The file named on the command line.
     pub file: PathBuf,
@@ -116,6 +117,30 @@ pub struct ClientConfig {
     pub insecure: bool,
     /// Non-fatal findings: unparsable lines, ignored settings.
     pub warnings: Vec<Problem>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("file", &self.file)
+            .field("parsed_files", &self.parsed_files)
+            .field("settings", &self.raw.keys().collect::<Vec<_>>())
+            .field("identity", &self.identity)
+            .field("middleware_hosts", &self.broker_addresses())
+            .field("use_srv", &self.use_srv)
+            .field("security_provider", &self.security_provider)
+            .field("nats_user", &self.nats_user)
+            .field("nats_pass", &self.nats_pass)
+            .field("nats_credentials", &self.nats_credentials)
+            .field("discovery_timeout", &self.discovery_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("ttl", &self.ttl)
+            .field("collectives", &self.collectives)
+            .field("main_collective", &self.main_collective)
+            .field("insecure", &self.insecure)
+            .field("warnings", &self.warnings)
+            .finish()
+    }
 }
 
 /// The client configuration could not be read or is unusable: the same shape (file
@@ -770,6 +795,21 @@ mod tests {
         assert!(
             problems.iter().all(|p| !p.to_string().contains(":p@")),
             "no password in a problem: {problems:?}"
+        );
+    }
+
+    #[test]
+    fn debug_shows_no_password() {
+        let c = load(&[
+            ("plugin.choria.middleware_hosts", "nats://u:url-pw@a:4222"),
+            ("plugin.nats.pass", "cfg-pw"),
+        ])
+        .unwrap();
+        let shown = format!("{c:?}");
+        assert!(shown.contains("nats://a:4222"), "{shown}");
+        assert!(
+            !shown.contains("url-pw") && !shown.contains("cfg-pw"),
+            "{shown}"
         );
     }
 }

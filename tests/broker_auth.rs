@@ -272,6 +272,75 @@ fn without_a_ca_the_choria_provider_does_tls_without_verifying_the_broker_as_go_
 }
 
 #[test]
+fn a_client_jwt_issued_through_a_chain_issuer_gets_in() {
+    let rig = ChoriaBroker::start(Network::Issuer);
+    let scratch = TempDir::new("chain");
+    // The keys' signer token is a chain issuer the organisation issuer vouched for;
+    // it issues a client JWT for a key of its own (spec/tokens.md §5).
+    let chain: serde_json::Value = choria_provisioner::choria::client_jwt::unverified_claims(
+        std::fs::read_to_string(rig.path("signer.jwt"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap();
+    let (chain_jti, chain_tcs, chain_public) = (
+        chain["jti"].as_str().unwrap(),
+        chain["tcs"].as_str().unwrap(),
+        chain["public_key"].as_str().unwrap(),
+    );
+    let seed = [5u8; 32];
+    let signer_seed = seed_of(&rig, "signer.seed");
+    // `tcs_seed` signs the chain link: the chain issuer's seed, or another one.
+    let issue = |tcs_seed: &[u8; 32]| {
+        let jti = ids::ksuid();
+        let iat = ids::ksuid_time(&jti).unwrap() as i64;
+        let chain_sig = ring::signature::Ed25519KeyPair::from_seed_unchecked(tcs_seed)
+            .unwrap()
+            .sign(format!("{jti}.{chain_tcs}").as_bytes());
+        let claims = serde_json::json!({
+            "callerid": "choria=chained",
+            "ou": "choria",
+            "permissions": {"provisioner": true},
+            "purpose": "choria_client_id",
+            "tcs": format!("{chain_tcs}.{}", ids::hex(chain_sig.as_ref())),
+            "public_key": ed25519_public_hex(&seed),
+            "issexp": chain["exp"],
+            "iss": format!("C-{chain_jti}.{chain_public}"),
+            "exp": iat + 3600,
+            "nbf": iat,
+            "iat": iat,
+            "jti": jti,
+        });
+        SigningKey::from_ed25519_seed(&signer_seed)
+            .sign_jwt(&claims)
+            .unwrap()
+    };
+    let seed_file = scratch.write("chained.seed", &ids::hex(&seed));
+    let client = |token: &str| {
+        Setup::new(&rig, PROVISIONING_PASSWORD, |cfg| {
+            set(
+                &without_certificate(with_token(&scratch, token)(cfg)),
+                "plugin.security.choria.seed_file",
+                &seed_file,
+            )
+        })
+        .client()
+    };
+    let conn = Connector::connect_once(&client(&issue(&signer_seed)), &metrics()).expect("let in");
+    round_trip(&conn, "provisioning.reply.chain");
+    let a = &rig.front.admitted()[0];
+    assert_eq!((a.caller.as_str(), a.signed), ("choria=chained", true));
+    // A chain link the chain issuer did not sign is refused.
+    let forged = issue(&[6u8; 32]);
+    refused(Connector::connect_once(&client(&forged), &metrics()));
+    assert!(
+        rig.front.refusals()[0].contains("the chain issuer did not sign this token"),
+        "{:?}",
+        rig.front.refusals()
+    );
+}
+
+#[test]
 fn a_jwt_without_the_provisioner_permission_is_refused_and_we_say_so() {
     let rig = ChoriaBroker::start(Network::Issuer);
     let scratch = TempDir::new("perm");

@@ -569,9 +569,10 @@ fn backend_connect(shared: &Shared, client: &Connect, landing: Landing) -> io::R
     backend.set_write_timeout(Some(HANDSHAKE))?;
     let mut info = Vec::new();
     let mut byte = [0u8; 1];
+    let deadline = Instant::now() + HANDSHAKE;
     while !info.ends_with(b"\r\n") {
-        if info.len() > MAX_CONNECT {
-            return Err(io_err("the backend INFO is too long"));
+        if info.len() > MAX_CONNECT || Instant::now() > deadline {
+            return Err(io_err("no INFO from the backend in time"));
         }
         (&backend).read_exact(&mut byte)?;
         info.push(byte[0]);

@@ -10,6 +10,7 @@ help:
 	@echo "make release   optimised, stripped binary in target/release/"
 	@echo "make test      lint + every test (installs a nats-server if none is found)"
 	@echo "make demo      provision 200 simulated nodes on a local nats-server"
+	@echo "               (BROKER=issuer or BROKER=mtls: through a Choria broker front end)"
 	@echo "make bench     provision 10,000 simulated nodes and report speed and memory"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make dist      source tarball with vendored crates (air-gapped builds)"

@@ -2,6 +2,10 @@
 # make demo: a nats-server on a free 127.0.0.1 port, choria-fleet-sim with 200 nodes
 # (some of them faulty), and the provisioner with the example shell helper and
 # /metrics. Shows progress, ends with a summary, stops everything it started.
+# BROKER=issuer (protocol v2, choria security provider, organisation issuer) or
+# BROKER=mtls (protocol v1, file provider, mutual TLS) puts the tests' Choria broker
+# front end (examples/choria_broker.rs) before the nats-server: provisioner and nodes
+# connect with TLS and the credentials `choria-fleet-sim keys` made for them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/rig.sh
@@ -13,11 +17,29 @@ rm -rf "$out" && mkdir -p "$out"
 bin="$PWD/target/debug"
 nats_server="$(scripts/ensure-nats-server.sh)"
 
-nats_port=$(free_port)
 monitor_port=$(free_port)
 
-"$nats_server" -a 127.0.0.1 -p "$nats_port" >"$out/nats-server.log" 2>&1 &
-pids+=($!)
+BROKER="${BROKER:-}"
+if [ -n "$BROKER" ]; then
+  cargo build --features sim --example choria_broker >"$out/build-broker.log" 2>&1
+  NATS_SERVER="$nats_server" "$bin/examples/choria_broker" "$BROKER" "$out" 2>"$out/broker.log" &
+  pids+=($!)
+  for _ in $(seq 150); do [ -f "$out/broker.env" ] && break; sleep 0.2; done
+  # shellcheck disable=SC1091
+  . "$out/broker.env"
+  url="$BROKER_URL"
+  security=$(cat "$out/broker-security.cfg")
+  access=$(cat "$out/broker.yaml")
+  sim_access=(--keys "$BROKER_KEYS")
+else
+  nats_port=$(free_port)
+  "$nats_server" -a 127.0.0.1 -p "$nats_port" >"$out/nats-server.log" 2>&1 &
+  pids+=($!)
+  url="nats://127.0.0.1:$nats_port"
+  security=""
+  access=$'token: demo-token\nchoria_insecure: true'
+  sim_access=(--token demo-token)
+fi
 
 cat >"$out/provisioner.yaml" <<YAML
 workers: 16
@@ -25,23 +47,23 @@ interval: 1m
 logfile: $out/provisioner.log
 loglevel: info
 helper: $PWD/packaging/examples/provision-helper.sh
-token: demo-token
-choria_insecure: true
+$access
 site: demo
 monitor_port: $monitor_port
 monitor_host: 127.0.0.1
 YAML
 cat >"$out/choria.cfg" <<CFG
 identity = provisioner.demo.local
-plugin.choria.middleware_hosts = nats://127.0.0.1:$nats_port
+plugin.choria.middleware_hosts = $url
 plugin.choria.use_srv = false
+$security
 CFG
 
-echo "demo: nats-server on 127.0.0.1:$nats_port, /metrics on http://127.0.0.1:$monitor_port/metrics"
+echo "demo: ${BROKER:+Choria broker ($BROKER) on }$url, /metrics on http://127.0.0.1:$monitor_port/metrics"
 "$bin/choria-provisioner" check --config "$out/provisioner.yaml" --choria-config "$out/choria.cfg" >"$out/check.txt"
 "$bin/choria-provisioner" run --config "$out/provisioner.yaml" --choria-config "$out/choria.cfg" --pid "$out/provisioner.pid" 2>"$out/provisioner.stderr" &
 pids+=($!)
-"$bin/choria-fleet-sim" --nats "nats://127.0.0.1:$nats_port" --nodes "$NODES" --token demo-token \
+"$bin/choria-fleet-sim" --nats "$url" --nodes "$NODES" "${sim_access[@]}" \
   --boot-rate 50 --fault-silent 0.02 --fault-slow 0.02 --fault-error 0.02 \
   --fault-garbage 0.02 --fault-reboot 0.02 --summary "$out/summary.json" \
   2>"$out/fleet-sim.log" &

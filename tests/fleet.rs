@@ -1,6 +1,8 @@
 //! The whole provisioner against a real nats-server and the fleet simulator, both
 //! in this process: exactly-once provisioning, faults, events vs discovery, a full
-//! queue, pausing, a broker restart, and two provisioners with leader election.
+//! queue, pausing, a broker restart, and two provisioners with leader election; the
+//! startup-event and election tests also through a Choria broker front end
+//! (`tests/support/broker.rs`), provisioner and nodes with their real credentials.
 #![cfg(feature = "sim")]
 
 mod support;
@@ -17,6 +19,7 @@ use choria_provisioner::hosts::election::{ElectionOptions, ElectionState};
 use choria_provisioner::metrics::Metrics;
 use choria_provisioner::sim::{Faults, Phase, Sim, SimOptions, Summary};
 use crossbeam_channel::{bounded, Sender};
+use support::broker::{ChoriaBroker, Network};
 use support::{create_election_bucket, election_broker, NatsServer, TempDir};
 
 fn helper() -> PathBuf {
@@ -49,24 +52,41 @@ impl Provisioner {
             "choria.cfg",
             &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n"),
         );
-        let base_helper = if yaml.contains("helper:") {
-            String::new()
-        } else {
-            format!("helper: {}\n", helper().display())
-        };
         let yaml = dir.write(
             "p.yaml",
-            &format!(
-                "{}{base_helper}choria_insecure: true\nshutdown_timeout: 5s\n{yaml}",
-                if yaml.contains("workers:") {
-                    ""
-                } else {
-                    "workers: 8\n"
-                },
-            ),
+            &format!("choria_insecure: true\n{}", base_yaml(yaml)),
         );
-        let config = Arc::new(Config::load(&yaml).unwrap().config);
-        let mut client = ClientConfig::load(&cfg).unwrap();
+        Provisioner::launch(dir, &cfg, &yaml, options, paused)
+    }
+
+    /// A provisioner connecting through `broker` with the credentials
+    /// `choria-fleet-sim keys` made for it.
+    fn start_through(
+        broker: &ChoriaBroker,
+        identity: &str,
+        yaml: &str,
+        options: DaemonOptions,
+    ) -> Provisioner {
+        let dir = TempDir::new("fleet");
+        let (cfg, yaml) = broker.write_provisioner(
+            &dir,
+            identity,
+            &broker.url(),
+            &broker.choria_cfg(),
+            &base_yaml(yaml),
+        );
+        Provisioner::launch(dir, &cfg, &yaml, options, false)
+    }
+
+    fn launch(
+        dir: TempDir,
+        cfg: &std::path::Path,
+        yaml: &std::path::Path,
+        options: DaemonOptions,
+        paused: bool,
+    ) -> Provisioner {
+        let config = Arc::new(Config::load(yaml).unwrap().config);
+        let mut client = ClientConfig::load(cfg).unwrap();
         client.apply_provisioner_overrides(&config);
         let metrics = Arc::new(Metrics::new("test").unwrap());
         let pause = Arc::new(Pause::new(metrics.paused.clone()));
@@ -96,6 +116,84 @@ impl Provisioner {
 impl Drop for Provisioner {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The test YAML `yaml` with the helper, 8 workers and a short shutdown unless it
+/// sets them.
+fn base_yaml(yaml: &str) -> String {
+    let helper = if yaml.contains("helper:") {
+        String::new()
+    } else {
+        format!("helper: {}\n", helper().display())
+    };
+    let workers = if yaml.contains("workers:") {
+        ""
+    } else {
+        "workers: 8\n"
+    };
+    format!("{workers}{helper}shutdown_timeout: 5s\n{yaml}")
+}
+
+/// Where the provisioners and nodes of a test meet.
+enum Meeting {
+    /// A nats-server without accounts.
+    Open(NatsServer),
+    /// A nats-server laid out for elections; credentials in the URLs.
+    Election(NatsServer),
+    /// A Choria broker front end before the election layout: provisioners and nodes
+    /// let in by their credentials, as on a real Choria network.
+    Choria(ChoriaBroker),
+}
+
+impl Meeting {
+    /// The nats-server that holds the election bucket.
+    fn backend(&self) -> &NatsServer {
+        match self {
+            Meeting::Open(s) | Meeting::Election(s) => s,
+            Meeting::Choria(b) => &b.backend,
+        }
+    }
+
+    fn provisioner(&self, identity: &str, yaml: &str, options: DaemonOptions) -> Provisioner {
+        match self {
+            Meeting::Open(s) => Provisioner::start(&s.url(), identity, yaml, options),
+            Meeting::Election(s) => Provisioner::start(
+                &s.url().replace("nats://", "nats://provisioner:s3cret@"),
+                identity,
+                yaml,
+                options,
+            ),
+            Meeting::Choria(b) => Provisioner::start_through(b, identity, yaml, options),
+        }
+    }
+
+    fn fleet(&self, nodes: usize, f: impl FnOnce(&mut SimOptions)) -> Sim {
+        match self {
+            Meeting::Open(s) => sim(&s.url(), nodes, f),
+            Meeting::Election(s) => sim(&s.url().replace("nats://", "nats://node:n0de@"), nodes, f),
+            Meeting::Choria(b) => sim(&b.url(), nodes, |o| {
+                b.nodes(o);
+                f(o)
+            }),
+        }
+    }
+
+    /// Every node and provisioner came in through the front end, if there is one.
+    fn assert_let_in(&self, provisioners: usize) {
+        if let Meeting::Choria(b) = self {
+            let admitted = b.front.admitted();
+            let by = |l| admitted.iter().filter(|a| a.landing == l).count();
+            assert!(
+                by(support::broker::Landing::Provisioner) >= provisioners,
+                "{admitted:?}"
+            );
+            assert!(
+                by(support::broker::Landing::ProvisioningServer) >= 1,
+                "{admitted:?}"
+            );
+            assert!(b.front.refusals().is_empty(), "{:?}", b.front.refusals());
+        }
     }
 }
 
@@ -227,9 +325,21 @@ fn a_fleet_with_ten_percent_faulty_nodes_is_provisioned() {
 
 #[test]
 fn nodes_found_by_events_only() {
-    let server = NatsServer::start();
-    let prov = Provisioner::start(
-        &server.url(),
+    nodes_found_by_events_only_on(Meeting::Open(NatsServer::start()));
+}
+
+#[test]
+fn nodes_found_by_events_only_through_a_choria_broker_with_an_issuer() {
+    nodes_found_by_events_only_on(Meeting::Choria(ChoriaBroker::start(Network::Issuer)));
+}
+
+#[test]
+fn nodes_found_by_events_only_through_a_choria_broker_with_mutual_tls() {
+    nodes_found_by_events_only_on(Meeting::Choria(ChoriaBroker::start(Network::MutualTls)));
+}
+
+fn nodes_found_by_events_only_on(meeting: Meeting) {
+    let prov = meeting.provisioner(
         "p1.test",
         "",
         DaemonOptions {
@@ -242,13 +352,14 @@ fn nodes_found_by_events_only() {
         prov.metrics.discover_cycles.get() == 1
     });
     std::thread::sleep(Duration::from_secs(3));
-    let fleet = sim(&server.url(), 50, |_| {});
+    let fleet = meeting.fleet(50, |_| {});
     wait_until("all provisioned", Duration::from_secs(60), || {
         fleet.progress().provisioned == 50
     });
     assert_eq!(prov.metrics.event_discovered.get(), 50);
     assert_eq!(prov.metrics.discovered.get(), 0);
     assert_provisioned(&fleet.summary(), |_| 1);
+    meeting.assert_let_in(1);
 }
 
 #[test]
@@ -336,12 +447,16 @@ fn a_broker_restart_mid_run_loses_no_node() {
 
 #[test]
 fn two_provisioners_with_leader_election_one_provisions_and_the_standby_takes_over() {
-    let server = election_broker();
-    create_election_bucket(&server, Duration::from_secs(30));
-    let url = server
-        .url()
-        .replace("nats://", "nats://provisioner:s3cret@");
-    let node_url = server.url().replace("nats://", "nats://node:n0de@");
+    two_provisioners_with_leader_election_on(Meeting::Election(election_broker()));
+}
+
+#[test]
+fn two_provisioners_with_leader_election_through_a_choria_broker() {
+    two_provisioners_with_leader_election_on(Meeting::Choria(ChoriaBroker::start(Network::Issuer)));
+}
+
+fn two_provisioners_with_leader_election_on(meeting: Meeting) {
+    create_election_bucket(meeting.backend(), Duration::from_secs(30));
     let election = || DaemonOptions {
         election: ElectionOptions {
             startup_spread: Duration::from_millis(200),
@@ -349,8 +464,8 @@ fn two_provisioners_with_leader_election_one_provisions_and_the_standby_takes_ov
         },
         ..fast()
     };
-    let mut a = Provisioner::start(&url, "a.test", "leader_election: true\n", election());
-    let mut b = Provisioner::start(&url, "b.test", "leader_election: true\n", election());
+    let mut a = meeting.provisioner("a.test", "leader_election: true\n", election());
+    let mut b = meeting.provisioner("b.test", "leader_election: true\n", election());
     let leader_of = |p: &Provisioner| {
         p.daemon()
             .election()
@@ -360,7 +475,7 @@ fn two_provisioners_with_leader_election_one_provisions_and_the_standby_takes_ov
     wait_until("a leader", Duration::from_secs(15), || {
         leader_of(&a) || leader_of(&b)
     });
-    let first = sim(&node_url, 50, |o| o.prefix = "first-".into());
+    let first = meeting.fleet(50, |o| o.prefix = "first-".into());
     wait_until("first batch provisioned", Duration::from_secs(60), || {
         first.progress().provisioned == 50
     });
@@ -387,13 +502,14 @@ fn two_provisioners_with_leader_election_one_provisions_and_the_standby_takes_ov
         "handover took {:?}",
         started.elapsed()
     );
-    let second = sim(&node_url, 50, |o| o.prefix = "second-".into());
+    let second = meeting.fleet(50, |o| o.prefix = "second-".into());
     wait_until("second batch provisioned", Duration::from_secs(60), || {
         second.progress().provisioned == 50
     });
     assert_eq!(standby.metrics.provisioned.get(), 50);
     assert_provisioned(&first.summary(), |_| 1);
     assert_provisioned(&second.summary(), |_| 1);
+    meeting.assert_let_in(2);
 }
 
 /// The provisioner binary against `url`, logging to a file in `dir`.

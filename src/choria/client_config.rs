@@ -15,6 +15,19 @@ use std::time::Duration;
 
 use crate::config::{parse_duration, Config, Problem, Secret};
 
+/// The longest `discovery_timeout` accepted. It is added to every RPC's timeout and
+/// to the discovery deadline, so it is bounded where it is read: no sum of timeouts
+/// can overflow a `Duration` or an `Instant`.
+pub const MAX_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The longest `plugin.choria.network.connect_timeout` accepted (go-choria: "must not
+/// exceed 120 seconds").
+pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The longest request `ttl` accepted, in seconds (a day). Requests carry it as a
+/// signed 64-bit number and nodes add and subtract it from Unix times.
+pub const MAX_TTL: u64 = 86_400;
+
 /// Security providers go-choria knows; this provisioner implements `file`, `choria`
 /// and `puppet` (as fixed file locations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +80,9 @@ pub struct TlsFiles {
 }
 
 /// The Choria client configuration the daemon needs, after the provisioner's
-/// overrides.
-#[derive(Debug, Clone)]
+/// overrides. `Debug` shows no secret: passwords as `***`, broker URLs without
+/// credentials, and only the names of the raw settings.
+#[derive(Clone)]
 pub struct ClientConfig {
     /// The file named on the command line.
     pub file: PathBuf,
@@ -103,6 +117,30 @@ pub struct ClientConfig {
     pub insecure: bool,
     /// Non-fatal findings: unparsable lines, ignored settings.
     pub warnings: Vec<Problem>,
+}
+
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("file", &self.file)
+            .field("parsed_files", &self.parsed_files)
+            .field("settings", &self.raw.keys().collect::<Vec<_>>())
+            .field("identity", &self.identity)
+            .field("middleware_hosts", &self.broker_addresses())
+            .field("use_srv", &self.use_srv)
+            .field("security_provider", &self.security_provider)
+            .field("nats_user", &self.nats_user)
+            .field("nats_pass", &self.nats_pass)
+            .field("nats_credentials", &self.nats_credentials)
+            .field("discovery_timeout", &self.discovery_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("ttl", &self.ttl)
+            .field("collectives", &self.collectives)
+            .field("main_collective", &self.main_collective)
+            .field("insecure", &self.insecure)
+            .field("warnings", &self.warnings)
+            .finish()
+    }
 }
 
 /// The client configuration could not be read or is unusable: the same shape (file
@@ -225,30 +263,60 @@ impl ClientConfig {
     ) -> Result<ClientConfig, ClientConfigError> {
         let mut problems = Vec::new();
         let get = |k: &str| raw.get(k).map(|s| s.as_str());
-        let seconds = |key: &str, default: u64, problems: &mut Vec<Problem>| -> Duration {
-            match get(key) {
-                None => Duration::from_secs(default),
-                Some(v) => match v.parse::<u64>() {
-                    Ok(n) => Duration::from_secs(n),
-                    Err(_) => parse_duration(v).unwrap_or_else(|e| {
-                        problems.push(Problem::with_value(key, v, e.to_string()));
+        let seconds =
+            |key: &str, default: u64, max: Duration, problems: &mut Vec<Problem>| -> Duration {
+                let Some(v) = get(key) else {
+                    return Duration::from_secs(default);
+                };
+                let parsed = match v.parse::<u64>() {
+                    Ok(n) => Ok(Duration::from_secs(n)),
+                    Err(_) => parse_duration(v).map_err(|e| e.to_string()),
+                };
+                match parsed {
+                    Ok(d) if d <= max => d,
+                    Ok(_) => {
+                        problems.push(Problem::with_value(
+                            key,
+                            v,
+                            format!("must not exceed {} seconds", max.as_secs()),
+                        ));
                         Duration::from_secs(default)
-                    }),
-                },
-            }
-        };
-        let discovery_timeout = seconds("discovery_timeout", 2, &mut problems);
-        let connect_timeout = seconds("plugin.choria.network.connect_timeout", 2, &mut problems);
+                    }
+                    Err(e) => {
+                        problems.push(Problem::with_value(key, v, e));
+                        Duration::from_secs(default)
+                    }
+                }
+            };
+        let discovery_timeout =
+            seconds("discovery_timeout", 2, MAX_DISCOVERY_TIMEOUT, &mut problems);
+        let connect_timeout = seconds(
+            "plugin.choria.network.connect_timeout",
+            2,
+            MAX_CONNECT_TIMEOUT,
+            &mut problems,
+        );
         let ttl = match get("ttl") {
             None => 60,
-            Some(v) => v.parse().unwrap_or_else(|_| {
-                problems.push(Problem::with_value(
-                    "ttl",
-                    v,
-                    "must be a whole number of seconds",
-                ));
-                60
-            }),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n <= MAX_TTL => n,
+                Ok(_) => {
+                    problems.push(Problem::with_value(
+                        "ttl",
+                        v,
+                        format!("must not exceed {MAX_TTL} seconds"),
+                    ));
+                    60
+                }
+                Err(_) => {
+                    problems.push(Problem::with_value(
+                        "ttl",
+                        v,
+                        "must be a whole number of seconds",
+                    ));
+                    60
+                }
+            },
         };
         let use_srv = match get("plugin.choria.use_srv") {
             None => true,
@@ -355,8 +423,43 @@ impl ClientConfig {
 
     /// The per-try RPC timeout for an agent whose DDL timeout is `agent_timeout`
     /// (`discovery_timeout` + DDL timeout: 22 s for `choria_provision`, 4 s for `rpcutil`).
+    /// Saturates instead of overflowing (`discovery_timeout` is also bounded when read).
     pub fn rpc_timeout(&self, agent_timeout: Duration) -> Duration {
-        self.discovery_timeout + agent_timeout
+        self.discovery_timeout.saturating_add(agent_timeout)
+    }
+
+    /// True when the connection presents the `choria` provider's client JWT and signs
+    /// the broker's nonce with its seed.
+    pub fn uses_client_jwt(&self) -> bool {
+        !self.insecure && self.security_provider == SecurityProvider::Choria
+    }
+
+    /// The broker URLs without credentials, to connect to and to show.
+    pub fn broker_addresses(&self) -> Vec<String> {
+        self.middleware_hosts
+            .iter()
+            .map(|u| split_broker_url(u).0)
+            .collect()
+    }
+
+    /// The credentials the broker URLs carry (validation makes sure they all carry
+    /// the same), which take the place of `plugin.nats.user`/`pass` as they did in the
+    /// NATS client.
+    pub fn url_credentials(&self) -> Option<UrlCredentials> {
+        self.middleware_hosts
+            .iter()
+            .find_map(|u| split_broker_url(u).1)
+    }
+
+    /// The user name the broker sees: the URLs' or `plugin.nats.user` (`provisioner`
+    /// with `broker_provisioning_password`), when a password goes with it.
+    pub fn broker_user(&self) -> Option<String> {
+        match self.url_credentials() {
+            Some(UrlCredentials::UserPass { user, .. }) => Some(user),
+            Some(UrlCredentials::Token(_)) => None,
+            None => (!self.nats_user.is_empty() && !self.nats_pass.is_empty())
+                .then(|| self.nats_user.clone()),
+        }
     }
 
     /// The TLS files of the security provider in use; `None` when insecure.
@@ -407,8 +510,18 @@ impl ClientConfig {
             if broker_host_port(url).is_none() {
                 problems.push(Problem::with_value(
                     "plugin.choria.middleware_hosts",
-                    url,
+                    split_broker_url(url).0,
                     "must be host:port or nats://host:port",
+                ));
+            }
+        }
+        let mut credentials = self.middleware_hosts.iter().map(|u| split_broker_url(u).1);
+        if let Some(first) = credentials.next() {
+            if credentials.any(|c| c != first) {
+                problems.push(Problem::new(
+                    "plugin.choria.middleware_hosts",
+                    "every broker URL must carry the same credentials, or none: one set is \
+                     sent to whichever broker the connection reaches",
                 ));
             }
         }
@@ -429,6 +542,22 @@ impl ClientConfig {
                     "plugin.security.choria.seed_file",
                 ] {
                     require_readable(self.get(key), key, &mut problems);
+                }
+                // TLS files are optional with this provider, but usable when set.
+                let (cert, key) = (
+                    "plugin.security.choria.certificate",
+                    "plugin.security.choria.key",
+                );
+                for k in [cert, key, "plugin.security.choria.ca"] {
+                    if let Some(path) = self.get(k) {
+                        require_readable(Some(path), k, &mut problems);
+                    }
+                }
+                if self.get(cert).is_some() != self.get(key).is_some() {
+                    problems.push(Problem::new(
+                        cert,
+                        format!("{cert} and {key} are set together or not at all"),
+                    ));
                 }
             }
             SecurityProvider::File | SecurityProvider::Puppet => {
@@ -470,6 +599,47 @@ fn require_readable(path: Option<&str>, key: &str, problems: &mut Vec<Problem>) 
     }
 }
 
+/// Credentials written into a broker URL: `nats://user:pass@host:port` or
+/// `nats://token@host:port` (kept as written, as the NATS client took them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlCredentials {
+    /// `user:pass@`.
+    UserPass {
+        /// The user name.
+        user: String,
+        /// The password.
+        pass: Secret,
+    },
+    /// `token@`.
+    Token(Secret),
+}
+
+/// Splits a broker URL into the URL without user information and the credentials
+/// it carried: `nats://u:p@h:4222` → (`nats://h:4222`, user `u` and password `p`).
+pub fn split_broker_url(url: &str) -> (String, Option<UrlCredentials>) {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let Some((info, host)) = rest.rsplit_once('@') else {
+        return (url.to_string(), None);
+    };
+    let address = match scheme {
+        Some(scheme) => format!("{scheme}://{host}"),
+        None => host.to_string(),
+    };
+    let credentials = match info.split_once(':') {
+        Some(("", _)) => None,
+        Some((user, pass)) => Some(UrlCredentials::UserPass {
+            user: user.to_string(),
+            pass: Secret::new(pass),
+        }),
+        None if info.is_empty() => None,
+        None => Some(UrlCredentials::Token(Secret::new(info))),
+    };
+    (address, credentials)
+}
+
 /// `host:port` → `nats://host:port`; URLs with a scheme are kept.
 fn broker_url(host: &str) -> String {
     if host.contains("://") {
@@ -481,7 +651,8 @@ fn broker_url(host: &str) -> String {
 
 /// The `host` and `port` of a broker URL, if it has both.
 pub fn broker_host_port(url: &str) -> Option<(String, u16)> {
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let (url, _) = split_broker_url(url);
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(&url);
     let (host, port) = rest.rsplit_once(':')?;
     let port = port.parse().ok()?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -526,5 +697,119 @@ fn canonical_name(host: &str) -> Option<String> {
         };
         libc::freeaddrinfo(res);
         name.filter(|n| n.contains('.'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(lines: &[(&str, &str)]) -> Result<ClientConfig, ClientConfigError> {
+        let mut raw = BTreeMap::new();
+        raw.insert("identity".to_string(), "p.example.net".to_string());
+        for (k, v) in lines {
+            raw.insert(k.to_string(), v.to_string());
+        }
+        ClientConfig::from_raw(Path::new("c.cfg"), raw, vec![], vec![])
+    }
+
+    fn problem(lines: &[(&str, &str)]) -> String {
+        load(lines).unwrap_err().problems[0].to_string()
+    }
+
+    #[test]
+    fn timeouts_that_would_overflow_are_refused_when_read() {
+        for huge in ["18446744073709551615", "3601", "2h"] {
+            let p = problem(&[("discovery_timeout", huge)]);
+            assert!(p.contains("must not exceed 3600 seconds"), "{huge}: {p}");
+        }
+        let p = problem(&[("discovery_timeout", "99999999999999999h")]);
+        assert!(p.contains("out of range"), "{p}");
+        let p = problem(&[("plugin.choria.network.connect_timeout", "121s")]);
+        assert!(p.contains("must not exceed 120 seconds"), "{p}");
+        let p = problem(&[("ttl", "9223372036854775808")]);
+        assert!(p.contains("must not exceed 86400 seconds"), "{p}");
+        let c = load(&[("discovery_timeout", "3600"), ("ttl", "86400")]).unwrap();
+        assert_eq!(c.discovery_timeout, MAX_DISCOVERY_TIMEOUT);
+        assert_eq!(c.ttl, MAX_TTL);
+    }
+
+    #[test]
+    fn rpc_timeouts_saturate_instead_of_panicking() {
+        let mut c = load(&[("discovery_timeout", "3")]).unwrap();
+        assert_eq!(
+            c.rpc_timeout(Duration::from_secs(20)),
+            Duration::from_secs(23)
+        );
+        // Even a value that bypassed the bound cannot make the sum panic.
+        c.discovery_timeout = Duration::MAX;
+        assert_eq!(c.rpc_timeout(Duration::from_secs(20)), Duration::MAX);
+        assert_eq!(c.rpc_timeout(Duration::MAX), Duration::MAX);
+    }
+
+    #[test]
+    fn broker_urls_give_up_their_credentials() {
+        assert_eq!(
+            split_broker_url("nats://h:4222"),
+            ("nats://h:4222".into(), None)
+        );
+        let (url, creds) = split_broker_url("nats://u:p@ss@h:4222");
+        assert_eq!(url, "nats://h:4222");
+        assert_eq!(
+            creds,
+            Some(UrlCredentials::UserPass {
+                user: "u".into(),
+                pass: Secret::new("p@ss")
+            })
+        );
+        assert_eq!(
+            split_broker_url("tok@h:4222"),
+            (
+                "h:4222".into(),
+                Some(UrlCredentials::Token(Secret::new("tok")))
+            )
+        );
+        let c = load(&[(
+            "plugin.choria.middleware_hosts",
+            "nats://u:p@a:4222, nats://u:p@b:4222",
+        )])
+        .unwrap();
+        assert_eq!(c.broker_addresses(), ["nats://a:4222", "nats://b:4222"]);
+        assert_eq!(c.broker_user().as_deref(), Some("u"));
+        assert!(c
+            .validate()
+            .iter()
+            .all(|p| !p.message.contains("same credentials")));
+        let c = load(&[(
+            "plugin.choria.middleware_hosts",
+            "nats://u:p@a:4222, nats://b:4222",
+        )])
+        .unwrap();
+        let problems = c.validate();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("same credentials")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().all(|p| !p.to_string().contains(":p@")),
+            "no password in a problem: {problems:?}"
+        );
+    }
+
+    #[test]
+    fn debug_shows_no_password() {
+        let c = load(&[
+            ("plugin.choria.middleware_hosts", "nats://u:url-pw@a:4222"),
+            ("plugin.nats.pass", "cfg-pw"),
+        ])
+        .unwrap();
+        let shown = format!("{c:?}");
+        assert!(shown.contains("nats://a:4222"), "{shown}");
+        assert!(
+            !shown.contains("url-pw") && !shown.contains("cfg-pw"),
+            "{shown}"
+        );
     }
 }

@@ -5,12 +5,28 @@
 //! is retried with the `FIVE_SEC` back-off until it succeeds or the daemon is told to
 //! stop; after that the client reconnects forever with the `TWENTY_SEC` back-off.
 //! TLS is required whenever it is configured (a server with `allow_non_tls` would
-//! otherwise silently get plaintext). Credentials never reach a log line: URLs are
-//! logged without user information and passwords are never formatted.
+//! otherwise silently get plaintext).
+//!
+//! Every CONNECT is ours, built on every connect and reconnect from that server's
+//! nonce, with what go-choria's client sends (`choria/connection.go`; README,
+//! "Connecting to a Choria broker"):
+//!
+//! * `file` and `puppet`: mutual TLS with the provider's certificate;
+//! * `choria`: TLS (the broker verified against `plugin.security.choria.ca`, or, as in
+//!   go-choria, not verified when no CA is set), the client JWT as `auth_token` and
+//!   as `jwt`, and `sig`: the nonce signed with the seed, base64url without padding.
+//!   Like go-choria's client, no CONNECT is sent with an expired client JWT;
+//! * any provider: `user` and `pass` when both are set (`provisioner` and
+//!   `broker_provisioning_password`), or the credentials written into the broker URLs
+//!   (in their place, as the NATS client took them).
+//!
+//! Credentials never reach a log line: URLs are logged without user information, and
+//! passwords, tokens, seeds and signatures are never formatted.
 
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,10 +34,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::backoff::{FIVE_SEC, TWENTY_SEC};
+use crate::config::Secret;
 use crate::metrics::Metrics;
 
 use super::bus::Bus;
-use super::client_config::{ClientConfig, SecurityProvider};
+use super::client_config::{split_broker_url, ClientConfig, SecurityProvider, UrlCredentials};
+use super::client_jwt::{self, ClientJwt, Seed, PROVISIONER_USER};
+use super::protocol::ids;
 
 /// Why no connection was made.
 #[derive(Debug)]
@@ -42,6 +61,35 @@ impl fmt::Display for ConnectError {
 }
 
 impl std::error::Error for ConnectError {}
+
+/// Why one connection attempt failed.
+#[derive(Debug)]
+pub enum AttemptError {
+    /// The configuration cannot produce a connection.
+    Config(String),
+    /// The broker answered the CONNECT with `-ERR`: its text, and our report of what
+    /// was sent and what a Choria broker would object to.
+    Refused {
+        /// The broker's `-ERR` text (`Authorization Violation`), shortened.
+        broker: String,
+        /// The whole message for the log.
+        report: String,
+    },
+    /// No broker reached, the TLS handshake failed, the connection broke, or no
+    /// CONNECT could be built (an expired client JWT).
+    Failed(String),
+}
+
+impl fmt::Display for AttemptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttemptError::Config(why) | AttemptError::Failed(why) => f.write_str(why),
+            AttemptError::Refused { report, .. } => f.write_str(report),
+        }
+    }
+}
+
+impl std::error::Error for AttemptError {}
 
 /// Whether the connection is up, for `/healthz` and the RPC layer.
 #[derive(Debug, Default)]
@@ -75,18 +123,296 @@ impl fmt::Debug for Connector {
     }
 }
 
-/// `nats://user:pass@host:4222` → `nats://host:4222`, for log lines.
+/// `nats://user:pass@host:4222` → `nats://host:4222`, for log lines and `check`.
 pub fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((_, host)) => format!("{scheme}://{host}"),
-            None => url.to_string(),
-        },
-        None => match url.rsplit_once('@') {
-            Some((_, host)) => host.to_string(),
-            None => url.to_string(),
-        },
+    split_broker_url(url).0
+}
+
+/// What every CONNECT carries; the nonce signature is made per connect.
+struct Credentials {
+    user: Option<String>,
+    pass: Option<Secret>,
+    url_token: Option<Secret>,
+    client: Option<(ClientJwt, Seed)>,
+}
+
+impl Credentials {
+    fn new(client: &ClientConfig) -> Result<Credentials, String> {
+        let (user, pass, url_token) = match client.url_credentials() {
+            Some(UrlCredentials::UserPass { user, pass }) => (Some(user), Some(pass), None),
+            Some(UrlCredentials::Token(token)) => (None, None, Some(token)),
+            None if !client.nats_user.is_empty() && !client.nats_pass.is_empty() => (
+                Some(client.nats_user.clone()),
+                Some(client.nats_pass.clone()),
+                None,
+            ),
+            None => (None, None, None),
+        };
+        let jwt_and_seed = if client.uses_client_jwt() {
+            let path = |key| client.get(key).unwrap_or_default();
+            let jwt =
+                ClientJwt::load(path(client_jwt::TOKEN_FILE_KEY)).map_err(|e| e.to_string())?;
+            let seed = Seed::load(path(client_jwt::SEED_FILE_KEY)).map_err(|e| e.to_string())?;
+            Some((jwt, seed))
+        } else {
+            None
+        };
+        Ok(Credentials {
+            user,
+            pass,
+            url_token,
+            client: jwt_and_seed,
+        })
     }
+
+    /// The CONNECT credentials for a server that sent `nonce`, at Unix time `now`.
+    fn build(&self, nonce: &[u8], now: i64) -> std::io::Result<nats::ConnectCredentials> {
+        let mut c = nats::ConnectCredentials {
+            user: self.user.clone(),
+            pass: self.pass.as_ref().map(|p| p.expose().to_string()),
+            ..Default::default()
+        };
+        if let Some((jwt, seed)) = &self.client {
+            if jwt.expired(now) {
+                let exp = jwt.claims().exp.unwrap_or_default();
+                log::error!(
+                    "Cannot sign the connection nonce: the client JWT of {} in {} expired at {}",
+                    jwt.caller_id(),
+                    jwt.path(),
+                    crate::logging::rfc3339(exp as f64)
+                );
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("the client JWT of {} has expired", jwt.caller_id()),
+                ));
+            }
+            c.auth_token = Some(jwt.token().to_string());
+            c.jwt = Some(jwt.token().to_string());
+            c.sig = Some(seed.sign_nonce(nonce));
+        }
+        if let Some(token) = &self.url_token {
+            c.auth_token = Some(token.expose().to_string());
+        }
+        Ok(c)
+    }
+
+    /// What the CONNECT carries, without a secret.
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        match (&self.user, &self.url_token) {
+            (Some(user), _) => parts.push(format!("user {user} with a password")),
+            (None, Some(_)) => parts.push("the token of the broker URL".to_string()),
+            (None, None) => {}
+        }
+        if let Some((jwt, _)) = &self.client {
+            parts.push(format!(
+                "the client JWT of {} ({}) as {} and jwt, and the nonce signed with the seed",
+                jwt.caller_id(),
+                jwt.path(),
+                if self.url_token.is_some() {
+                    "jwt (auth_token from the URL)"
+                } else {
+                    "auth_token"
+                }
+            ));
+        }
+        if parts.is_empty() {
+            "no user, password or token".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// How the connection does TLS.
+enum Tls {
+    /// `choria_insecure`: plaintext.
+    Off,
+    /// The broker verified against `ca`; a client certificate when configured.
+    Verified {
+        ca: Option<PathBuf>,
+        client: Option<(PathBuf, PathBuf)>,
+    },
+    /// The broker not verified (`choria` provider without a CA), as go-choria does.
+    Unverified(nats::rustls::ClientConfig, Option<PathBuf>),
+}
+
+impl Tls {
+    fn new(client: &ClientConfig) -> Result<Tls, String> {
+        let Some(files) = client.tls_files() else {
+            return Ok(Tls::Off);
+        };
+        let pair = match (files.certificate, files.key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        };
+        if files.ca.is_none() && client.security_provider == SecurityProvider::Choria {
+            let config = super::broker_tls::unverified(
+                pair.as_ref().map(|(c, _)| c.as_path()),
+                pair.as_ref().map(|(_, k)| k.as_path()),
+            )?;
+            return Ok(Tls::Unverified(config, pair.map(|(c, _)| c)));
+        }
+        Ok(Tls::Verified {
+            ca: files.ca,
+            client: pair,
+        })
+    }
+
+    fn apply(&self, options: nats::Options) -> nats::Options {
+        match self {
+            Tls::Off => options,
+            Tls::Verified { ca, client } => {
+                let mut options = options.tls_required(true);
+                if let Some(ca) = ca {
+                    options = options.add_root_certificate(ca);
+                }
+                if let Some((cert, key)) = client {
+                    options = options.client_cert(cert, key);
+                }
+                options
+            }
+            Tls::Unverified(config, _) => {
+                options.tls_required(true).tls_client_config(config.clone())
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        let with_cert = |c: &Option<PathBuf>| match c {
+            Some(c) => format!(", client certificate {}", c.display()),
+            None => String::new(),
+        };
+        match self {
+            Tls::Off => "no TLS (choria_insecure)".into(),
+            Tls::Verified { ca, client } => format!(
+                "TLS verifying the broker with {}{}",
+                ca.as_ref()
+                    .map(|c| c.display().to_string())
+                    .unwrap_or_else(|| "the system's CAs".into()),
+                with_cert(&client.as_ref().map(|(c, _)| c.clone()))
+            ),
+            Tls::Unverified(_, cert) => format!(
+                "TLS without verifying the broker (plugin.security.choria.ca is not set){}",
+                with_cert(cert)
+            ),
+        }
+    }
+}
+
+/// Everything one connection attempt needs, prepared once.
+struct Dialer {
+    client: ClientConfig,
+    urls: String,
+    shown: String,
+    credentials: Arc<Credentials>,
+    tls: Tls,
+}
+
+impl Dialer {
+    fn new(client: &ClientConfig) -> Result<Dialer, String> {
+        let addresses = client.broker_addresses();
+        Ok(Dialer {
+            client: client.clone(),
+            urls: addresses.join(","),
+            shown: addresses.join(", "),
+            credentials: Arc::new(Credentials::new(client)?),
+            tls: Tls::new(client)?,
+        })
+    }
+
+    /// One attempt to connect.
+    fn attempt(&self, metrics: &Arc<Metrics>, started: Instant) -> Result<Connector, AttemptError> {
+        let identity = self.client.identity.clone();
+        metrics
+            .connector_initial_attempts
+            .with_label_values(&[&identity])
+            .inc();
+        let state = Arc::new(ConnectionState::default());
+        let options = self.options(metrics, &state);
+        match options.connect(self.urls.as_str()) {
+            Ok(nc) => {
+                state.connected.store(true, Ordering::Relaxed);
+                metrics
+                    .connector_initial_connect_time
+                    .observe(&[&identity], started.elapsed().as_secs_f64());
+                log::info!("Connected to {} as {}", self.shown, identity);
+                Ok(Connector {
+                    bus: Bus::new(nc.clone()),
+                    nc,
+                    state,
+                    identity,
+                })
+            }
+            Err(e) => Err(match broker_error(&e) {
+                Some(broker) => {
+                    let report = self.refusal_report(&broker);
+                    AttemptError::Refused { broker, report }
+                }
+                None => AttemptError::Failed(e.to_string()),
+            }),
+        }
+    }
+
+    /// What the broker refused, what we sent, and what a Choria broker objects to.
+    fn refusal_report(&self, broker: &str) -> String {
+        let mut report = format!(
+            "the broker refused the connection ({broker}); the CONNECT carried {} over {}",
+            self.credentials.describe(),
+            self.tls.describe()
+        );
+        let checked = client_jwt::check(&self.client, false, ids::unix_now() as i64);
+        let findings: Vec<String> = checked
+            .iter()
+            .flat_map(|c| c.errors.iter().chain(&c.warnings))
+            .map(|p| p.message.clone())
+            .collect();
+        if !findings.is_empty() {
+            report.push_str("; ");
+            report.push_str(&findings.join("; "));
+        } else if self.client.broker_user().as_deref() == Some(PROVISIONER_USER) {
+            report.push_str(
+                "; a Choria broker takes user provisioner when the password equals its \
+                 plugin.choria.network.provisioning.client_password and, with an organisation \
+                 issuer, the client JWT is issued by it with the provisioner permission, or, \
+                 without an issuer, the TLS client certificate verifies against its CA",
+            );
+        } else {
+            report.push_str(
+                "; a Choria broker takes other users with a client JWT it can verify and the \
+                 nonce signed by the JWT's key, or with a TLS client certificate it verifies",
+            );
+        }
+        report
+    }
+
+    /// The NATS options: credentials, TLS, name, reconnect policy and callbacks.
+    fn options(&self, metrics: &Arc<Metrics>, state: &Arc<ConnectionState>) -> nats::Options {
+        let options = if let Some(creds) = &self.client.nats_credentials {
+            nats::Options::with_credentials(creds)
+        } else {
+            let credentials = Arc::clone(&self.credentials);
+            nats::Options::with_connect_credentials(move |nonce| {
+                credentials.build(nonce, ids::unix_now() as i64)
+            })
+        };
+        callbacks(
+            self.tls.apply(options),
+            &self.client.identity,
+            metrics,
+            state,
+        )
+    }
+}
+
+/// The text of a `-ERR` the broker answered the CONNECT with, from the NATS client's
+/// error (`unexpected line while connecting: Err("Authorization Violation")`);
+/// shortened, as it comes from the network.
+fn broker_error(e: &std::io::Error) -> Option<String> {
+    let text = e.to_string();
+    let start = text.find("Err(\"")? + 5;
+    let end = text[start..].rfind("\")")? + start;
+    Some(text[start..end].chars().take(200).collect())
 }
 
 impl Connector {
@@ -97,49 +423,53 @@ impl Connector {
         shutdown: &Receiver<()>,
     ) -> Result<Connector, ConnectError> {
         let started = Instant::now();
-        let urls = client.middleware_hosts.join(",");
-        let shown: Vec<String> = client
-            .middleware_hosts
-            .iter()
-            .map(|u| redact_url(u))
-            .collect();
-        let identity = client.identity.clone();
+        let dialer = Dialer::new(client).map_err(ConnectError::Config)?;
+        log::info!(
+            "Connecting to {} as {} with {} over {}",
+            dialer.shown,
+            client.identity,
+            dialer.credentials.describe(),
+            dialer.tls.describe()
+        );
+        if matches!(dialer.tls, Tls::Unverified(..)) {
+            log::warn!(
+                "plugin.security.choria.ca is not set: the broker's certificate is not \
+                 verified (as go-choria does); set it to verify the broker"
+            );
+        }
         for attempt in 0usize.. {
-            metrics
-                .connector_initial_attempts
-                .with_label_values(&[&identity])
-                .inc();
-            let state = Arc::new(ConnectionState::default());
-            let options = options(client, metrics, &state)?;
-            match options.connect(urls.as_str()) {
-                Ok(nc) => {
-                    state.connected.store(true, Ordering::Relaxed);
-                    metrics
-                        .connector_initial_connect_time
-                        .observe(&[&identity], started.elapsed().as_secs_f64());
-                    log::info!("Connected to {} as {}", shown.join(", "), identity);
-                    return Ok(Connector {
-                        bus: Bus::new(nc.clone()),
-                        nc,
-                        state,
-                        identity,
-                    });
-                }
-                Err(e) => {
-                    let delay = FIVE_SEC.duration(attempt);
-                    log::warn!(
-                        "Initial connection to {} failed, retrying in {:.1}s: {e}",
-                        shown.join(", "),
-                        delay.as_secs_f64()
-                    );
-                    match shutdown.recv_timeout(delay) {
-                        Err(RecvTimeoutError::Timeout) | Ok(()) => {}
-                        Err(RecvTimeoutError::Disconnected) => return Err(ConnectError::Shutdown),
-                    }
-                }
+            let delay = FIVE_SEC.duration(attempt);
+            match dialer.attempt(metrics, started) {
+                Ok(connector) => return Ok(connector),
+                Err(AttemptError::Config(e)) => return Err(ConnectError::Config(e)),
+                Err(e @ AttemptError::Refused { .. }) => log::error!(
+                    "Initial connection to {} failed, retrying in {:.1}s: {e}",
+                    dialer.shown,
+                    delay.as_secs_f64()
+                ),
+                Err(e) => log::warn!(
+                    "Initial connection to {} failed, retrying in {:.1}s: {e}",
+                    dialer.shown,
+                    delay.as_secs_f64()
+                ),
+            }
+            match shutdown.recv_timeout(delay) {
+                Err(RecvTimeoutError::Timeout) | Ok(()) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(ConnectError::Shutdown),
             }
         }
         unreachable!("the connect loop only ends by returning")
+    }
+
+    /// One connection attempt, without retrying: for diagnostics and tests that want
+    /// to see why a broker refuses.
+    pub fn connect_once(
+        client: &ClientConfig,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Connector, AttemptError> {
+        Dialer::new(client)
+            .map_err(AttemptError::Config)?
+            .attempt(metrics, Instant::now())
     }
 
     /// The checked face of the connection: every publish and subscription of the
@@ -188,53 +518,26 @@ impl Connector {
     }
 }
 
-/// The NATS options for `client`: auth, TLS, name, reconnect policy and callbacks.
-fn options(
-    client: &ClientConfig,
+/// Name, reconnect policy and the state/metrics/log callbacks.
+fn callbacks(
+    options: nats::Options,
+    identity: &str,
     metrics: &Arc<Metrics>,
     state: &Arc<ConnectionState>,
-) -> Result<nats::Options, ConnectError> {
-    let choria = !client.insecure && client.security_provider == SecurityProvider::Choria;
-    let mut options = if let Some(creds) = &client.nats_credentials {
-        nats::Options::with_credentials(creds)
-    } else if !client.nats_user.is_empty() && !client.nats_pass.is_empty() {
-        if choria {
-            log::warn!(
-                "The NATS client library sends one kind of credentials: the password of user {} \
-                 is sent, the client JWT is not (brokers that require both will refuse)",
-                client.nats_user
-            );
-        }
-        nats::Options::with_user_pass(&client.nats_user, client.nats_pass.expose())
-    } else if choria {
-        let path = client
-            .get("plugin.security.choria.token_file")
-            .unwrap_or_default();
-        let token = std::fs::read_to_string(path)
-            .map_err(|e| ConnectError::Config(format!("cannot read the client JWT {path}: {e}")))?;
-        nats::Options::with_token(token.trim())
-    } else {
-        nats::Options::new()
-    };
-    if let Some(tls) = client.tls_files() {
-        options = options.tls_required(true);
-        if let Some(ca) = &tls.ca {
-            options = options.add_root_certificate(ca);
-        }
-        if let (Some(cert), Some(key)) = (&tls.certificate, &tls.key) {
-            options = options.client_cert(cert, key);
-        }
-    }
-    let identity = client.identity.clone();
+) -> nats::Options {
     let (m2, m3, m4) = (
         Arc::clone(metrics),
         Arc::clone(metrics),
         Arc::clone(metrics),
     );
     let (s1, s2, s3) = (Arc::clone(state), Arc::clone(state), Arc::clone(state));
-    let (i2, i3, i4) = (identity.clone(), identity.clone(), identity.clone());
-    Ok(options
-        .with_name(&identity)
+    let (i2, i3, i4) = (
+        identity.to_string(),
+        identity.to_string(),
+        identity.to_string(),
+    );
+    options
+        .with_name(identity)
         .max_reconnects(None)
         .reconnect_buffer_size(10 * 1024)
         .reconnect_delay_callback(|n| {
@@ -263,12 +566,97 @@ fn options(
         .error_callback(move |e| {
             m4.connector_errors.with_label_values(&[&i4]).inc();
             log::warn!("Broker connection error: {e}");
-        }))
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+
+    const SEED_HEX: &str = "782eb891b61af7f024a65ffad7687703b08e7ecf4722a1b616f084b5cdf1c9fb";
+    const PUBLIC_HEX: &str = "3aa7308f0a2e6342498bc8a8f8c2a9211cd110d7a61dcb4420ab9cb5838604ec";
+
+    fn credentials(exp: i64, url_token: Option<&str>) -> Credentials {
+        let claims = serde_json::json!({
+            "callerid": "choria=provisioner",
+            "purpose": "choria_client_id",
+            "public_key": PUBLIC_HEX,
+            "exp": exp,
+        });
+        let token = format!("e30.{}.c2ln", URL_SAFE_NO_PAD.encode(claims.to_string()));
+        Credentials {
+            user: Some("provisioner".into()),
+            pass: Some(Secret::new("s3cret")),
+            url_token: url_token.map(Secret::new),
+            client: Some((
+                ClientJwt::parse("c.jwt", token.as_bytes()).unwrap(),
+                Seed::parse("c.seed", SEED_HEX.as_bytes()).unwrap(),
+            )),
+        }
+    }
+
+    #[test]
+    fn the_choria_connect_carries_user_password_token_jwt_and_the_signed_nonce() {
+        let c = credentials(2_000_000_000, None);
+        let sent = c.build(b"nonce-one", 1_900_000_000).unwrap();
+        assert_eq!(sent.user.as_deref(), Some("provisioner"));
+        assert_eq!(sent.pass.as_deref(), Some("s3cret"));
+        let token = c.client.as_ref().unwrap().0.token();
+        assert_eq!(sent.auth_token.as_deref(), Some(token));
+        assert_eq!(sent.jwt.as_deref(), Some(token));
+        let verify = |nonce: &[u8], sig: &str| {
+            ring::signature::UnparsedPublicKey::new(
+                &ring::signature::ED25519,
+                ids::unhex(PUBLIC_HEX).unwrap(),
+            )
+            .verify(nonce, &URL_SAFE_NO_PAD.decode(sig).unwrap())
+            .is_ok()
+        };
+        assert!(verify(b"nonce-one", sent.sig.as_deref().unwrap()));
+        // A reconnect signs its own nonce.
+        let again = c.build(b"nonce-two", 1_900_000_000).unwrap();
+        assert!(verify(b"nonce-two", again.sig.as_deref().unwrap()));
+        assert!(!verify(b"nonce-one", again.sig.as_deref().unwrap()));
+        let shown = c.describe();
+        assert!(shown.contains("user provisioner") && shown.contains("choria=provisioner"));
+        assert!(
+            !shown.contains("s3cret") && !shown.contains(token),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn no_connect_is_built_with_an_expired_client_jwt() {
+        let c = credentials(1_000, None);
+        let e = c.build(b"n", 1_000).unwrap_err();
+        assert!(e.to_string().contains("has expired"), "{e}");
+    }
+
+    #[test]
+    fn a_token_in_the_broker_url_takes_the_place_of_auth_token() {
+        let c = credentials(2_000_000_000, Some("urltoken"));
+        let sent = c.build(b"n", 0).unwrap();
+        assert_eq!(sent.auth_token.as_deref(), Some("urltoken"));
+        assert_eq!(
+            sent.jwt.as_deref(),
+            Some(c.client.as_ref().unwrap().0.token())
+        );
+    }
+
+    #[test]
+    fn the_broker_s_refusal_is_read_from_the_client_error() {
+        let e = std::io::Error::other(
+            "unexpected line while connecting: Err(\"Authorization Violation\")",
+        );
+        assert_eq!(broker_error(&e).as_deref(), Some("Authorization Violation"));
+        assert_eq!(
+            broker_error(&std::io::Error::other("connection refused")),
+            None
+        );
+    }
 
     #[test]
     fn urls_lose_their_credentials_in_logs() {

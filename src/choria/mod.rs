@@ -4,8 +4,10 @@
 //! connects, encodes and decodes the protocol layers, routes replies, and makes RPC
 //! calls and broadcast discoveries.
 
+mod broker_tls;
 pub mod bus;
 pub mod client_config;
+pub mod client_jwt;
 pub mod connector;
 pub mod identity;
 pub mod kv;

@@ -18,11 +18,32 @@ pub fn check(inv: &Invocation) -> i32 {
                 p.client.file.display()
             );
             println!("identity: {}", p.client.identity);
-            println!("brokers: {}", p.client.middleware_hosts.join(", "));
+            // Credentials written into the URLs are never printed.
+            println!("brokers: {}", p.client.broker_addresses().join(", "));
             println!("security_provider: {}", p.client.security_provider.as_str());
             println!("tls: {}", if p.client.insecure { "off" } else { "on" });
-            if !p.client.nats_user.is_empty() {
-                println!("nats_user: {}", p.client.nats_user);
+            if let Some(user) = p.client.broker_user() {
+                println!("nats_user: {user}");
+            }
+            if let Some(jwt) = &p.client_jwt {
+                let claims = jwt.claims();
+                println!("client_jwt: {}", jwt.path());
+                println!("caller_id: {}", jwt.caller_id());
+                let granted = claims.granted();
+                println!(
+                    "permissions: {}",
+                    if granted.is_empty() {
+                        "(none)".to_string()
+                    } else {
+                        granted.join(", ")
+                    }
+                );
+                if let Some(exp) = claims.exp {
+                    println!(
+                        "client_jwt_expires: {}",
+                        crate::logging::rfc3339(exp as f64)
+                    );
+                }
             }
             println!(
                 "rpc_timeouts: choria_provision {}s, rpcutil {}s",

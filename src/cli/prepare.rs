@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::choria::client_config::{self, ClientConfig};
+use crate::choria::client_jwt::{self, ClientJwt};
 use crate::config::{Config, ConfigError};
 
 use super::args::Invocation;
@@ -15,6 +16,9 @@ pub struct Prepared {
     pub config: Config,
     /// The Choria client configuration, with the provisioner's overrides applied.
     pub client: ClientConfig,
+    /// The `choria` provider's client JWT, read and checked (`None` with another
+    /// provider or `choria_insecure`).
+    pub client_jwt: Option<ClientJwt>,
     /// Things worth a look that do not stop the daemon.
     pub warnings: Vec<String>,
 }
@@ -77,6 +81,7 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
             None
         }
     };
+    let mut client_jwt = None;
     let client = match ClientConfig::load(&choria_path) {
         Ok(mut client) => {
             warnings.extend(
@@ -87,7 +92,22 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
             );
             if let Some(config) = &config {
                 client.apply_provisioner_overrides(config);
-                let problems = client.validate();
+                let mut problems = client.validate();
+                // The client JWT as a Choria broker will judge it, when the files
+                // could be read at all.
+                if problems.is_empty() {
+                    let now = crate::choria::protocol::ids::unix_now() as i64;
+                    if let Some(checked) = client_jwt::check(&client, config.leader_election, now) {
+                        problems.extend(checked.errors);
+                        warnings.extend(
+                            checked
+                                .warnings
+                                .iter()
+                                .map(|w| format!("{}: {w}", choria_path.display())),
+                        );
+                        client_jwt = checked.jwt;
+                    }
+                }
                 if !problems.is_empty() {
                     lines.push(format!(
                         "Provisioning could not configure Choria: {}",
@@ -118,6 +138,7 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
         (Some(config), Some(client)) if lines.is_empty() => Ok(Prepared {
             config,
             client,
+            client_jwt,
             warnings,
         }),
         _ => Err(PrepareError {

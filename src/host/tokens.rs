@@ -55,8 +55,8 @@ pub const PROVISIONING_PURPOSE: &str = "choria_provisioning";
 /// The `purpose` of a server JWT.
 pub const SERVER_PURPOSE: &str = "choria_server";
 
-/// The `purpose` a `jwt_signing_token` must have.
-pub const CLIENT_ID_PURPOSE: &str = "choria_client_id";
+/// The `purpose` a `jwt_signing_token` must have (a client JWT's).
+pub use crate::choria::client_jwt::CLIENT_ID_PURPOSE;
 
 /// The `iss` of server JWTs signed without a chain.
 pub const SERVER_TOKEN_ISSUER: &str = "Choria Provisioner";

@@ -7,8 +7,11 @@
 //!   and `update` when asked), signed by the issuer;
 //! * `signer.seed` / `signer.public` / `signer.jwt`: the provisioner's server-JWT
 //!   signing key and its chain-issuer client token (`tcs` by the issuer), as
-//!   `choria jwt client signer.jwt provisioner_signer issuer.seed --server-provisioner --issuer`
-//!   makes them;
+//!   `choria jwt client signer.jwt provisioner_signer issuer.seed --server-provisioner
+//!   --stream-user --elections-user --service --issuer` makes them. With `--v2` it is
+//!   also the provisioner's client JWT for the broker connection: `ou` `choria` and the
+//!   permissions a Choria broker checks (`provisioner`, `streams_user`,
+//!   `election_user`; choria-io/tokens `ClientPermissions`);
 //! * `ca.pem`, `broker.pem` + `broker-key.pem` (SANs `localhost`, `127.0.0.1` and
 //!   any `--broker-name`), `provisioner.pem` + `provisioner-key.pem` (RSA 2048,
 //!   because the `file` security provider signs requests with it);
@@ -159,6 +162,9 @@ pub fn provisioning_jwt(
         cht: token.to_string(),
         chu: url.to_string(),
         chpd: true,
+        // `choria jwt prov` writes the default organisation; a broker with an
+        // issuer picks the issuer to verify with by it.
+        ou: "choria".into(),
         v2,
         update,
         standard: StandardClaims {
@@ -189,7 +195,14 @@ pub fn signer_jwt(
     let jti = ids::ksuid();
     let claims = json!({
         "callerid": "provisioner_signer",
-        "permissions": {"server_provisioner": true, "election_user": true},
+        "ou": "choria",
+        "permissions": {
+            "streams_user": true,
+            "election_user": true,
+            "fleet_management": true,
+            "service": true,
+            "provisioner": true,
+        },
         "purpose": "choria_client_id",
         "tcs": ed25519_sign_hex(issuer_seed, &format!("{jti}.{signer_public}")),
         "public_key": signer_public,
@@ -544,4 +557,47 @@ pub fn write_keys(opts: &KeysOptions) -> Result<Vec<PathBuf>, String> {
         written.push(path);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::choria::client_jwt::{
+        ClientJwt, ELECTION_PERMISSION, PROVISIONER_PERMISSION, STREAMS_PERMISSION,
+    };
+
+    #[test]
+    fn the_signer_token_carries_the_permissions_a_choria_broker_checks() {
+        let issuer = [3u8; 32];
+        let signer = ed25519_public_hex(&[4u8; 32]);
+        let token = signer_jwt(&issuer, &signer, Duration::from_secs(60)).unwrap();
+        let jwt = ClientJwt::parse("signer.jwt", token.as_bytes()).unwrap();
+        let claims = jwt.claims();
+        for p in [
+            PROVISIONER_PERMISSION,
+            STREAMS_PERMISSION,
+            ELECTION_PERMISSION,
+        ] {
+            assert!(claims.has(p), "{p}: {:?}", claims.granted());
+        }
+        assert!(!claims.has("server_provisioner"), "not a Go JSON name");
+        assert_eq!(claims.ou, "choria");
+        assert_eq!(claims.public_key, signer);
+    }
+
+    #[test]
+    fn the_provisioning_jwt_names_its_organisation() {
+        let token = provisioning_jwt(
+            &[3u8; 32],
+            "t",
+            "nats://h:1",
+            true,
+            false,
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let claims: serde_json::Value =
+            crate::choria::client_jwt::unverified_claims(&token).unwrap();
+        assert_eq!(claims["ou"], "choria");
+    }
 }

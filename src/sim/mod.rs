@@ -282,7 +282,9 @@ impl Sim {
                 .map_err(invalid)?
             }
         };
-        let mut connect = nats::Options::new()
+        // A provisioning-mode server presents its provisioning JWT as `auth_token`
+        // (go-choria `choria/connection.go`); brokers without auth ignore it.
+        let mut connect = nats::Options::with_token(&jwt)
             .with_name("choria-fleet-sim")
             .max_reconnects(None);
         if let Some(ca) = &options.tls_ca {

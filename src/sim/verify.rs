@@ -1,26 +1,20 @@
 //! What happens to a server JWT after the node restarts with it: the checks the
 //! server makes on itself (`spec/tokens.md` §3.1) and the check a Choria broker makes
 //! with the organisation issuer's public key (`IsSignedByIssuer`, §5): signed by the
-//! issuer itself, or by a chain issuer the issuer vouched for.
+//! issuer itself, or by a chain issuer the issuer vouched for. The same check verifies
+//! client JWTs (the test broker front end in `tests/support/broker.rs` uses it).
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use ring::signature::{UnparsedPublicKey, ED25519};
+use serde::de::DeserializeOwned;
 
 use crate::choria::protocol::ids;
 use crate::host::tokens::{
-    check_times, verify_jws, ServerClaims, VerifyKey, CHAIN_ISSUER_PREFIX, SERVER_PURPOSE,
+    check_times, verify_jws, ServerClaims, StandardClaims, VerifyKey, CHAIN_ISSUER_PREFIX,
+    SERVER_PURPOSE,
 };
 
 /// The claims of a token, read without verifying it.
-pub fn unverified_claims<T: serde::de::DeserializeOwned>(token: &str) -> Result<T, String> {
-    let claims = token
-        .split('.')
-        .nth(1)
-        .and_then(|c| URL_SAFE_NO_PAD.decode(c).ok())
-        .ok_or("the token is not a JWT")?;
-    serde_json::from_slice(&claims).map_err(|e| format!("its claims do not parse: {e}"))
-}
+pub use crate::choria::client_jwt::unverified_claims;
 
 fn ed25519_verify(public_hex: &str, message: &str, signature_hex: &str) -> Result<(), String> {
     let public = ids::unhex(public_hex).ok_or("a public key is not hex")?;
@@ -37,10 +31,22 @@ pub fn verify_server_token(
     issuer: &[u8; 32],
     now: i64,
 ) -> Result<ServerClaims, String> {
-    let claims: ServerClaims = unverified_claims(token)?;
-    let std = &claims.standard;
-    if std.purpose != SERVER_PURPOSE {
-        return Err(format!("purpose {:?} is not {SERVER_PURPOSE}", std.purpose));
+    verify_issued_token(token, SERVER_PURPOSE, issuer, now)
+}
+
+/// Verifies `token` as a token of `purpose` (`choria_server`, `choria_client_id`)
+/// signed, directly or through a chain issuer, by the organisation issuer whose
+/// ed25519 public key is `issuer`, at Unix time `now` (choria-io/tokens `ParseToken`
+/// with `IsSignedByIssuer`, `spec/tokens.md` §5); returns its claims as `T`.
+pub fn verify_issued_token<T: DeserializeOwned>(
+    token: &str,
+    purpose: &str,
+    issuer: &[u8; 32],
+    now: i64,
+) -> Result<T, String> {
+    let std: StandardClaims = unverified_claims(token)?;
+    if std.purpose != purpose {
+        return Err(format!("purpose {:?} is not {purpose}", std.purpose));
     }
     let signer = match std.iss.strip_prefix(CHAIN_ISSUER_PREFIX) {
         None => *issuer,
@@ -75,10 +81,10 @@ pub fn verify_server_token(
                 .map_err(|_| "the chain issuer's key is not 32 bytes".to_string())?
         }
     };
-    verify_jws(token, &VerifyKey::Ed25519(signer))
+    let claims = verify_jws(token, &VerifyKey::Ed25519(signer))
         .map_err(|e| format!("the token signature does not verify: {e}"))?;
-    check_times(std, now).map_err(|e| e.to_string())?;
-    Ok(claims)
+    check_times(&std, now).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&claims).map_err(|e| format!("its claims do not parse: {e}"))
 }
 
 #[cfg(test)]

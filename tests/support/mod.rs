@@ -1,5 +1,9 @@
-//! Shared test fixtures: scratch directories and a real `nats-server` on 127.0.0.1.
+//! Shared test fixtures: scratch directories and a real `nats-server` on 127.0.0.1,
+//! and (with the `sim` feature) a Choria broker front end before it (`broker.rs`).
 #![allow(dead_code)]
+
+#[cfg(feature = "sim")]
+pub mod broker;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -107,10 +111,12 @@ impl NatsServer {
         NatsServer::with_config("")
     }
 
-    /// Starts a server whose config file has `extra` appended after `listen`.
+    /// Starts a server whose config file has `extra` appended after `listen`; `{dir}`
+    /// in `extra` stands for the server's own scratch directory.
     pub fn with_config(extra: &str) -> NatsServer {
         let dir = TempDir::new("nats");
         let port = free_port();
+        let extra = extra.replace("{dir}", &dir.path().display().to_string());
         let config = dir.write("nats.conf", &format!("listen: 127.0.0.1:{port}\n{extra}\n"));
         let mut server = NatsServer {
             port,
@@ -294,7 +300,9 @@ pub fn make_tls(dir: &TempDir) -> Option<TlsFiles> {
 
 /// A nats-server laid out like a Choria broker for elections (`spec/election.md` §6,
 /// layout A): JetStream lives in account `choria`, the `provisioning` account sees only
-/// the bucket's stream info and the `provisioner` key under `choria.streams.`.
+/// the bucket's stream info and the `provisioner` key under `choria.streams.`. User
+/// `node` has the permissions a broker gives servers in provisioning mode
+/// (`spec/broker-auth.md`).
 pub fn election_broker() -> NatsServer {
     NatsServer::with_config(
         r#"jetstream { store_dir: "{dir}/js" }
@@ -312,8 +320,8 @@ accounts {
       { user: provisioner, password: s3cret }
       # What a Choria broker lets a provisioning-mode server do (spec/broker-auth.md).
       { user: node, password: n0de, permissions: {
-          publish: { allow: ["choria.lifecycle.>", "provisioning.reply.>", "provisioning.registration.>"] }
-          subscribe: { allow: ["provisioning.node.>", "provisioning.broadcast.agent.discovery", "provisioning.broadcast.agent.rpcutil", "provisioning.broadcast.agent.choria_util", "provisioning.broadcast.agent.choria_provision"] }
+          publish: { allow: [ "choria.lifecycle.>", "provisioning.reply.>", "provisioning.registration.>" ] }
+          subscribe: { allow: [ "provisioning.node.>", "provisioning.broadcast.agent.discovery", "provisioning.broadcast.agent.rpcutil", "provisioning.broadcast.agent.choria_util", "provisioning.broadcast.agent.choria_provision" ] }
       } }
     ]
     imports: [

@@ -445,10 +445,11 @@ impl Read for &NatsStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match &*self.flavor {
             Flavor::Tcp(tcp) => (tcp.deref()).read(buf),
-            Flavor::Tls(tls) => tls_op(tls, |session, eof| match session.reader().read(buf) {
-                Ok(0) if !eof => Err(io::ErrorKind::WouldBlock.into()),
-                res => res,
-            }),
+            // choria patch: rustls 0.22's reader says "no data yet" with WouldBlock and
+            // "the server sent close_notify" with Ok(0); upstream turned that Ok(0) into
+            // WouldBlock too, so a broker closing TLS cleanly (Go's tls.Conn.Close does)
+            // left the client polling a closed socket instead of reconnecting.
+            Flavor::Tls(tls) => tls_op(tls, |session, _| session.reader().read(buf)),
         }
     }
 }

@@ -3,10 +3,12 @@
 pub mod crypto;
 pub mod csr;
 pub mod helper;
+mod json_text;
 pub mod keys;
 pub mod outcome;
 pub mod pem;
 pub mod pipes;
+mod redact;
 pub mod rpc;
 pub mod sequence;
 pub mod tokens;

@@ -28,8 +28,8 @@ pub enum End {
     Stopped,
 }
 
-/// Everything a run produced.
-#[derive(Debug)]
+/// Everything a run produced. `Debug` shows sizes only: stdout holds the helper's
+/// answer (private keys) and stderr may echo its input (the token).
 pub struct Pumped {
     /// How it ended.
     pub end: End,
@@ -39,10 +39,29 @@ pub struct Pumped {
     pub stdout_over: bool,
     /// Standard error, at most its cap.
     pub stderr: Vec<u8>,
+    /// Whether stderr went over its cap (the rest was read and dropped).
+    pub stderr_over: bool,
     /// Why the input could not be written in full, if it could not.
     pub write_error: Option<std::io::Error>,
     /// The exit status.
     pub status: std::io::Result<ExitStatus>,
+}
+
+impl std::fmt::Debug for Pumped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pumped")
+            .field("end", &self.end)
+            .field(
+                "stdout",
+                &self.stdout.as_ref().map(|b| format!("<{} bytes>", b.len())),
+            )
+            .field("stdout_over", &self.stdout_over)
+            .field("stderr", &format_args!("<{} bytes>", self.stderr.len()))
+            .field("stderr_over", &self.stderr_over)
+            .field("write_error", &self.write_error)
+            .field("status", &self.status)
+            .finish()
+    }
 }
 
 /// The pipes and limits of one run.
@@ -133,6 +152,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
         stdout: Ok(Vec::new()),
         stdout_over: false,
         stderr: Vec::new(),
+        stderr_over: false,
         write_error: None,
         status: Err(std::io::Error::other("not waited for")),
     };
@@ -248,6 +268,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
         result.stdout = Ok(out);
     }
     result.stderr = err;
+    result.stderr_over = stderr_over;
     result.status = wait(child, deadline, stopping, &mut killer);
     result.end = killer.end;
     result

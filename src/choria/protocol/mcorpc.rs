@@ -24,7 +24,7 @@ pub enum StatusCode {
 }
 
 /// A request body, keys in Go's order (`agent`, `action`, `data`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
 pub struct RpcRequestBody {
     /// Agent name.
     pub agent: String,
@@ -77,7 +77,7 @@ fn sorted(value: serde_json::Value) -> serde_json::Value {
 }
 
 /// A reply body.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Clone, Serialize, PartialEq)]
 pub struct RpcReply {
     /// The action that answered (`""` when the request could not be parsed).
     pub action: String,

@@ -133,7 +133,7 @@ pub(super) fn encode_request(
             callerid: spec.caller_id.clone(),
             collective: spec.collective.clone(),
             agent: spec.agent.clone(),
-            ttl: spec.ttl as i64,
+            ttl: spec.wire_ttl(),
             time,
             filter: spec.filter.clone(),
         },

@@ -117,7 +117,7 @@ pub(super) fn encode_request(
         caller: spec.caller_id.clone(),
         collective: spec.collective.clone(),
         agent: spec.agent.clone(),
-        ttl: spec.ttl as i64,
+        ttl: spec.wire_ttl(),
         time: time_ns,
         filter: spec.filter.clone(),
     });

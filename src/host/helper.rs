@@ -1,14 +1,16 @@
 //! The site helper: a child process that gets a node's facts as JSON on stdin and
 //! answers with its configuration as JSON on stdout (`spec/provisioner.md` §4).
 //!
-//! Beyond Go: the timeout is configurable; the child runs in its own process group
-//! and the whole group is killed and reaped on timeout, so a helper's grandchildren
+//! Beyond Go: the timeout is configurable; the child runs in its own process group,
+//! and on timeout it is killed with every process it started, even those that left
+//! the group or the session (`proctree`), then reaped, so a helper's grandchildren
 //! cannot keep a worker waiting; stdout is capped; stderr is captured (bounded) and
 //! logged with every secret of the input replaced by `***`; the stdin write error is
 //! not ignored. The error texts are Go's (§4.4), each naming the helper.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -18,6 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::json_text;
 use super::pipes::{self, End};
+use super::proctree;
 use super::redact::redact;
 use crate::config::shell_words;
 
@@ -326,7 +329,7 @@ impl Helper {
 
     /// Runs the helper with `input` on stdin for node `identity`. `paused` is checked
     /// before starting; `secrets` are redacted from the stderr that is logged; when
-    /// `stopping` becomes true the helper's process group is killed.
+    /// `stopping` becomes true the helper and everything it started are killed.
     pub fn run(
         &self,
         identity: &str,
@@ -342,32 +345,41 @@ impl Helper {
         let words =
             shell_words::split(&self.command).map_err(|e| HelperError::Parse(e.to_string()))?;
         let started = Instant::now();
+        let marker = proctree::new_marker();
         let mut child = Command::new(&words[0])
             .args(&words[1..])
+            .env(proctree::MARKER_VAR, &marker)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()
             .map_err(|e| HelperError::Start(name.clone(), e.to_string()))?;
-        let pgid = child.id() as libc::pid_t;
-        let kill_group = || {
-            // SAFETY: killpg on the group we created; ESRCH is harmless.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let pipes = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()]
+            .into_iter()
+            .filter_map(proctree::pipe_inode)
+            .collect();
+        // Kills the helper, its group and whatever left the group (`proctree`); the
+        // helper itself is reaped by `pump`.
+        let tree = proctree::HelperTree::new(child.id(), &marker, pipes);
+        let kill_tree = || {
+            let n = tree.kill();
+            log::debug!("helper {name} for {identity}: {n} processes killed");
         };
         let run = pipes::Run {
-            stdin: child.stdin.take().expect("stdin is piped"),
-            stdout: child.stdout.take().expect("stdout is piped"),
-            stderr: child.stderr.take().expect("stderr is piped"),
+            stdin,
+            stdout,
+            stderr,
             input,
             stdout_cap: MAX_OUTPUT,
             stderr_cap: MAX_STDERR,
             deadline: started + self.timeout,
             stopping,
         };
-        let pumped = pipes::pump(&mut child, run, &kill_group);
+        let pumped = pipes::pump(&mut child, run, &kill_tree);
         log_stderr(identity, &name, &pumped.stderr, pumped.stderr_over, secrets);
         let elapsed = started.elapsed();
         match pumped.end {

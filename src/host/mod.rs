@@ -8,6 +8,7 @@ pub mod keys;
 pub mod outcome;
 pub mod pem;
 pub mod pipes;
+mod proctree;
 mod redact;
 pub mod rpc;
 pub mod sequence;

@@ -13,18 +13,23 @@ use std::time::{Duration, Instant};
 /// How often the loop looks at the stop flag while nothing happens.
 const TICK: Duration = Duration::from_millis(50);
 
-/// How long the pipes may stay open after the process group was killed (a helper
-/// that moved a child into another group could hold them for ever).
+/// How long the pipes may stay open after the helper's processes were killed: the
+/// kill finds the pipes' holders, so they close at once unless a holder could not be
+/// killed (another user's process); the run then ends anyway.
 const AFTER_KILL: Duration = Duration::from_secs(1);
+
+/// When the pipes are still open this long after the kill, the sweep runs again (for
+/// a process that appeared too late to be found the first time).
+const SECOND_SWEEP: Duration = Duration::from_millis(300);
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
     /// The helper exited by itself.
     Finished,
-    /// It outlived its time limit and its process group was killed.
+    /// It outlived its time limit and its processes were killed.
     TimedOut,
-    /// The daemon is stopping; its process group was killed.
+    /// The daemon is stopping; its processes were killed.
     Stopped,
 }
 
@@ -35,7 +40,7 @@ pub struct Pumped {
     pub end: End,
     /// Standard output (at most the cap), or the error reading it.
     pub stdout: std::io::Result<Vec<u8>>,
-    /// Whether stdout went over its cap (the process group was then killed).
+    /// Whether stdout went over its cap (its processes were then killed).
     pub stdout_over: bool,
     /// Standard error, at most its cap.
     pub stderr: Vec<u8>,
@@ -84,19 +89,28 @@ pub struct Run<'a> {
     pub stopping: Option<&'a AtomicBool>,
 }
 
-/// Kills the process group once and remembers why and when.
+/// Kills the helper's processes once (and once more if the pipes stay open), and
+/// remembers why and when.
 struct Killer<'a> {
-    kill_group: &'a dyn Fn(),
+    kill_tree: &'a dyn Fn(),
     at: Option<Instant>,
+    swept_again: bool,
     end: End,
 }
 
 impl Killer<'_> {
     fn kill(&mut self, end: End) {
         if self.at.is_none() {
-            (self.kill_group)();
+            (self.kill_tree)();
             self.at = Some(Instant::now());
             self.end = end;
+        }
+    }
+
+    fn sweep_again(&mut self) {
+        if !self.swept_again {
+            self.swept_again = true;
+            (self.kill_tree)();
         }
     }
 }
@@ -135,8 +149,9 @@ fn drain(
 }
 
 /// Runs the exchange with `child` until its pipes close and it exits, it times out,
-/// or the daemon stops; `kill_group` kills its process group.
-pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
+/// or the daemon stops; `kill_tree` kills it and every process it started
+/// (`proctree`). The child is always reaped before this returns.
+pub fn pump(child: &mut Child, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
     let Run {
         stdin,
         mut stdout,
@@ -163,7 +178,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
     {
         if let Err(e) = set_nonblocking(fd) {
             result.stdout = Err(e);
-            kill_group();
+            kill_tree();
             result.status = child.wait();
             return result;
         }
@@ -171,14 +186,16 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
     let (mut out, mut err, mut stderr_over) = (Vec::new(), Vec::new(), false);
     let (mut out_open, mut err_open, mut written) = (true, true, 0usize);
     let mut killer = Killer {
-        kill_group,
+        kill_tree,
         at: None,
+        swept_again: false,
         end: End::Finished,
     };
     while out_open || err_open || stdin.is_some() {
         let now = Instant::now();
         match killer.at {
             Some(at) if now.duration_since(at) >= AFTER_KILL => break,
+            Some(at) if now.duration_since(at) >= SECOND_SWEEP => killer.sweep_again(),
             Some(_) => {}
             None if now >= deadline => killer.kill(End::TimedOut),
             None if stopping.is_some_and(|s| s.load(Ordering::Relaxed)) => {

@@ -417,3 +417,53 @@ fn a_timeout_kills_only_the_processes_of_its_own_run() {
     let out = other.join().unwrap().unwrap().output;
     assert_eq!(out.msg, "other");
 }
+
+#[test]
+fn helpers_started_while_another_run_is_killed_are_left_alone() {
+    let dir = TempDir::new("helper");
+    // Between fork and exec a new helper holds copies of every descriptor of the
+    // daemon, the killed run's pipes among them: it must not be taken for a holder.
+    let honest = Helper::new(
+        &dir.script("honest.sh", "#!/bin/sh\necho '{\"defer\": true}'\n")
+            .display()
+            .to_string(),
+        Duration::from_secs(5),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawners: Vec<_> = (0..3)
+        .map(|_| {
+            let (honest, stop) = (honest.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut runs = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    runs.push(honest.run("n2", &input(), false, &[], None).map(|_| ()));
+                }
+                runs
+            })
+        })
+        .collect();
+    for round in 0..3 {
+        killed_within_the_bound(
+            &dir,
+            &format!(
+                "setsid sleep 30 &\necho $! > {}/mine{round}.pid\nsleep 30",
+                dir.path().display()
+            ),
+            &[&format!("mine{round}.pid")],
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let runs: Vec<_> = spawners
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    assert!(runs.len() > 30, "helpers kept starting: {}", runs.len());
+    let failed: Vec<_> = runs.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {:?}",
+        failed.len(),
+        runs.len(),
+        failed.first()
+    );
+}

@@ -14,7 +14,11 @@
 //!    a random value set for the helper and inherited by everything it starts), which
 //!    finds an escaped process even after its parent died;
 //! 4. processes holding one of this run's pipes (by inode, in `/proc/<pid>/fd`), which
-//!    finds whatever keeps the run waiting for end-of-file.
+//!    finds whatever keeps the run waiting for end-of-file — except the provisioner's
+//!    own children: between fork and exec, a helper another worker is starting holds
+//!    copies of all our descriptors, this run's pipes among them (a helper's own
+//!    descendants are never our children, unless the provisioner runs as a container's
+//!    init, where the marker still finds them).
 //!
 //! Each round stops what it found (`SIGSTOP`, so nothing forks or escapes while we
 //! look) and looks again, until a round finds nothing new; then everything found gets
@@ -199,7 +203,7 @@ impl HelperTree {
     pub fn kill(&self) -> usize {
         let mut found: HashMap<libc::pid_t, Handle> = HashMap::new();
         let mut looked: HashSet<(libc::pid_t, u64)> = HashSet::new();
-        let mut marked: HashSet<libc::pid_t> = HashSet::new();
+        let mut marked: HashSet<(libc::pid_t, u64)> = HashSet::new();
         for _ in 0..MAX_ROUNDS {
             let procs: Vec<Stat> = pids()
                 .into_iter()
@@ -208,10 +212,12 @@ impl HelperTree {
                 .collect();
             // The marks that cost a read are taken once per process.
             for p in &procs {
+                let ours = p.ppid == self.own_pid && p.pid != self.helper;
                 if looked.insert((p.pid, p.start))
-                    && (environ_has(p.pid, &self.marker) || holds_pipe(p.pid, &self.pipes))
+                    && (environ_has(p.pid, &self.marker)
+                        || (!ours && holds_pipe(p.pid, &self.pipes)))
                 {
-                    marked.insert(p.pid);
+                    marked.insert((p.pid, p.start));
                 }
             }
             let new = self.close_over(&procs, &found, &marked);
@@ -248,7 +254,7 @@ impl HelperTree {
         &self,
         procs: &[Stat],
         known: &HashMap<libc::pid_t, Handle>,
-        marked: &HashSet<libc::pid_t>,
+        marked: &HashSet<(libc::pid_t, u64)>,
     ) -> Vec<Stat> {
         let mut members: HashSet<libc::pid_t> = known.keys().copied().collect();
         // Relations through the helper hold even when it no longer shows in /proc.
@@ -262,7 +268,7 @@ impl HelperTree {
                     continue;
                 }
                 let belongs = p.pid == self.helper
-                    || marked.contains(&p.pid)
+                    || marked.contains(&(p.pid, p.start))
                     || members.contains(&p.ppid)
                     || (p.pgid != self.own_pgid && members.contains(&p.pgid))
                     || (p.sid != self.own_sid && members.contains(&p.sid));
@@ -335,5 +341,61 @@ mod tests {
         let (a, b) = (new_marker(), new_marker());
         assert_ne!(a, b);
         assert_eq!(a.len(), 32);
+    }
+
+    /// A child of ours, in a group of its own, running `sleep 5`, with `stdout`.
+    fn sleeper(marker: Option<&str>, stdout: std::process::Stdio) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("5").stdout(stdout).process_group(0);
+        if let Some(m) = marker {
+            cmd.env(MARKER_VAR, m);
+        }
+        cmd.spawn().unwrap()
+    }
+
+    fn running(child: &mut std::process::Child) -> bool {
+        child.try_wait().unwrap().is_none()
+    }
+
+    #[test]
+    fn our_other_children_holding_the_pipes_are_not_taken_for_the_run_s() {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) fills the two-element array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the descriptors are ours and each is owned once.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let ino = pipe_inode(read.as_raw_fd()).unwrap();
+        let marker = new_marker();
+        let mut helper = sleeper(
+            Some(&marker),
+            std::process::Stdio::from(write.try_clone().unwrap()),
+        );
+        // Another child of ours holding the run's pipe, as a helper being started by
+        // another worker does between fork and exec.
+        let mut other = sleeper(None, std::process::Stdio::from(write));
+        let tree = HelperTree::new(helper.id(), &marker, vec![ino]);
+        assert!(tree.kill() >= 1);
+        let status = helper.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+        assert!(running(&mut other), "another child of ours is left alone");
+        other.kill().unwrap();
+        other.wait().unwrap();
+        drop(read);
+    }
+
+    #[test]
+    fn a_process_marked_for_another_run_is_left_alone() {
+        let mine = new_marker();
+        let mut helper = sleeper(Some(&mine), std::process::Stdio::null());
+        let mut other = sleeper(Some(&new_marker()), std::process::Stdio::null());
+        HelperTree::new(helper.id(), &mine, Vec::new()).kill();
+        helper.wait().unwrap();
+        assert!(running(&mut other));
+        other.kill().unwrap();
+        other.wait().unwrap();
     }
 }

@@ -1,6 +1,8 @@
 //! Shared test fixtures: scratch directories and a real `nats-server` on 127.0.0.1.
 #![allow(dead_code)]
 
+pub mod logs;
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

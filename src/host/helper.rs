@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::json_text;
 use super::pipes::{self, End};
 use super::proctree;
 use super::redact::redact;
 use crate::config::shell_words;
+use crate::json_text;
 
 /// Most bytes of stdout accepted from a helper (certificates, policies and a
 /// configuration fit many times over).

@@ -99,7 +99,7 @@ impl Keys {
             Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| {
                 failed(format!(
                     "could not invoke configure helper: invalid server_claims for {identity}: {}",
-                    super::json_text::describe(&e)
+                    crate::json_text::describe(&e)
                 ))
             })?),
         };

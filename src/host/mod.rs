@@ -3,7 +3,6 @@
 pub mod crypto;
 pub mod csr;
 pub mod helper;
-mod json_text;
 pub mod keys;
 pub mod outcome;
 pub mod pem;

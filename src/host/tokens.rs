@@ -716,7 +716,7 @@ pub fn verify_provisioning_token(
     let mut claims: ProvisioningClaims = serde_json::from_slice(&claims_json).map_err(|e| {
         TokenError::Malformed(format!(
             "could not JSON decode claim: {}",
-            super::json_text::describe(&e)
+            crate::json_text::describe(&e)
         ))
     })?;
     check_times(&claims.standard, now)?;

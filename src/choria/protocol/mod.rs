@@ -89,6 +89,12 @@ impl ProtocolError {
             reason: reason.to_string(),
         }
     }
+
+    /// JSON that did not decode in `layer`, described without quoting the bytes
+    /// received (a node could make us log anything, the token it was sent included).
+    pub fn json(layer: Layer, e: &serde_json::Error) -> ProtocolError {
+        ProtocolError::new(layer, crate::json_text::describe(e))
+    }
 }
 
 impl fmt::Display for ProtocolError {
@@ -343,7 +349,7 @@ fn check_size(bytes: &[u8]) -> Result<(), ProtocolError> {
 pub fn transport_version(bytes: &[u8]) -> Result<Protocol, ProtocolError> {
     check_size(bytes)?;
     let probe: TransportProbe =
-        serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Transport, e))?;
+        serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
     match probe.protocol.as_str() {
         v1::TRANSPORT => Ok(Protocol::V1),
         v2::TRANSPORT => Ok(Protocol::V2),

@@ -1,8 +1,9 @@
 //! serde_json errors described without the input they are about.
 //!
 //! A serde_json data error quotes the value it refused (`invalid type: string
-//! "s3cret", expected a boolean`), and the JSON a helper prints or a JWT carries
-//! holds secrets (the token, passwords, private keys). [`describe`] keeps what helps
+//! "s3cret", expected a boolean`), and the JSON a helper prints, a JWT carries or a
+//! node sends back may hold secrets (the token, passwords, private keys) or bytes
+//! meant to forge log lines. Imports nothing of the crate, so every layer uses it. [`describe`] keeps what helps
 //! an operator — what was wrong, what was expected, the line and column — and drops
 //! the value.
 

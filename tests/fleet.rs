@@ -11,92 +11,19 @@ use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::client_config::ClientConfig;
 use choria_provisioner::config::{Config, Pause};
-use choria_provisioner::hosts::daemon::{Daemon, DaemonOptions};
+use choria_provisioner::hosts::daemon::DaemonOptions;
 use choria_provisioner::hosts::election::{ElectionOptions, ElectionState};
 use choria_provisioner::metrics::Metrics;
 use choria_provisioner::sim::{Faults, Phase, Sim, SimOptions, Summary};
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::bounded;
 use support::{create_election_bucket, election_broker, NatsServer, TempDir};
 
 fn helper() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/examples/provision-helper.sh")
+    support::daemon::example_helper()
 }
 
 /// One provisioner in this process.
-struct Provisioner {
-    daemon: Option<Daemon>,
-    metrics: Arc<Metrics>,
-    pause: Arc<Pause>,
-    _stop: Sender<()>,
-    _dir: TempDir,
-}
-
-impl Provisioner {
-    fn start(url: &str, identity: &str, yaml: &str, options: DaemonOptions) -> Provisioner {
-        Provisioner::start_paused(url, identity, yaml, options, false)
-    }
-
-    fn start_paused(
-        url: &str,
-        identity: &str,
-        yaml: &str,
-        options: DaemonOptions,
-        paused: bool,
-    ) -> Provisioner {
-        let dir = TempDir::new("fleet");
-        let cfg = dir.write(
-            "choria.cfg",
-            &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n"),
-        );
-        let base_helper = if yaml.contains("helper:") {
-            String::new()
-        } else {
-            format!("helper: {}\n", helper().display())
-        };
-        let yaml = dir.write(
-            "p.yaml",
-            &format!(
-                "{}{base_helper}choria_insecure: true\nshutdown_timeout: 5s\n{yaml}",
-                if yaml.contains("workers:") {
-                    ""
-                } else {
-                    "workers: 8\n"
-                },
-            ),
-        );
-        let config = Arc::new(Config::load(&yaml).unwrap().config);
-        let mut client = ClientConfig::load(&cfg).unwrap();
-        client.apply_provisioner_overrides(&config);
-        let metrics = Arc::new(Metrics::new("test").unwrap());
-        let pause = Arc::new(Pause::new(metrics.paused.clone()));
-        if paused {
-            pause.pause();
-        }
-        let (stop, shutdown) = bounded::<()>(0);
-        let daemon = Daemon::start(&config, &client, &metrics, &pause, options, &shutdown).unwrap();
-        Provisioner {
-            daemon: Some(daemon),
-            metrics,
-            pause,
-            _stop: stop,
-            _dir: dir,
-        }
-    }
-
-    fn daemon(&self) -> &Daemon {
-        self.daemon.as_ref().unwrap()
-    }
-
-    fn stop(&mut self) -> bool {
-        self.daemon.take().map(|d| d.stop()).unwrap_or(true)
-    }
-}
-
-impl Drop for Provisioner {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+type Provisioner = support::daemon::InProcess;
 
 fn fast() -> DaemonOptions {
     DaemonOptions {
@@ -756,25 +683,12 @@ fn feature_upgrades_upgrades_then_provisions_and_equal_versions_skip_the_upgrade
         "helper: {}\nfeatures: {{upgrades: true}}\nupgrades_repository: https://repo.example.net/choria\n",
         upgrading.display()
     );
-    let dir2 = TempDir::new("upgrades-p");
-    let cfg = dir2.write(
-        "choria.cfg",
-        &format!(
-            "identity = p1.test\nplugin.choria.middleware_hosts = {}\n",
-            server.url()
-        ),
+    let mut prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!("workers: 4\n{yaml}"),
+        fast(),
     );
-    let yaml_file = dir2.write(
-        "p.yaml",
-        &format!("workers: 4\nchoria_insecure: true\n{yaml}"),
-    );
-    let config = Arc::new(Config::load(&yaml_file).unwrap().config);
-    let mut client = ClientConfig::load(&cfg).unwrap();
-    client.apply_provisioner_overrides(&config);
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let pause = Arc::new(Pause::new(metrics.paused.clone()));
-    let (_stop, shutdown) = bounded::<()>(0);
-    let daemon = Daemon::start(&config, &client, &metrics, &pause, fast(), &shutdown).unwrap();
     wait_until(
         "all upgraded and provisioned",
         Duration::from_secs(60),
@@ -796,11 +710,11 @@ fn feature_upgrades_upgrades_then_provisions_and_equal_versions_skip_the_upgrade
         );
     }
     assert_eq!(
-        metrics.provisioned.get(),
+        prov.metrics.provisioned.get(),
         20,
         "an upgrade counts as provisioned, as in Go"
     );
-    daemon.stop();
+    prov.stop();
 }
 
 #[test]

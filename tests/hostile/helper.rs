@@ -9,16 +9,12 @@
 //! in parallel in this process read only their own log lines.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use choria_provisioner::choria::client_config::ClientConfig;
-use choria_provisioner::config::{Config, Pause};
-use choria_provisioner::hosts::daemon::{Daemon, DaemonOptions};
-use choria_provisioner::metrics::Metrics;
+use choria_provisioner::hosts::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim, SimOptions};
-use crossbeam_channel::{bounded, Sender};
 
+use crate::support::daemon::{example_helper, InProcess};
 use crate::support::{logs, NatsServer, TempDir};
 
 /// The provisioning token. Its `"`, `/` and `<` make its JSON-escaped forms differ
@@ -33,10 +29,6 @@ const ISSUER_SEED: [u8; 32] = [5; 32];
 
 const HONEST: usize = 6;
 const HOSTILE: usize = 2;
-
-fn example_helper() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/examples/provision-helper.sh")
-}
 
 fn issuer_public_hex() -> String {
     use ring::signature::KeyPair as _;
@@ -54,10 +46,8 @@ struct Run {
     helper: PathBuf,
     honest: Sim,
     _hostile: Sim,
-    daemon: Option<Daemon>,
-    metrics: Arc<Metrics>,
+    prov: InProcess,
     dir: TempDir,
-    _stop: Sender<()>,
     _server: NatsServer,
 }
 
@@ -93,43 +83,25 @@ fn start(test: &str, hostile: &str, helper_timeout: &str) -> Run {
     };
     let honest = fleet("honest-", HONEST);
     let hostile = fleet("evil-", HOSTILE);
-    let cfg = dir.write(
-        "choria.cfg",
-        &format!(
-            "identity = p1.test\nplugin.choria.middleware_hosts = {}\n",
-            server.url()
-        ),
+    let yaml = format!(
+        "workers: 6\nhelper: {}\nhelper_timeout: {helper_timeout}\ntoken: '{TOKEN}'\n\
+         features: {{jwt: true}}\njwt_verify_cert: {}\n",
+        helper.display(),
+        issuer_public_hex()
     );
-    let yaml = dir.write(
-        "p.yaml",
-        &format!(
-            "workers: 6\nhelper: {}\nhelper_timeout: {helper_timeout}\nchoria_insecure: true\n\
-             shutdown_timeout: 5s\ntoken: '{TOKEN}'\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
-            helper.display(),
-            issuer_public_hex()
-        ),
-    );
-    let config = Arc::new(Config::load(&yaml).unwrap().config);
-    let mut client = ClientConfig::load(&cfg).unwrap();
-    client.apply_provisioner_overrides(&config);
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let pause = Arc::new(Pause::new(metrics.paused.clone()));
-    let (stop, shutdown) = bounded::<()>(0);
     let options = DaemonOptions {
         cooldown: Duration::from_secs(3),
         interval: Some(Duration::from_secs(2)),
         ..DaemonOptions::default()
     };
-    let daemon = Daemon::start(&config, &client, &metrics, &pause, options, &shutdown).unwrap();
+    let prov = InProcess::start(&server.url(), "p1.test", &yaml, options);
     Run {
         domain,
         helper,
         honest,
         _hostile: hostile,
-        daemon: Some(daemon),
-        metrics,
+        prov,
         dir,
-        _stop: stop,
         _server: server,
     }
 }
@@ -177,13 +149,12 @@ impl Run {
             std::thread::sleep(Duration::from_millis(50));
         }
         let took = started.elapsed();
-        let daemon = self.daemon.take().unwrap();
         assert!(
-            daemon.connection().is_connected(),
+            self.prov.daemon().connection().is_connected(),
             "the broker connection is up"
         );
-        assert!(daemon.stop(), "a clean stop");
-        let metrics = &self.metrics;
+        assert!(self.prov.stop(), "a clean stop");
+        let metrics = &self.prov.metrics;
         let reconnections: f64 = metrics
             .render()
             .lines()

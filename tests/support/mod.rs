@@ -1,6 +1,7 @@
 //! Shared test fixtures: scratch directories and a real `nats-server` on 127.0.0.1.
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod logs;
 
 use std::net::{TcpListener, TcpStream};

@@ -319,3 +319,36 @@ fn wait(
         pause = (pause * 2).min(TICK);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_sizes_not_what_the_helper_wrote() {
+        let answer = br#"{"key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEsecret"}"#.to_vec();
+        let size = answer.len();
+        let pumped = Pumped {
+            end: End::Finished,
+            stdout: Ok(answer),
+            stdout_over: false,
+            stderr: b"token tok-3f9a".to_vec(),
+            stderr_over: true,
+            write_error: None,
+            status: Err(std::io::Error::other("not waited for")),
+        };
+        let shown = format!("{pumped:?}");
+        assert!(
+            !shown.contains("MIIEsecret") && !shown.contains("tok-3f9a"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(&format!("stdout: Ok(\"<{size} bytes>\")")),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("stderr: <14 bytes>, stderr_over: true"),
+            "{shown}"
+        );
+    }
+}

@@ -2,7 +2,9 @@
 //!
 //! The helper runs in a process group of its own, but any process may leave a group
 //! (`setpgid`) or its session (`setsid`), and one whose parent died is adopted by
-//! init, losing its `ppid` link to us. So when a run must end (timeout, output over
+//! init, losing its `ppid` link to us. (The helper itself leads its group and so
+//! cannot call `setsid`; a helper that wants to leave forks, as `setsid(1)` does,
+//! and the copy carries on while the original exits.) So when a run must end (timeout, output over
 //! its cap, daemon stopping) [`HelperTree::kill`] looks for the run's processes in
 //! `/proc` by four independent marks:
 //!

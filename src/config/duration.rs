@@ -5,6 +5,10 @@
 //! anything ending in `s`, `S`, `m`, `h` or `H` goes to Go's `time.ParseDuration`
 //! rules (`1h30m`, `90s`, `500ms`). Everything else (`10`, `5min`, `1x`) is an error.
 //! The empty string is zero, as in Go.
+//!
+//! Like Go's `time.Duration`, a duration is at most `i64::MAX` nanoseconds (about
+//! 292 years, [`MAX_DURATION`]); larger values are refused, so that every later
+//! sum, product or conversion to nanoseconds of a configured duration stays in range.
 
 use std::fmt;
 use std::time::Duration;
@@ -25,6 +29,12 @@ impl fmt::Display for DurationError {
 impl std::error::Error for DurationError {}
 
 const DAY: f64 = 24.0 * 3600.0;
+
+/// The longest duration accepted: `i64::MAX` nanoseconds, Go's maximum
+/// (2562047h47m16.854775807s, about 292 years).
+pub const MAX_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+const OUT_OF_RANGE: &str = "out of range, at most 2562047h (about 292 years)";
 
 /// Parses a Choria duration such as `1m`, `1h30m`, `1.5d`, `2w`, `1M` or `1y`.
 pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
@@ -48,7 +58,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
         Some(seconds) => {
             let number = &input[..input.len() - last.len_utf8()];
             let value: f64 = parse_plain_float(number).ok_or_else(|| err("invalid number"))?;
-            seconds_to_duration(value * seconds).ok_or_else(|| err("out of range"))
+            seconds_to_duration(value * seconds).ok_or_else(|| err(OUT_OF_RANGE))
         }
         None => parse_go_duration(input).map_err(err),
     }
@@ -69,8 +79,9 @@ fn parse_plain_float(text: &str) -> Option<f64> {
 }
 
 fn seconds_to_duration(seconds: f64) -> Option<Duration> {
-    if seconds.is_finite() && (0.0..=1e15).contains(&seconds) {
-        Some(Duration::from_secs_f64(seconds))
+    if seconds.is_finite() && (0.0..=MAX_DURATION.as_secs_f64()).contains(&seconds) {
+        // The float nearest the maximum is a few hundred nanoseconds above it.
+        Some(Duration::from_secs_f64(seconds).min(MAX_DURATION))
     } else {
         None
     }
@@ -111,7 +122,7 @@ fn parse_go_duration(input: &str) -> Result<Duration, &'static str> {
         total += value * unit;
         rest = &rest[unit_len..];
     }
-    seconds_to_duration(total).ok_or("out of range")
+    seconds_to_duration(total).ok_or(OUT_OF_RANGE)
 }
 
 /// Formats a duration the way operators write them (`1m`, `1h30m`, `365d`), for
@@ -176,6 +187,33 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad} should be rejected");
         }
+    }
+
+    #[test]
+    fn durations_beyond_go_s_maximum_are_refused_not_wrapped() {
+        for big in [
+            "99999999999h",
+            "2562048h",
+            "300y",
+            "16000w",
+            "110000d",
+            "9223372037s",
+            "99999999999999999999999999999999999999d",
+            "2562047h47m17s",
+            "1000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000h",
+        ] {
+            let e = parse_duration(big).unwrap_err().to_string();
+            assert!(e.contains("out of range, at most 2562047h"), "{big}: {e}");
+        }
+        assert_eq!(parse_duration("2562047h"), Ok(secs(2_562_047.0 * 3600.0)));
+        assert_eq!(parse_duration("292y"), Ok(secs(292.0 * 365.0 * 86_400.0)));
+        let max = parse_duration("2562047h47m16.854775807s").unwrap();
+        assert!(max <= MAX_DURATION && max > MAX_DURATION - Duration::from_millis(1));
+        // What the daemon then does with a configured duration stays in range.
+        let now = std::time::Instant::now();
+        let _ = now + max + max;
+        assert!(i64::try_from(max.as_nanos()).is_ok());
+        assert!(max.checked_mul(2).is_some());
     }
 
     #[test]

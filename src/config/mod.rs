@@ -18,7 +18,7 @@ mod validate;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use duration::{format_duration, parse_duration, DurationError};
+pub use duration::{format_duration, parse_duration, DurationError, MAX_DURATION};
 pub use pause::Pause;
 pub use problem::{closest, ConfigError, Problem};
 pub use secret::Secret;

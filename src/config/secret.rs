@@ -50,4 +50,21 @@ mod tests {
         assert_eq!(s.expose(), "s3cret");
         assert_eq!(Secret::default().to_string(), "");
     }
+
+    #[test]
+    fn the_configuration_s_debug_shows_neither_token_nor_password() {
+        let mut config = crate::config::Config::defaults(std::path::Path::new("p.yaml"));
+        config.token = Secret::new("tok-3f9a");
+        config.broker_provisioning_password = Secret::new("pw-4242");
+        let shown = format!("{config:?}");
+        assert!(
+            !shown.contains("tok-3f9a") && !shown.contains("pw-4242"),
+            "{shown}"
+        );
+        assert!(shown.contains("token: ***"), "{shown}");
+        assert!(
+            shown.contains("broker_provisioning_password: ***"),
+            "{shown}"
+        );
+    }
 }

@@ -1,14 +1,16 @@
 //! The site helper: a child process that gets a node's facts as JSON on stdin and
 //! answers with its configuration as JSON on stdout (`spec/provisioner.md` §4).
 //!
-//! Beyond Go: the timeout is configurable; the child runs in its own process group
-//! and the whole group is killed and reaped on timeout, so a helper's grandchildren
+//! Beyond Go: the timeout is configurable; the child runs in its own process group,
+//! and on timeout it is killed with every process it started, even those that left
+//! the group or the session (`proctree`), then reaped, so a helper's grandchildren
 //! cannot keep a worker waiting; stdout is capped; stderr is captured (bounded) and
 //! logged with every secret of the input replaced by `***`; the stdin write error is
 //! not ignored. The error texts are Go's (§4.4), each naming the helper.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -17,7 +19,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::pipes::{self, End};
+use super::proctree;
+use super::redact::redact;
 use crate::config::shell_words;
+use crate::json_text;
 
 /// Most bytes of stdout accepted from a helper (certificates, policies and a
 /// configuration fit many times over).
@@ -27,8 +32,9 @@ pub const MAX_OUTPUT: usize = 4 * 1024 * 1024;
 pub const MAX_STDERR: usize = 16 * 1024;
 
 /// What the helper gets on stdin, in Go's key order (§4.2). Every key is always
-/// present; features that are off give `null`.
-#[derive(Debug, Serialize)]
+/// present; features that are off give `null`. `Debug` shows neither the JWT claims
+/// (they hold the token and the broker password) nor the inventory.
+#[derive(Serialize)]
 pub struct HelperInput<'a> {
     /// Node identity.
     pub identity: &'a str,
@@ -40,6 +46,21 @@ pub struct HelperInput<'a> {
     pub inventory: &'a str,
     /// The verified provisioning JWT claims (`jwt`).
     pub jwt: Option<&'a serde_json::Value>,
+}
+
+impl fmt::Debug for HelperInput<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HelperInput")
+            .field("identity", &self.identity)
+            .field("csr", &self.csr)
+            .field("ed25519_pubkey", &self.ed25519_pubkey)
+            .field(
+                "inventory",
+                &format_args!("<{} bytes>", self.inventory.len()),
+            )
+            .field("jwt", &self.jwt.map(|_| "***"))
+            .finish()
+    }
 }
 
 /// The node's `gencsr` reply as the helper sees it.
@@ -65,8 +86,10 @@ pub struct Ed25519Info {
 }
 
 /// What the helper answers (§4.3). Keys match case-insensitively and unknown keys
-/// are ignored, as with Go's decoder; `null` means "not set".
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+/// are ignored, as with Go's decoder; `null` means "not set". `Debug` shows the
+/// private key as `***`, the configuration's keys with `***` values (they may hold
+/// passwords), and the sizes of certificates and policies.
+#[derive(Clone, Default, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct HelperOutput {
     /// Stop now; retried on the next discovery or startup event.
@@ -106,11 +129,45 @@ pub struct HelperOutput {
     pub upgrade: String,
 }
 
+impl fmt::Debug for HelperOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn hidden(m: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+            m.keys().map(|k| (k.as_str(), "***")).collect()
+        }
+        let size = |s: &str| format!("<{} bytes>", s.len());
+        f.debug_struct("HelperOutput")
+            .field("defer", &self.defer)
+            .field("shutdown", &self.shutdown)
+            .field("msg", &self.msg)
+            .field("configuration", &hidden(&self.configuration))
+            .field("certificate", &size(&self.certificate))
+            .field("ca", &size(&self.ca))
+            .field("key", &if self.key.is_empty() { "" } else { "***" })
+            .field("ssldir", &self.ssldir)
+            .field(
+                "server_claims",
+                &self.server_claims.as_ref().map(|c| match c {
+                    serde_json::Value::Object(m) => m.keys().cloned().collect::<Vec<_>>(),
+                    other => vec![json_kind(other).to_string()],
+                }),
+            )
+            .field("action_policies", &self.action_policies.keys())
+            .field("opa_policies", &self.opa_policies.keys())
+            .field("upgrade", &self.upgrade)
+            .finish()
+    }
+}
+
 impl HelperOutput {
     /// Decodes helper output as Go does: exactly one JSON object, keys matched
     /// case-insensitively, unknown keys ignored, wrong types rejected.
+    ///
+    /// The error says what was wrong, where (line and column for bad JSON) and in
+    /// which field (for a wrong type), but never quotes a value: the output carries
+    /// private keys and passwords.
     pub fn decode(bytes: &[u8]) -> Result<HelperOutput, String> {
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| json_text::describe(&e))?;
         let serde_json::Value::Object(map) = value else {
             return Err(format!("expected a JSON object, got {}", json_kind(&value)));
         };
@@ -119,7 +176,10 @@ impl HelperOutput {
             .map(|(k, v)| (k.to_ascii_lowercase(), v))
             .collect();
         let output: HelperOutput =
-            serde_json::from_value(serde_json::Value::Object(folded)).map_err(|e| e.to_string())?;
+            match serde_json::from_value(serde_json::Value::Object(folded.clone())) {
+                Ok(output) => output,
+                Err(e) => return Err(field_error(folded, &e)),
+            };
         if let Some(claims) = &output.server_claims {
             if !claims.is_object() && !claims.is_null() {
                 return Err(format!(
@@ -130,6 +190,21 @@ impl HelperOutput {
         }
         Ok(output)
     }
+}
+
+/// Names the first field of `fields` whose value has the wrong type (decoding each
+/// known field alone finds it; serde_json's error on the whole object does not say).
+fn field_error(
+    fields: serde_json::Map<String, serde_json::Value>,
+    e: &serde_json::Error,
+) -> String {
+    for (key, value) in fields {
+        let alone = serde_json::Map::from_iter([(key.clone(), value)]);
+        if let Err(e) = serde_json::from_value::<HelperOutput>(serde_json::Value::Object(alone)) {
+            return format!("field {key:?}: {}", json_text::describe(&e));
+        }
+    }
+    json_text::describe(e)
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {
@@ -238,15 +313,6 @@ pub fn exit_status_text(status: ExitStatus) -> String {
     }
 }
 
-/// Replaces every non-empty `secret` in `text` with `***`.
-pub fn redact(text: &str, secrets: &[&str]) -> String {
-    let mut out = text.to_string();
-    for s in secrets.iter().filter(|s| s.len() >= 3) {
-        out = out.replace(s, "***");
-    }
-    out
-}
-
 impl Helper {
     /// A helper running `command` (split shell-style) for at most `timeout`.
     pub fn new(command: &str, timeout: Duration) -> Helper {
@@ -263,7 +329,7 @@ impl Helper {
 
     /// Runs the helper with `input` on stdin for node `identity`. `paused` is checked
     /// before starting; `secrets` are redacted from the stderr that is logged; when
-    /// `stopping` becomes true the helper's process group is killed.
+    /// `stopping` becomes true the helper and everything it started are killed.
     pub fn run(
         &self,
         identity: &str,
@@ -279,34 +345,42 @@ impl Helper {
         let words =
             shell_words::split(&self.command).map_err(|e| HelperError::Parse(e.to_string()))?;
         let started = Instant::now();
+        let marker = proctree::new_marker();
         let mut child = Command::new(&words[0])
             .args(&words[1..])
+            .env(proctree::MARKER_VAR, &marker)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()
             .map_err(|e| HelperError::Start(name.clone(), e.to_string()))?;
-        let pgid = child.id() as libc::pid_t;
-        let kill_group = || {
-            // SAFETY: killpg on the group we created; ESRCH is harmless.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let pipes = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()]
+            .into_iter()
+            .filter_map(proctree::pipe_inode)
+            .collect();
+        // Kills the helper, its group and whatever left the group (`proctree`); the
+        // helper itself is reaped by `pump`.
+        let tree = proctree::HelperTree::new(child.id(), &marker, pipes);
+        let kill_tree = || {
+            let n = tree.kill();
+            log::debug!("helper {name} for {identity}: {n} processes killed");
         };
         let run = pipes::Run {
-            stdin: child.stdin.take().expect("stdin is piped"),
-            stdout: child.stdout.take().expect("stdout is piped"),
-            stderr: child.stderr.take().expect("stderr is piped"),
+            stdin,
+            stdout,
+            stderr,
             input,
             stdout_cap: MAX_OUTPUT,
             stderr_cap: MAX_STDERR,
             deadline: started + self.timeout,
             stopping,
         };
-        let pumped = pipes::pump(&mut child, run, &kill_group);
-        let err_bytes = pumped.stderr;
-        log_stderr(identity, &name, &err_bytes, secrets);
+        let pumped = pipes::pump(&mut child, run, &kill_tree);
+        log_stderr(identity, &name, &pumped.stderr, pumped.stderr_over, secrets);
         let elapsed = started.elapsed();
         match pumped.end {
             End::TimedOut => return Err(HelperError::Timeout(name, self.timeout)),
@@ -332,18 +406,28 @@ impl Helper {
             // The helper exited 0 without reading its input: say so, but its answer counts.
             log::debug!("helper {name} for {identity} did not read all of its input: {e}");
         }
-        let output = HelperOutput::decode(&bytes).map_err(|e| HelperError::Decode(name, e))?;
+        // The decoder never quotes values; the known secrets are masked on top, in
+        // case a field name is one.
+        let output = HelperOutput::decode(&bytes)
+            .map_err(|e| HelperError::Decode(name, redact(e.as_bytes(), secrets)))?;
         Ok(HelperRun { output, elapsed })
     }
 }
 
-fn log_stderr(identity: &str, helper: &str, bytes: &[u8], secrets: &[&str]) {
+/// Logs what the helper wrote to stderr (at most [`MAX_STDERR`] bytes, secrets
+/// masked), one warning per line, and says so when more was dropped.
+fn log_stderr(identity: &str, helper: &str, bytes: &[u8], over: bool, secrets: &[&str]) {
     if bytes.is_empty() {
         return;
     }
-    let text = redact(&String::from_utf8_lossy(bytes), secrets);
+    let text = redact(bytes, secrets);
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         log::warn!("helper {helper} for {identity} wrote to stderr: {line}");
+    }
+    if over {
+        log::warn!(
+            "helper {helper} for {identity} wrote more than {MAX_STDERR} bytes to stderr; the rest was dropped"
+        );
     }
 }
 
@@ -394,10 +478,75 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_redacted() {
-        assert_eq!(
-            redact("token=s3cret pw=hunter2", &["s3cret", "hunter2", ""]),
-            "token=*** pw=***"
-        );
+    fn decode_errors_say_where_and_which_field_but_never_the_value() {
+        let token = "tok-3f9a";
+        // A value of the wrong type: serde_json alone would quote it.
+        for (json, field, expected) in [
+            (r#"{"defer": "tok-3f9a"}"#, "defer", "expected a boolean"),
+            (
+                r#"{"Configuration": "tok-3f9a"}"#,
+                "configuration",
+                "expected a map",
+            ),
+            (r#"{"key": ["tok-3f9a"]}"#, "key", "expected a string"),
+            (
+                r#"{"msg": "ok", "action_policies": {"a.policy": 17}}"#,
+                "action_policies",
+                "expected a string",
+            ),
+        ] {
+            let e = HelperOutput::decode(json.as_bytes()).unwrap_err();
+            assert!(!e.contains(token) && !e.contains("17"), "{e}");
+            assert!(
+                e.starts_with(&format!("field \"{field}\": invalid type: ")),
+                "{e}"
+            );
+            assert!(e.contains(expected), "{e}");
+        }
+        // Bad JSON: what and where.
+        let e = HelperOutput::decode(b"{\"msg\": \"tok-3f9a\",\n \"defer\": tru }").unwrap_err();
+        assert_eq!(e, "expected ident at line 2 column 14");
+        let e = HelperOutput::decode(b"{\"key\": \"-----BEGIN tok-3f9a").unwrap_err();
+        assert_eq!(e, "unexpected end of input at line 1 column 28");
+        let e = HelperOutput::decode(br#"{"server_claims": "tok-3f9a"}"#).unwrap_err();
+        assert_eq!(e, "server_claims: expected an object, got a string");
+    }
+
+    #[test]
+    fn debug_output_hides_secrets() {
+        let claims = serde_json::json!({"cht": "tok-3f9a", "chpwd": "hunter22"});
+        let input = HelperInput {
+            identity: "n1",
+            csr: None,
+            ed25519_pubkey: None,
+            inventory: r#"{"password":"inv-secret"}"#,
+            jwt: Some(&claims),
+        };
+        let shown = format!("{input:?}");
+        for secret in ["tok-3f9a", "hunter22", "inv-secret"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("jwt: Some(\"***\")"), "{shown}");
+        let output = HelperOutput::decode(
+            br#"{"configuration": {"plugin.choria.middleware_hosts": "nats://u:pw-4242@h:4222"},
+                 "key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEkey\n-----END RSA PRIVATE KEY-----",
+                 "certificate": "CERT", "opa_policies": {"x.rego": "allow = true"},
+                 "server_claims": {"exp": 3600}, "msg": "fine"}"#,
+        )
+        .unwrap();
+        let shown = format!("{output:?}");
+        for secret in ["pw-4242", "MIIEkey", "allow = true"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        for visible in [
+            "\"plugin.choria.middleware_hosts\": \"***\"",
+            "key: \"***\"",
+            "certificate: \"<4 bytes>\"",
+            "\"x.rego\"",
+            "\"exp\"",
+            "msg: \"fine\"",
+        ] {
+            assert!(shown.contains(visible), "{visible} in {shown}");
+        }
     }
 }

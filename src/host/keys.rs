@@ -95,9 +95,11 @@ impl Keys {
             .ok_or_else(|| failed(format!("no ed25519 public key received from {identity}")))?;
         let requested: Option<RequestedServerClaims> = match &answer.server_claims {
             None | Some(Value::Null) => None,
+            // The error names what was wrong, never the value (`json_text`).
             Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| {
                 failed(format!(
-                    "could not invoke configure helper: invalid server_claims for {identity}: {e}"
+                    "could not invoke configure helper: invalid server_claims for {identity}: {}",
+                    crate::json_text::describe(&e)
                 ))
             })?),
         };
@@ -120,7 +122,7 @@ impl Keys {
             collectives_setting: answer.configuration.get("collectives").map(String::as_str),
             requested: requested.as_ref(),
             default_validity: self.validity,
-            now: ids::unix_now() as i64,
+            now: super::tokens::unix_now(),
             jti: &jti,
         };
         let signed = sign_server_token(&input, key, chain.as_ref())
@@ -137,5 +139,82 @@ impl Keys {
         super::csr::validate_csr(csr, identity, &self.deny)
             .map(|_| ())
             .map_err(|e| failed(format!("invalid CSR from {identity}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn keys_with_seed(validity: Duration) -> (Keys, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "choria-prov-keys-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let seed = dir.join("seed");
+        std::fs::write(&seed, "11".repeat(32)).unwrap();
+        let mut config = Config::defaults(&dir.join("p.yaml"));
+        config.features.ed25519 = true;
+        config.jwt_signing_key = seed.display().to_string();
+        config.server_jwt_validity = validity;
+        (Keys::load(&config).unwrap(), dir)
+    }
+
+    fn node() -> Ed25519Info {
+        Ed25519Info {
+            public_key: "ab".repeat(32),
+            directory: "/etc/choria".into(),
+            signature: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_bad_server_claims_value_is_named_but_not_echoed() {
+        let (keys, dir) = keys_with_seed(Duration::from_secs(7200));
+        let answer = HelperOutput {
+            server_claims: Some(json!({"exp": "tok-3f9a", "collectives": ["c"]})),
+            ..HelperOutput::default()
+        };
+        let Err(Outcome::Failed(e)) = keys.server_jwt("n1", Some(&node()), &answer) else {
+            panic!("a string exp must be refused");
+        };
+        assert!(!e.contains("tok-3f9a"), "{e}");
+        assert!(
+            e.ends_with(
+                "invalid server_claims for n1: invalid type: string, expected a numeric date"
+            ),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn huge_validities_and_expiries_saturate() {
+        // server_jwt_validity of about 292 years (the most a duration may be), and
+        // helper expiries at both ends of i64 and beyond u64: no overflow, a token.
+        let (keys, dir) = keys_with_seed(Duration::from_secs(i64::MAX as u64 / 1_000_000_000));
+        for exp in [
+            json!(i64::MAX),
+            json!(u64::MAX),
+            json!(i64::MIN),
+            json!(1e300),
+            json!(-1e300),
+        ] {
+            let answer = HelperOutput {
+                server_claims: Some(json!({ "exp": exp })),
+                ..HelperOutput::default()
+            };
+            let token = keys.server_jwt("n1", Some(&node()), &answer);
+            assert!(token.is_ok(), "exp {exp}: {token:?}");
+        }
+        let (keys, dir2) = keys_with_seed(Duration::MAX);
+        assert!(keys
+            .server_jwt("n1", Some(&node()), &HelperOutput::default())
+            .is_ok());
+        let _ = std::fs::remove_dir_all(dir);
+        let _ = std::fs::remove_dir_all(dir2);
     }
 }

@@ -7,6 +7,8 @@ pub mod keys;
 pub mod outcome;
 pub mod pem;
 pub mod pipes;
+mod proctree;
+mod redact;
 pub mod rpc;
 pub mod sequence;
 pub mod tokens;

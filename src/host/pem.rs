@@ -118,4 +118,35 @@ mod tests {
         assert_eq!(decode("-----BEGIN X-----\nAAAA\n-----END Y-----\n"), None);
         assert!(decode("junk\n-----BEGIN X-----\nAAAA\n-----END X-----\ntrailing").is_some());
     }
+
+    #[test]
+    fn hostile_shapes_are_refused_without_panicking() {
+        let long_label = format!("-----BEGIN {}-----\nAAAA\n", "L".repeat(100_000));
+        for text in [
+            "-----BEGIN ",
+            "-----BEGIN -----",
+            "-----BEGIN -----END -----",
+            "-----BEGIN X-----END X-----",
+            "-----BEGIN X-----\n-----END X",
+            "-----BEGIN X\n-----\nAAAA\n-----END X\n-----",
+            "-----BEGIN X-----\nProc-Type: 4,ENCRYPTED\nDEK-Info\n-----END X-----",
+            "\u{FFFD}-----BEGIN \u{10FFFF}-----",
+            long_label.as_str(),
+        ] {
+            assert_eq!(decode(text), None, "{text:.60?}");
+        }
+        // The END marker must follow the BEGIN line: an earlier one does not count.
+        assert_eq!(decode("-----END X----- -----BEGIN X-----\nAAAA\n"), None);
+        // Multi-byte characters around every marker and separator.
+        let b = decode("é-----BEGIN é-----\né:é\nAAAA\n-----END é-----é").unwrap();
+        assert_eq!(
+            (b.label.as_str(), b.header("é"), b.der.len()),
+            ("é", Some("é"), 3)
+        );
+        // Empty body: an empty DER, not a panic.
+        assert_eq!(
+            decode("-----BEGIN X-----\n-----END X-----").map(|b| b.der),
+            Some(Vec::new())
+        );
+    }
 }

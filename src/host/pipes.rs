@@ -13,36 +13,60 @@ use std::time::{Duration, Instant};
 /// How often the loop looks at the stop flag while nothing happens.
 const TICK: Duration = Duration::from_millis(50);
 
-/// How long the pipes may stay open after the process group was killed (a helper
-/// that moved a child into another group could hold them for ever).
+/// How long the pipes may stay open after the helper's processes were killed: the
+/// kill finds the pipes' holders, so they close at once unless a holder could not be
+/// killed (another user's process); the run then ends anyway.
 const AFTER_KILL: Duration = Duration::from_secs(1);
+
+/// When the pipes are still open this long after the kill, the sweep runs again (for
+/// a process that appeared too late to be found the first time).
+const SECOND_SWEEP: Duration = Duration::from_millis(300);
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum End {
     /// The helper exited by itself.
     Finished,
-    /// It outlived its time limit and its process group was killed.
+    /// It outlived its time limit and its processes were killed.
     TimedOut,
-    /// The daemon is stopping; its process group was killed.
+    /// The daemon is stopping; its processes were killed.
     Stopped,
 }
 
-/// Everything a run produced.
-#[derive(Debug)]
+/// Everything a run produced. `Debug` shows sizes only: stdout holds the helper's
+/// answer (private keys) and stderr may echo its input (the token).
 pub struct Pumped {
     /// How it ended.
     pub end: End,
     /// Standard output (at most the cap), or the error reading it.
     pub stdout: std::io::Result<Vec<u8>>,
-    /// Whether stdout went over its cap (the process group was then killed).
+    /// Whether stdout went over its cap (its processes were then killed).
     pub stdout_over: bool,
     /// Standard error, at most its cap.
     pub stderr: Vec<u8>,
+    /// Whether stderr went over its cap (the rest was read and dropped).
+    pub stderr_over: bool,
     /// Why the input could not be written in full, if it could not.
     pub write_error: Option<std::io::Error>,
     /// The exit status.
     pub status: std::io::Result<ExitStatus>,
+}
+
+impl std::fmt::Debug for Pumped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pumped")
+            .field("end", &self.end)
+            .field(
+                "stdout",
+                &self.stdout.as_ref().map(|b| format!("<{} bytes>", b.len())),
+            )
+            .field("stdout_over", &self.stdout_over)
+            .field("stderr", &format_args!("<{} bytes>", self.stderr.len()))
+            .field("stderr_over", &self.stderr_over)
+            .field("write_error", &self.write_error)
+            .field("status", &self.status)
+            .finish()
+    }
 }
 
 /// The pipes and limits of one run.
@@ -65,19 +89,28 @@ pub struct Run<'a> {
     pub stopping: Option<&'a AtomicBool>,
 }
 
-/// Kills the process group once and remembers why and when.
+/// Kills the helper's processes once (and once more if the pipes stay open), and
+/// remembers why and when.
 struct Killer<'a> {
-    kill_group: &'a dyn Fn(),
+    kill_tree: &'a dyn Fn(),
     at: Option<Instant>,
+    swept_again: bool,
     end: End,
 }
 
 impl Killer<'_> {
     fn kill(&mut self, end: End) {
         if self.at.is_none() {
-            (self.kill_group)();
+            (self.kill_tree)();
             self.at = Some(Instant::now());
             self.end = end;
+        }
+    }
+
+    fn sweep_again(&mut self) {
+        if !self.swept_again {
+            self.swept_again = true;
+            (self.kill_tree)();
         }
     }
 }
@@ -116,8 +149,9 @@ fn drain(
 }
 
 /// Runs the exchange with `child` until its pipes close and it exits, it times out,
-/// or the daemon stops; `kill_group` kills its process group.
-pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
+/// or the daemon stops; `kill_tree` kills it and every process it started
+/// (`proctree`). The child is always reaped before this returns.
+pub fn pump(child: &mut Child, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
     let Run {
         stdin,
         mut stdout,
@@ -133,6 +167,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
         stdout: Ok(Vec::new()),
         stdout_over: false,
         stderr: Vec::new(),
+        stderr_over: false,
         write_error: None,
         status: Err(std::io::Error::other("not waited for")),
     };
@@ -143,7 +178,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
     {
         if let Err(e) = set_nonblocking(fd) {
             result.stdout = Err(e);
-            kill_group();
+            kill_tree();
             result.status = child.wait();
             return result;
         }
@@ -151,14 +186,16 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
     let (mut out, mut err, mut stderr_over) = (Vec::new(), Vec::new(), false);
     let (mut out_open, mut err_open, mut written) = (true, true, 0usize);
     let mut killer = Killer {
-        kill_group,
+        kill_tree,
         at: None,
+        swept_again: false,
         end: End::Finished,
     };
     while out_open || err_open || stdin.is_some() {
         let now = Instant::now();
         match killer.at {
             Some(at) if now.duration_since(at) >= AFTER_KILL => break,
+            Some(at) if now.duration_since(at) >= SECOND_SWEEP => killer.sweep_again(),
             Some(_) => {}
             None if now >= deadline => killer.kill(End::TimedOut),
             None if stopping.is_some_and(|s| s.load(Ordering::Relaxed)) => {
@@ -248,6 +285,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_group: &dyn Fn()) -> Pumped {
         result.stdout = Ok(out);
     }
     result.stderr = err;
+    result.stderr_over = stderr_over;
     result.status = wait(child, deadline, stopping, &mut killer);
     result.end = killer.end;
     result
@@ -279,5 +317,38 @@ fn wait(
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(TICK);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_sizes_not_what_the_helper_wrote() {
+        let answer = br#"{"key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEsecret"}"#.to_vec();
+        let size = answer.len();
+        let pumped = Pumped {
+            end: End::Finished,
+            stdout: Ok(answer),
+            stdout_over: false,
+            stderr: b"token tok-3f9a".to_vec(),
+            stderr_over: true,
+            write_error: None,
+            status: Err(std::io::Error::other("not waited for")),
+        };
+        let shown = format!("{pumped:?}");
+        assert!(
+            !shown.contains("MIIEsecret") && !shown.contains("tok-3f9a"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(&format!("stdout: Ok(\"<{size} bytes>\")")),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("stderr: <14 bytes>, stderr_over: true"),
+            "{shown}"
+        );
     }
 }

@@ -394,7 +394,7 @@ pub struct ProvisioningClaims {
 
 impl fmt::Debug for ProvisioningClaims {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let redact = |s: &str| if s.is_empty() { "" } else { "<redacted>" };
+        let redact = |s: &str| if s.is_empty() { "" } else { "***" };
         f.debug_struct("ProvisioningClaims")
             .field("cht", &redact(&self.cht))
             .field("chs", &self.chs)
@@ -716,7 +716,7 @@ pub fn verify_provisioning_token(
     let mut claims: ProvisioningClaims = serde_json::from_slice(&claims_json).map_err(|e| {
         TokenError::Malformed(format!(
             "could not JSON decode claim: {}",
-            e.classify_text()
+            crate::json_text::describe(&e)
         ))
     })?;
     check_times(&claims.standard, now)?;
@@ -750,24 +750,6 @@ pub fn verify_provisioning_token_now(
     verify_provisioning_token(token, key, unix_now())
 }
 
-/// Describes a serde_json error without quoting the input (its messages can echo claim values,
-/// which may be secrets): only the error category and position.
-trait ClassifyText {
-    fn classify_text(&self) -> String;
-}
-
-impl ClassifyText for serde_json::Error {
-    fn classify_text(&self) -> String {
-        let kind = match self.classify() {
-            serde_json::error::Category::Io => "I/O error",
-            serde_json::error::Category::Syntax => "invalid JSON",
-            serde_json::error::Category::Data => "claim of the wrong type",
-            serde_json::error::Category::Eof => "truncated JSON",
-        };
-        format!("{kind} at column {}", self.column())
-    }
-}
-
 /// The current Unix time in seconds.
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -791,12 +773,12 @@ impl fmt::Debug for SigningKey {
         match self {
             SigningKey::Ed25519(k) => write!(
                 f,
-                "SigningKey::Ed25519(public {}, seed <redacted>)",
+                "SigningKey::Ed25519(public {}, seed ***)",
                 hex::encode(k.public_key().as_ref())
             ),
             SigningKey::Rsa(k) => write!(
                 f,
-                "SigningKey::Rsa({} bits, private <redacted>)",
+                "SigningKey::Rsa({} bits, private ***)",
                 k.public().modulus_len() * 8
             ),
         }
@@ -1160,8 +1142,8 @@ pub fn build_server_claims(input: &ServerClaimsInput<'_>) -> Result<BuiltServerC
     })
 }
 
-/// A signed server JWT and what went into it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A signed server JWT and what went into it. `Debug` shows the claims, not the token.
+#[derive(Clone, PartialEq, Eq)]
 pub struct SignedServerToken {
     /// The compact JWS for `configure.server_jwt`.
     pub token: String,
@@ -1169,6 +1151,16 @@ pub struct SignedServerToken {
     pub claims: ServerClaims,
     /// The "too short" warning, if any.
     pub warning: Option<String>,
+}
+
+impl fmt::Debug for SignedServerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SignedServerToken")
+            .field("token", &"***")
+            .field("claims", &self.claims)
+            .field("warning", &self.warning)
+            .finish()
+    }
 }
 
 /// Builds, optionally chains (when a `jwt_signing_token` is given) and signs a server JWT.
@@ -1216,6 +1208,10 @@ mod tests {
             !d.contains("toomanysecrets") && !d.contains("hunter2"),
             "{d}"
         );
+        assert!(
+            d.contains("cht: \"***\"") && d.contains("chpwd: \"***\""),
+            "{d}"
+        );
     }
 
     #[test]
@@ -1223,5 +1219,128 @@ mod tests {
         let k = SigningKey::from_ed25519_seed(&[0x11; 32]);
         let d = format!("{k:?}");
         assert!(!d.contains("1111111111"), "{d}");
+        assert!(d.contains("seed ***"), "{d}");
+    }
+
+    #[test]
+    fn signed_server_token_debug_hides_the_token() {
+        let key = SigningKey::from_ed25519_seed(&[0x22; 32]);
+        let input = ServerClaimsInput {
+            identity: "n1",
+            public_key_hex: &"ab".repeat(32),
+            security_provider: None,
+            collectives_setting: None,
+            requested: None,
+            default_validity: Duration::from_secs(7200),
+            now: 1_700_000_000,
+            jti: "id",
+        };
+        let signed = sign_server_token(&input, &key, None).unwrap();
+        let d = format!("{signed:?}");
+        assert!(!d.contains(&signed.token), "{d}");
+        assert!(
+            d.contains("token: \"***\"") && d.contains("identity: \"n1\""),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn extreme_times_in_a_provisioning_jwt_neither_overflow_nor_panic() {
+        let key = SigningKey::from_ed25519_seed(&[0x33; 32]);
+        let verify = VerifyKey::Ed25519(
+            key.ed25519_public_hex()
+                .map(|h| {
+                    let mut k = [0u8; 32];
+                    hex::decode_to_slice(h, &mut k).unwrap();
+                    k
+                })
+                .unwrap(),
+        );
+        let sign = |claims: serde_json::Value| key.sign_jwt(&claims).unwrap();
+        let base = |extra: serde_json::Value| {
+            let mut c = serde_json::json!({"purpose": PROVISIONING_PURPOSE, "cht": "t"});
+            c.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            c
+        };
+        // exp beyond i64 (u64::MAX), at i64::MAX, as a huge float: never expired.
+        for exp in [
+            serde_json::json!(u64::MAX),
+            serde_json::json!(i64::MAX),
+            serde_json::json!(1e300),
+        ] {
+            let t = sign(base(
+                serde_json::json!({"exp": exp, "iat": exp, "nbf": i64::MIN}),
+            ));
+            for now in [i64::MIN, 0, 1_700_000_000, i64::MAX - 1] {
+                assert!(
+                    verify_provisioning_token(&t, &verify, now).is_ok(),
+                    "exp {exp} now {now}"
+                );
+            }
+        }
+        // exp at the bottom of i64: always expired; nbf at the top: never valid yet.
+        let t = sign(base(serde_json::json!({"exp": i64::MIN})));
+        assert_eq!(
+            verify_provisioning_token(&t, &verify, 0),
+            Err(TokenError::Expired)
+        );
+        let t = sign(base(serde_json::json!({"nbf": 1e300})));
+        assert_eq!(
+            verify_provisioning_token(&t, &verify, i64::MAX - 1),
+            Err(TokenError::NotValidYet)
+        );
+        // A chain issuer with an expiry beyond i64.
+        let t = sign(base(
+            serde_json::json!({"tcs": "x", "iss": "C-a.b", "issexp": u64::MAX}),
+        ));
+        assert!(verify_provisioning_token(&t, &verify, 1_700_000_000).is_ok());
+    }
+
+    #[test]
+    fn extreme_validities_when_building_server_claims_saturate() {
+        let pk = "ab".repeat(32);
+        for (now, validity, exp, want) in [
+            (i64::MAX, Duration::MAX, None, i64::MAX),
+            (
+                i64::MAX,
+                Duration::from_secs(7200),
+                Some(i64::MAX),
+                i64::MAX,
+            ),
+            (i64::MIN, Duration::from_secs(7200), Some(i64::MAX), -1),
+            (
+                i64::MAX,
+                Duration::from_secs(7200),
+                Some(i64::MIN),
+                i64::MAX,
+            ),
+            (
+                0,
+                Duration::from_secs(u64::MAX),
+                Some(EXP_DURATION_THRESHOLD - 1),
+                EXP_DURATION_THRESHOLD - 1,
+            ),
+        ] {
+            let requested = RequestedServerClaims {
+                exp,
+                ..RequestedServerClaims::default()
+            };
+            let input = ServerClaimsInput {
+                identity: "n1",
+                public_key_hex: &pk,
+                security_provider: None,
+                collectives_setting: None,
+                requested: Some(&requested),
+                default_validity: validity,
+                now,
+                jti: "id",
+            };
+            let built = build_server_claims(&input).unwrap();
+            let std = &built.claims.standard;
+            assert_eq!(std.exp, Some(want), "now {now}, requested {exp:?}");
+            assert_eq!(std.iat, Some(now));
+        }
     }
 }

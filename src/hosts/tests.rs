@@ -339,3 +339,98 @@ fn startup_events_queue_nodes_unless_paused() {
     listener.join().unwrap();
     r.fleet.stop();
 }
+
+/// Panics for one identity, provisions the others.
+struct PanicsFor(&'static str, Mutex<Vec<String>>);
+
+impl Provision for PanicsFor {
+    fn provision(&self, identity: &Identity, _since: Instant, _stopping: &AtomicBool) -> Outcome {
+        self.1.lock().push(identity.to_string());
+        if identity.as_str() == self.0 {
+            panic!("index out of bounds: the len is 3 but the index is 7");
+        }
+        Outcome::Done
+    }
+}
+
+#[test]
+fn a_panic_in_one_attempt_fails_that_node_and_the_worker_goes_on() {
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let provisioner = Arc::new(PanicsFor("boom", Mutex::new(Vec::new())));
+    // One worker: the nodes after the panic can only be provisioned by the same one.
+    let fleet = Fleet::new(
+        FleetOptions {
+            workers: 1,
+            capacity: 10,
+            cooldown: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(2),
+        },
+        Arc::clone(&metrics),
+        pause,
+        Arc::clone(&provisioner) as Arc<dyn Provision>,
+    );
+    for id in ["a", "boom", "b", "c"] {
+        assert_eq!(
+            fleet.add(&self::id(id), Source::Discovery),
+            AddResult::Added
+        );
+    }
+    fleet.start();
+    wait_until("the others provisioned", || metrics.provisioned.get() == 3);
+    assert_eq!(metrics.provision_errors.get(), 1, "the panic is counted");
+    assert_eq!(metrics.busy_workers.get(), 0, "busy_workers restored");
+    assert!(
+        !fleet.is_known("boom"),
+        "finished as failed: forgotten at once, so it can be tried again"
+    );
+    assert_eq!(*provisioner.1.lock(), ["a", "boom", "b", "c"]);
+    // The worker is still alive for new work.
+    assert_eq!(fleet.add(&id("boom"), Source::Event), AddResult::Added);
+    assert_eq!(fleet.add(&id("d"), Source::Event), AddResult::Added);
+    wait_until("d provisioned", || metrics.provisioned.get() == 4);
+    assert_eq!(metrics.provision_errors.get(), 2);
+    assert!(fleet.stop(), "the worker thread ends normally");
+}
+
+#[test]
+fn a_panic_becomes_a_failure_naming_the_node_and_the_message() {
+    let payload = std::panic::catch_unwind(|| panic!("bad {} state", "seq")).unwrap_err();
+    assert_eq!(
+        workers::panicked("n1.example.net", payload.as_ref()),
+        Outcome::Failed("provisioning n1.example.net panicked: bad seq state".into())
+    );
+    let payload = std::panic::catch_unwind(|| panic!("static\nmessage")).unwrap_err();
+    assert_eq!(
+        workers::panicked("n1", payload.as_ref()),
+        Outcome::Failed("provisioning n1 panicked: static\\nmessage".into()),
+        "escaped: one log line"
+    );
+    let payload = std::panic::catch_unwind(|| std::panic::panic_any(42u8)).unwrap_err();
+    assert_eq!(
+        workers::panicked("n1", payload.as_ref()),
+        Outcome::Failed("provisioning n1 panicked: a panic without a message".into())
+    );
+    let long = "x".repeat(2000);
+    let payload = std::panic::catch_unwind(|| panic!("{long}")).unwrap_err();
+    let Outcome::Failed(text) = workers::panicked("n1", payload.as_ref()) else {
+        unreachable!()
+    };
+    assert!(text.len() < 600 && text.ends_with("..."), "{}", text.len());
+}
+
+#[test]
+fn the_release_profile_unwinds_so_that_workers_can_catch_panics() {
+    let manifest = include_str!("../../Cargo.toml");
+    let release = manifest
+        .split("[profile.release]")
+        .nth(1)
+        .expect("a release profile")
+        .split("\n[")
+        .next()
+        .unwrap();
+    assert!(
+        release.lines().any(|l| l.trim() == "panic = \"unwind\""),
+        "panic = \"abort\" would turn a caught panic into a dead daemon:\n{release}"
+    );
+}

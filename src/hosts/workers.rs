@@ -1,10 +1,22 @@
 //! The worker pool: each worker takes one job at a time off the bounded queue,
 //! skips it if its entry is no longer current, provisions it and routes the outcome.
+//!
+//! A panic inside one attempt does not cost the worker: it is caught around the
+//! attempt, the node is finished as failed with the panic message (counted in
+//! `provision_errors` and logged like any failure), `busy_workers` is restored and
+//! the worker takes its next job. This relies on `panic = "unwind"`, which the
+//! release profile keeps (`Cargo.toml`).
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crossbeam_channel::select;
 
 use super::{Fleet, Job};
 use crate::host::outcome::Outcome;
+
+/// Most characters of a panic message kept in the outcome.
+const PANIC_MESSAGE_MAX: usize = 500;
 
 /// One worker's loop; returns when the fleet stops.
 pub(super) fn run(fleet: &Fleet) {
@@ -25,9 +37,14 @@ pub(super) fn run(fleet: &Fleet) {
         };
         let metrics = &fleet.metrics;
         metrics.busy_workers.inc();
-        let outcome = fleet
-            .provisioner
-            .provision(&job.identity, since, &fleet.stopping);
+        // The provisioner shares nothing with this worker that a panic could leave
+        // half-updated: its state is per attempt, and parking_lot locks do not poison.
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            fleet
+                .provisioner
+                .provision(&job.identity, since, &fleet.stopping)
+        }))
+        .unwrap_or_else(|payload| panicked(&job.identity, payload.as_ref()));
         metrics.busy_workers.dec();
         match &outcome {
             Outcome::Done | Outcome::Upgraded => {
@@ -44,4 +61,22 @@ pub(super) fn run(fleet: &Fleet) {
         }
         fleet.finish(&job, &outcome);
     }
+}
+
+/// The outcome of an attempt that panicked, with the panic message (a `&str` or
+/// `String` payload, as `panic!` makes; anything else is named as such).
+pub(super) fn panicked(identity: &str, payload: &(dyn Any + Send)) -> Outcome {
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message");
+    let mut shown: String = message.chars().take(PANIC_MESSAGE_MAX).collect();
+    if shown.len() < message.len() {
+        shown.push_str("...");
+    }
+    Outcome::Failed(format!(
+        "provisioning {identity} panicked: {}",
+        shown.escape_debug()
+    ))
 }

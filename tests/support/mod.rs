@@ -4,6 +4,8 @@
 
 #[cfg(feature = "sim")]
 pub mod broker;
+pub mod daemon;
+pub mod logs;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -125,9 +125,11 @@ fn pem_block(text: &str) -> Option<(String, Vec<u8>)> {
     let rest = &text[start + 11..];
     let label_end = rest.find("-----")?;
     let label = rest[..label_end].to_string();
-    let body_start = label_end + 5;
-    let end = rest.find(&format!("-----END {label}-----"))?;
-    let body: String = rest[body_start..end]
+    let body = &rest[label_end + 5..];
+    // The END line is looked for after the BEGIN line only: found earlier (as in
+    // `-----BEGIN -----END -----`) it would make the body's end precede its start.
+    let end = body.find(&format!("-----END {label}-----"))?;
+    let body: String = body[..end]
         .lines()
         .filter(|l| !l.contains(':'))
         .flat_map(|l| l.trim().chars())
@@ -213,5 +215,28 @@ pub fn client_identity(
             )?;
             Ok((Protocol::V1, Credentials::rsa(&key, &cert)?, v1_caller))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_blocks_whose_end_marker_overlaps_the_begin_line_are_refused() {
+        for text in [
+            "-----BEGIN -----END -----",
+            "-----BEGIN X-----END X-----",
+            "-----BEGIN X-----",
+            "-----BEGIN ",
+            "x-----BEGIN -----",
+        ] {
+            assert_eq!(pem_block(text), None, "{text:?}");
+        }
+        assert_eq!(
+            pem_block("-----BEGIN K-----\nAAEC\n-----END K-----\n"),
+            Some(("K".to_string(), vec![0, 1, 2]))
+        );
+        assert!(Credentials::rsa("-----BEGIN -----END -----", "").is_err());
     }
 }

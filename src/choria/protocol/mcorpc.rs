@@ -24,7 +24,7 @@ pub enum StatusCode {
 }
 
 /// A request body, keys in Go's order (`agent`, `action`, `data`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
 pub struct RpcRequestBody {
     /// Agent name.
     pub agent: String,
@@ -53,7 +53,7 @@ impl RpcRequestBody {
     /// Decodes a request body (server side); `data` of `null` becomes `{}`.
     pub fn decode(bytes: &[u8]) -> Result<RpcRequestBody, ProtocolError> {
         let mut body: RpcRequestBody =
-            serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Body, e))?;
+            serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Body, &e))?;
         if body.data.is_null() {
             body.data = serde_json::json!({});
         }
@@ -77,7 +77,7 @@ fn sorted(value: serde_json::Value) -> serde_json::Value {
 }
 
 /// A reply body.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Clone, Serialize, PartialEq)]
 pub struct RpcReply {
     /// The action that answered (`""` when the request could not be parsed).
     pub action: String,
@@ -119,7 +119,7 @@ impl RpcReply {
     /// Decodes a reply body, tolerating `data` as `null` or as a string holding JSON.
     pub fn decode(bytes: &[u8]) -> Result<RpcReply, ProtocolError> {
         let wire: WireReply =
-            serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Body, e))?;
+            serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Body, &e))?;
         let data = match wire.data {
             serde_json::Value::Null => serde_json::json!({}),
             serde_json::Value::String(text) => serde_json::from_str(&text).map_err(|e| {
@@ -178,5 +178,23 @@ mod tests {
         assert!(RpcReply::decode(br#"{"statuscode":"0"}"#).is_err());
         assert!(RpcReply::decode(br#"{"statuscode":0,"data":[1]}"#).is_err());
         assert!(RpcReply::decode(b"pong").is_err());
+    }
+
+    #[test]
+    fn decode_errors_do_not_repeat_what_the_node_sent() {
+        // A node can put anything where a number belongs, our token or a forged
+        // log line: the error says what and where, not the value.
+        let e = RpcReply::decode(b"{\"statuscode\": \"tok-3f9a\\nlevel=info msg=forged\"}")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("tok-3f9a") && !e.contains("forged"), "{e}");
+        assert_eq!(
+            e,
+            "invalid RPC body: invalid type: string, expected u64 at line 1 column 48"
+        );
+        let e = RpcRequestBody::decode(br#"{"agent": ["tok-3f9a"]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("tok-3f9a"), "{e}");
     }
 }

@@ -9,6 +9,7 @@
 //! example of §2.11 in `tests/protocol_vectors.rs`.
 
 mod credentials;
+mod debug;
 pub mod gojson;
 pub mod ids;
 pub mod mcorpc;
@@ -88,6 +89,12 @@ impl ProtocolError {
             reason: reason.to_string(),
         }
     }
+
+    /// JSON that did not decode in `layer`, described without quoting the bytes
+    /// received (a node could make us log anything, the token it was sent included).
+    pub fn json(layer: Layer, e: &serde_json::Error) -> ProtocolError {
+        ProtocolError::new(layer, crate::json_text::describe(e))
+    }
 }
 
 impl fmt::Display for ProtocolError {
@@ -137,7 +144,7 @@ impl Filter {
 }
 
 /// Everything needed to build one request.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RequestSpec {
     /// Target agent.
     pub agent: String,
@@ -161,8 +168,16 @@ pub struct RequestSpec {
     pub seen_by: Option<String>,
 }
 
+impl RequestSpec {
+    /// The TTL as the envelopes carry it (a signed 64-bit number): a configured
+    /// value beyond `i64::MAX` is sent as `i64::MAX`, not wrapped to a negative.
+    pub(crate) fn wire_ttl(&self) -> i64 {
+        i64::try_from(self.ttl).unwrap_or(i64::MAX)
+    }
+}
+
 /// A reply as the provisioner reads it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct DecodedReply {
     /// Version it came in.
     pub protocol: Protocol,
@@ -179,7 +194,7 @@ pub struct DecodedReply {
 }
 
 /// A request as a node reads it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct DecodedRequest {
     /// Version it came in.
     pub protocol: Protocol,
@@ -262,7 +277,8 @@ impl DecodedRequest {
         if self.collective != "provisioning" {
             return Err(Rejection::Collective(self.collective.clone()));
         }
-        if self.time <= now - self.ttl || self.time >= now + self.ttl {
+        // Both values come from the wire (or the clock): saturate, never overflow.
+        if self.time <= now.saturating_sub(self.ttl) || self.time >= now.saturating_add(self.ttl) {
             return Err(Rejection::Expired {
                 time: self.time,
                 now,
@@ -336,7 +352,7 @@ fn check_size(bytes: &[u8]) -> Result<(), ProtocolError> {
 pub fn transport_version(bytes: &[u8]) -> Result<Protocol, ProtocolError> {
     check_size(bytes)?;
     let probe: TransportProbe =
-        serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Transport, e))?;
+        serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
     match probe.protocol.as_str() {
         v1::TRANSPORT => Ok(Protocol::V1),
         v2::TRANSPORT => Ok(Protocol::V2),
@@ -424,4 +440,86 @@ fn server_body(message: &[u8]) -> Vec<u8> {
         .ok()
         .and_then(|text| B64.decode(text).ok())
         .unwrap_or_else(|| message.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+    fn request(ttl: i64, time: i64) -> DecodedRequest {
+        DecodedRequest {
+            protocol: Protocol::V1,
+            request_id: "0".repeat(32),
+            sender_id: "p1".into(),
+            caller_id: "choria=p1".into(),
+            collective: "provisioning".into(),
+            agent: "choria_provision".into(),
+            ttl,
+            time,
+            filter: Filter::default(),
+            body: Vec::new(),
+            reply_to: "r".into(),
+        }
+    }
+
+    #[test]
+    fn extreme_ttls_and_times_neither_overflow_nor_pass_by_wrapping() {
+        let now = 1_700_000_000;
+        // A huge TTL covers every time instead of wrapping round.
+        for time in [-(1 << 62), 0, now, 1 << 62] {
+            assert_eq!(
+                request(i64::MAX, time).validate_for_provisioning(Protocol::V1, now),
+                Ok(()),
+                "time {time}"
+            );
+        }
+        // Clocks at the ends of i64.
+        for now in [i64::MIN, i64::MAX] {
+            let r = request(i64::MAX, 0).validate_for_provisioning(Protocol::V1, now);
+            assert!(
+                matches!(r, Ok(()) | Err(Rejection::Expired { .. })),
+                "{r:?}"
+            );
+        }
+        assert!(matches!(
+            request(60, i64::MIN).validate_for_provisioning(Protocol::V1, now),
+            Err(Rejection::Expired { .. })
+        ));
+        assert!(matches!(
+            request(60, i64::MAX).validate_for_provisioning(Protocol::V1, now),
+            Err(Rejection::Expired { .. })
+        ));
+        assert_eq!(
+            request(i64::MIN, now).validate_for_provisioning(Protocol::V1, now),
+            Err(Rejection::Ttl(i64::MIN))
+        );
+    }
+
+    #[test]
+    fn a_configured_ttl_beyond_i64_is_sent_as_i64_max() {
+        let spec = RequestSpec {
+            agent: "rpcutil".into(),
+            collective: "provisioning".into(),
+            caller_id: "choria=p1".into(),
+            sender_id: "p1".into(),
+            ttl: u64::MAX,
+            filter: Filter::default(),
+            body: b"{}".to_vec(),
+            request_id: None,
+            time_ns: Some(i64::MAX),
+            seen_by: None,
+        };
+        assert_eq!(spec.wire_ttl(), i64::MAX);
+        let (_, payload) =
+            encode_request(&spec, "r", &Credentials::Insecure, Protocol::V1).unwrap();
+        let decoded = decode_request(&payload).unwrap();
+        assert_eq!(decoded.ttl, i64::MAX, "not wrapped to -1");
+        assert_eq!(decoded.time, i64::MAX / 1_000_000_000);
+        let claims = URL_SAFE_NO_PAD.encode(br#"{"callerid":"choria=p1"}"#);
+        let creds = Credentials::ed25519(&[7; 32], &format!("e30.{claims}.sig"), true).unwrap();
+        let (_, payload) = encode_request(&spec, "r", &creds, Protocol::V2).unwrap();
+        let decoded = decode_request(&payload).unwrap();
+        assert_eq!(decoded.ttl, i64::MAX, "not wrapped to -1");
+    }
 }

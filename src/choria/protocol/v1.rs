@@ -133,7 +133,7 @@ pub(super) fn encode_request(
             callerid: spec.caller_id.clone(),
             collective: spec.collective.clone(),
             agent: spec.agent.clone(),
-            ttl: spec.ttl as i64,
+            ttl: spec.wire_ttl(),
             time,
             filter: spec.filter.clone(),
         },
@@ -155,7 +155,7 @@ pub(super) fn encode_request(
 
 fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
     let t: TransportIn =
-        serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Transport, e))?;
+        serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
     expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
     Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
 }
@@ -167,7 +167,7 @@ pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
 pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
     let (data, _) = open(bytes)?;
     let secure: SecureReply =
-        serde_json::from_slice(&data).map_err(|e| ProtocolError::new(Layer::Secure, e))?;
+        serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
     if hash(secure.message.as_bytes()) != secure.hash {
         return Err(ProtocolError::new(
@@ -176,7 +176,7 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
         ));
     }
     let reply: Reply =
-        serde_json::from_str(&secure.message).map_err(|e| ProtocolError::new(Layer::Reply, e))?;
+        serde_json::from_str(&secure.message).map_err(|e| ProtocolError::json(Layer::Reply, &e))?;
     expect_protocol(Layer::Reply, &reply.protocol, REPLY)?;
     Ok(DecodedReply {
         protocol: Protocol::V1,
@@ -191,7 +191,7 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
 pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
     let (data, headers) = open(bytes)?;
     let secure: SecureRequest =
-        serde_json::from_slice(&data).map_err(|e| ProtocolError::new(Layer::Secure, e))?;
+        serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REQUEST)?;
     if secure.signature.is_empty() || secure.pubcert.is_empty() || secure.message.is_empty() {
         return Err(ProtocolError::new(
@@ -199,8 +199,8 @@ pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolErr
             "message, signature and pubcert must not be empty",
         ));
     }
-    let request: Request =
-        serde_json::from_str(&secure.message).map_err(|e| ProtocolError::new(Layer::Request, e))?;
+    let request: Request = serde_json::from_str(&secure.message)
+        .map_err(|e| ProtocolError::json(Layer::Request, &e))?;
     expect_protocol(Layer::Request, &request.protocol, REQUEST)?;
     let e = request.envelope;
     Ok(DecodedRequest {

@@ -117,7 +117,7 @@ pub(super) fn encode_request(
         caller: spec.caller_id.clone(),
         collective: spec.collective.clone(),
         agent: spec.agent.clone(),
-        ttl: spec.ttl as i64,
+        ttl: spec.wire_ttl(),
         time: time_ns,
         filter: spec.filter.clone(),
     });
@@ -134,7 +134,7 @@ pub(super) fn encode_request(
 
 fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
     let t: TransportIn =
-        serde_json::from_slice(bytes).map_err(|e| ProtocolError::new(Layer::Transport, e))?;
+        serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
     expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
     Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
 }
@@ -146,7 +146,7 @@ pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
 pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
     let (data, _) = open(bytes)?;
     let secure: SecureReply =
-        serde_json::from_slice(&data).map_err(|e| ProtocolError::new(Layer::Secure, e))?;
+        serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
     let reply_bytes = unb64(&secure.reply, Layer::Secure, "reply")?;
     if hash(&reply_bytes) != secure.hash {
@@ -156,7 +156,7 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
         ));
     }
     let reply: Reply =
-        serde_json::from_slice(&reply_bytes).map_err(|e| ProtocolError::new(Layer::Reply, e))?;
+        serde_json::from_slice(&reply_bytes).map_err(|e| ProtocolError::json(Layer::Reply, &e))?;
     expect_protocol(Layer::Reply, &reply.protocol, REPLY)?;
     Ok(DecodedReply {
         protocol: Protocol::V2,
@@ -171,7 +171,7 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
 pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
     let (data, headers) = open(bytes)?;
     let secure: SecureRequest =
-        serde_json::from_slice(&data).map_err(|e| ProtocolError::new(Layer::Secure, e))?;
+        serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REQUEST)?;
     if secure.caller.is_empty() {
         return Err(ProtocolError::new(
@@ -181,7 +181,7 @@ pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolErr
     }
     let request_bytes = unb64(&secure.request, Layer::Secure, "request")?;
     let request: Request = serde_json::from_slice(&request_bytes)
-        .map_err(|e| ProtocolError::new(Layer::Request, e))?;
+        .map_err(|e| ProtocolError::json(Layer::Request, &e))?;
     expect_protocol(Layer::Request, &request.protocol, REQUEST)?;
     Ok(DecodedRequest {
         protocol: Protocol::V2,

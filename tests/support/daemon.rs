@@ -1,0 +1,125 @@
+//! One provisioner daemon in this test process, against a broker URL: the
+//! configuration files written to a scratch directory, the daemon started as `run`
+//! starts it, stopped (and awaited) when dropped.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use choria_provisioner::choria::client_config::ClientConfig;
+use choria_provisioner::config::{Config, Pause};
+use choria_provisioner::hosts::daemon::{Daemon, DaemonOptions};
+use choria_provisioner::metrics::Metrics;
+use crossbeam_channel::{bounded, Sender};
+
+use super::TempDir;
+
+/// The example helper that configures any node (`packaging/examples`).
+pub fn example_helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("packaging/examples/provision-helper.sh")
+}
+
+/// A provisioner running in this process.
+pub struct InProcess {
+    daemon: Option<Daemon>,
+    /// Its metrics.
+    pub metrics: Arc<Metrics>,
+    /// Its pause flag.
+    pub pause: Arc<Pause>,
+    /// Its identity.
+    pub identity: String,
+    _stop: Sender<()>,
+    /// Its scratch directory (configuration files).
+    pub dir: TempDir,
+}
+
+impl InProcess {
+    /// Starts a provisioner named `identity` on `url` with `yaml` added to the
+    /// defaults: the example helper unless `yaml` names one, `workers: 8` unless it
+    /// sets them, no TLS, a 5 s shutdown.
+    pub fn start(url: &str, identity: &str, yaml: &str, options: DaemonOptions) -> InProcess {
+        InProcess::start_paused(url, identity, yaml, options, false)
+    }
+
+    /// [`InProcess::start`], paused from the start when `paused`.
+    pub fn start_paused(
+        url: &str,
+        identity: &str,
+        yaml: &str,
+        options: DaemonOptions,
+        paused: bool,
+    ) -> InProcess {
+        let dir = TempDir::new("daemon");
+        let cfg = dir.write(
+            "choria.cfg",
+            &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n"),
+        );
+        let base_helper = if yaml.contains("helper:") {
+            String::new()
+        } else {
+            format!("helper: {}\n", example_helper().display())
+        };
+        let workers = if yaml.contains("workers:") {
+            ""
+        } else {
+            "workers: 8\n"
+        };
+        let yaml = dir.write(
+            "p.yaml",
+            &format!("{workers}{base_helper}choria_insecure: true\nshutdown_timeout: 5s\n{yaml}"),
+        );
+        let config = Arc::new(Config::load(&yaml).unwrap().config);
+        let mut client = ClientConfig::load(&cfg).unwrap();
+        client.apply_provisioner_overrides(&config);
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let pause = Arc::new(Pause::new(metrics.paused.clone()));
+        if paused {
+            pause.pause();
+        }
+        let (stop, shutdown) = bounded::<()>(0);
+        let daemon = Daemon::start(&config, &client, &metrics, &pause, options, &shutdown).unwrap();
+        InProcess {
+            daemon: Some(daemon),
+            metrics,
+            pause,
+            identity: identity.to_string(),
+            _stop: stop,
+            dir,
+        }
+    }
+
+    /// The running daemon.
+    pub fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().expect("the daemon is running")
+    }
+
+    /// Reconnections of its broker connection so far.
+    pub fn reconnections(&self) -> u64 {
+        self.metrics
+            .connector_reconnections
+            .with_label_values(&[&self.identity])
+            .get()
+    }
+
+    /// The value of the counter `family` with `labels` in its metrics.
+    pub fn counter(&self, family: &str, labels: &[&str]) -> u64 {
+        let m = &self.metrics;
+        match family {
+            "refused_identities" => m.refused_identities.with_label_values(labels).get(),
+            "rejected_replies" => m.rejected_replies.with_label_values(labels).get(),
+            "contested_replies" => m.contested_replies.with_label_values(labels).get(),
+            "dropped_events" => m.dropped_events.with_label_values(labels).get(),
+            other => panic!("no counter {other} in the rig"),
+        }
+    }
+
+    /// Stops the daemon (once); true when every thread stopped in time.
+    pub fn stop(&mut self) -> bool {
+        self.daemon.take().map(|d| d.stop()).unwrap_or(true)
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

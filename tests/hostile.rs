@@ -557,3 +557,211 @@ fn forged_resignations_during_ha_never_make_a_second_leader() {
     assert_connection_held(leader);
     assert_connection_held(standby);
 }
+
+/// A JWT with `header` and `claims`, signed by `seed` (ed25519) when given, or with
+/// `signature` as its third part.
+fn jwt_with(
+    header: &serde_json::Value,
+    claims: &serde_json::Value,
+    seed: Option<[u8; 32]>,
+) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let signed = format!(
+        "{}.{}",
+        b64.encode(header.to_string()),
+        b64.encode(claims.to_string())
+    );
+    let signature = match seed {
+        Some(seed) => b64.encode(
+            ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed)
+                .unwrap()
+                .sign(signed.as_bytes())
+                .as_ref(),
+        ),
+        None => b64.encode(b"not a signature"),
+    };
+    format!("{signed}.{signature}")
+}
+
+#[test]
+fn hostile_jwts_csrs_and_keys_from_nodes_fail_those_nodes_with_their_own_error() {
+    support::logs::capture();
+    let server = NatsServer::start();
+    let dir = TempDir::new("hostile-tokens");
+    let now = choria_provisioner::choria::protocol::ids::unix_now() as i64;
+    let claims = |exp: serde_json::Value| {
+        serde_json::json!({"purpose": "choria_provisioning", "cht": "s3cret", "chu": server.url(),
+            "iat": now, "exp": exp, "iss": "issuer", "ou": "choria"})
+    };
+    let eddsa = serde_json::json!({"alg": "EdDSA", "typ": "JWT"});
+    let good_jwt = jwt_with(&eddsa, &claims((now + 3600).into()), Some(ISSUER_SEED));
+    let csr_block = |label: &str, body: &str| {
+        format!("-----BEGIN {label}-----\n{body}\n-----END {label}-----\n")
+    };
+    // (identity, jwt reply, gencsr reply, the error its attempt must end with)
+    let cases: Vec<(&str, String, String, &str)> = vec![
+        (
+            "evil-jwt-alg-none.tokens.test",
+            jwt_with(
+                &serde_json::json!({"alg": "none"}),
+                &claims((now + 3600).into()),
+                None,
+            ),
+            String::new(),
+            "signing method none is invalid",
+        ),
+        (
+            "evil-jwt-hs256.tokens.test",
+            jwt_with(
+                &serde_json::json!({"alg": "HS256"}),
+                &claims((now + 3600).into()),
+                None,
+            ),
+            String::new(),
+            "signing method HS256 is invalid",
+        ),
+        (
+            "evil-jwt-other-key.tokens.test",
+            jwt_with(&eddsa, &claims((now + 3600).into()), Some([9; 32])),
+            String::new(),
+            "token signature is invalid",
+        ),
+        (
+            "evil-jwt-expired.tokens.test",
+            jwt_with(&eddsa, &claims((now - 60).into()), Some(ISSUER_SEED)),
+            String::new(),
+            "token is expired",
+        ),
+        (
+            "evil-jwt-three-dots.tokens.test",
+            "a.b.c".into(),
+            String::new(),
+            "token is malformed",
+        ),
+        (
+            "evil-jwt-bad-base64.tokens.test",
+            "!!!.???.***".into(),
+            String::new(),
+            "token is malformed",
+        ),
+        (
+            "evil-jwt-300-kib.tokens.test",
+            "a".repeat(300 * 1024),
+            String::new(),
+            "exceeds",
+        ),
+        (
+            "evil-jwt-empty.tokens.test",
+            String::new(),
+            String::new(),
+            "no JWT received from evil-jwt-empty",
+        ),
+        // A valid signature over an exp of i64::MAX: accepted without overflow, so the
+        // attempt goes on to fail at its CSR.
+        (
+            "evil-jwt-exp-max.tokens.test",
+            jwt_with(&eddsa, &claims(i64::MAX.into()), Some(ISSUER_SEED)),
+            "hello".into(),
+            "could not parse CSR: no PEM block found",
+        ),
+        (
+            "evil-csr-not-pem.tokens.test",
+            good_jwt.clone(),
+            "hello".into(),
+            "no PEM block found",
+        ),
+        (
+            "evil-csr-certificate-block.tokens.test",
+            good_jwt.clone(),
+            csr_block("CERTIFICATE", "AAAA"),
+            "PEM block is \"CERTIFICATE\"",
+        ),
+        (
+            "evil-csr-garbage-der.tokens.test",
+            good_jwt.clone(),
+            csr_block("CERTIFICATE REQUEST", "AAAAAAAA"),
+            "invalid CSR from evil-csr-garbage-der",
+        ),
+        (
+            "evil-csr-bad-base64.tokens.test",
+            good_jwt.clone(),
+            csr_block("CERTIFICATE REQUEST", "!!!!"),
+            "invalid CSR from evil-csr-bad-base64",
+        ),
+        (
+            "evil-csr-other-cn.tokens.test",
+            good_jwt.clone(),
+            fixture("csr-n1.pem"),
+            "does not match identity evil-csr-other-cn",
+        ),
+        (
+            "evil-csr-no-cn.tokens.test",
+            good_jwt.clone(),
+            fixture("csr-no-cn.pem"),
+            "expected one common name",
+        ),
+        (
+            "evil-csr-huge.tokens.test",
+            good_jwt.clone(),
+            csr_block("CERTIFICATE REQUEST", &"A".repeat(200_000)),
+            "exceeds",
+        ),
+    ];
+    let attacker = Hostile::connect(&server.url(), None);
+    let _discovery = attacker.answer_discovery(cases.iter().map(|c| c.0.to_string()).collect());
+    let replies: std::collections::HashMap<String, (String, String)> = cases
+        .iter()
+        .map(|(id, jwt, csr, _)| (id.to_string(), (jwt.clone(), csr.clone())))
+        .collect();
+    let _serve = attacker.race(Box::new(move |target, _, body| {
+        let (jwt, csr) = replies.get(target)?;
+        Some(match body.action.as_str() {
+            "jwt" => ok(
+                "jwt",
+                serde_json::json!({"jwt": jwt, "ecdh_public": "11".repeat(32)}),
+            ),
+            "gencsr" => ok(
+                "gencsr",
+                serde_json::json!({"csr": csr, "public_key": "", "ssldir": "/etc/choria/ssl"}),
+            ),
+            "inventory" => ok("inventory", serde_json::json!({"version": "0.30.2"})),
+            other => ok(other, serde_json::json!({})),
+        })
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 6, |o| {
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
+    });
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.tokens.test",
+        &format!(
+            "helper: {}\ntoken: s3cret\nfeatures: {{jwt: true, pki: true}}\njwt_verify_cert: {}\n",
+            helper_with_key(&dir, &fixture("rsa2048-pkcs1.pem")).display(),
+            issuer_public_hex()
+        ),
+        fast(),
+    );
+    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 6
+    });
+    for (identity, _, _, error) in &cases {
+        wait_until(identity, Duration::from_secs(30), || {
+            support::logs::lines_with(&format!("Provisioning {identity} failed:"))
+                .iter()
+                .any(|l| l.contains(error))
+        });
+    }
+    assert!(prov.metrics.provision_errors.get() >= cases.len() as u64);
+    for line in support::logs::lines_with("tokens.test") {
+        assert!(
+            line.len() < 2000,
+            "a node's string reached the log uncut: {line:.300}"
+        );
+        assert!(!line.contains("s3cret"), "the token in a log line: {line}");
+    }
+    assert_all_provisioned_once(&fleet);
+    assert_connection_held(&prov);
+}

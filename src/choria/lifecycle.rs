@@ -169,7 +169,7 @@ fn normalise(protocol: &str) -> Option<String> {
 fn from_choria(value: serde_json::Value) -> Result<Event, ProtocolError> {
     let mut event: Event = serde_json::from_value(value).map_err(err)?;
     event.protocol = normalise(&event.protocol)
-        .ok_or_else(|| err(format!("unknown protocol {:?}", event.protocol)))?;
+        .ok_or_else(|| err(format!("unknown protocol \"{}\"", shown(&event.protocol))))?;
     Ok(event)
 }
 

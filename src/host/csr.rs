@@ -11,6 +11,7 @@
 //! What it must never do: panic on any reply content, or verify/sign anything (the CSR
 //! signature is deliberately not checked, as in Go; signing is the helper's business).
 
+use crate::choria::identity::shown;
 use crate::host::pem;
 use der::asn1::{Ia5StringRef, PrintableStringRef, TeletexStringRef, Utf8StringRef};
 use der::oid::ObjectIdentifier;
@@ -153,7 +154,8 @@ impl fmt::Display for CsrError {
             CsrError::NotPem => write!(f, "could not parse CSR: no PEM block found"),
             CsrError::WrongBlockType(l) => write!(
                 f,
-                "could not parse CSR: PEM block is {l:?}, expected \"CERTIFICATE REQUEST\""
+                "could not parse CSR: PEM block is \"{}\", expected \"CERTIFICATE REQUEST\"",
+                shown(l)
             ),
             CsrError::Parse(e) => write!(f, "could not parse CSR: {e}"),
             CsrError::CommonNameCount(n) => {
@@ -167,9 +169,12 @@ impl fmt::Display for CsrError {
                 identity,
             } => write!(
                 f,
-                "common name {common_name} does not match identity {identity}"
+                "common name {} does not match identity {identity}",
+                shown(common_name)
             ),
-            CsrError::Denied(name) => write!(f, "{name} matches denied certificate pattern"),
+            CsrError::Denied(name) => {
+                write!(f, "{} matches denied certificate pattern", shown(name))
+            }
         }
     }
 }

@@ -140,9 +140,12 @@ impl<'r> Wrapper<'r> {
                 Err(e) => (false, e.to_string()),
                 Ok(answer) if answer.reply.statuscode != 0 => {
                     let reply = &answer.reply;
+                    // The node's own words: escaped and cut before they reach a log line.
                     let why = format!(
                         "invalid response from {}: {} ({})",
-                        reply.sender, reply.statusmsg, reply.statuscode
+                        reply.sender,
+                        crate::choria::identity::shown(&reply.statusmsg),
+                        reply.statuscode
                     );
                     (is_fatal_refusal(&reply.statusmsg), why)
                 }

@@ -22,6 +22,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use super::identity::shown;
+
 pub use credentials::{certname, client_identity, Credentials};
 
 /// Largest payload any decoder accepts (NATS' own default limit is 1 MiB).
@@ -245,8 +247,12 @@ pub enum Rejection {
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Rejection::Collective(c) => write!(f, "collective {c:?} is not provisioning"),
-            Rejection::RequestId(id) => write!(f, "request id {id:?} has the wrong length"),
+            Rejection::Collective(c) => {
+                write!(f, "collective \"{}\" is not provisioning", shown(c))
+            }
+            Rejection::RequestId(id) => {
+                write!(f, "request id \"{}\" has the wrong length", shown(id))
+            }
             Rejection::Ttl(t) => write!(f, "ttl {t} is below the minimum"),
             Rejection::Expired { time, now } => {
                 write!(f, "request created at {time} is outside the ttl at {now}")
@@ -358,7 +364,7 @@ pub fn transport_version(bytes: &[u8]) -> Result<Protocol, ProtocolError> {
         v2::TRANSPORT => Ok(Protocol::V2),
         other => Err(ProtocolError::new(
             Layer::Transport,
-            format!("unknown protocol {other:?}"),
+            format!("unknown protocol \"{}\"", shown(other)),
         )),
     }
 }
@@ -413,7 +419,7 @@ fn expect_protocol(layer: Layer, actual: &str, expected: &str) -> Result<(), Pro
     } else {
         Err(ProtocolError::new(
             layer,
-            format!("protocol {actual:?} is not {expected}"),
+            format!("protocol \"{}\" is not {expected}", shown(actual)),
         ))
     }
 }

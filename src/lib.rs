@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod choria;
 pub mod cli;
 pub mod config;
+pub mod crypto;
 pub mod host;
 pub mod hosts;
 mod json_text;
@@ -15,6 +16,7 @@ pub mod metrics;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod throttle;
+pub mod untrusted;
 
 /// The version printed by `--version` and sent in the startup event; it comes from
 /// `Cargo.toml` only, and the RPM spec reads the same value.

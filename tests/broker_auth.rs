@@ -16,9 +16,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use choria_provisioner::choria::client_config::ClientConfig;
 use choria_provisioner::choria::connector::{AttemptError, Connector};
-use choria_provisioner::choria::protocol::ids;
 use choria_provisioner::config::Config;
-use choria_provisioner::host::tokens::SigningKey;
+use choria_provisioner::crypto::ids;
+use choria_provisioner::crypto::jwt::SigningKey;
 use choria_provisioner::metrics::Metrics;
 use choria_provisioner::sim::keys::ed25519_public_hex;
 use crossbeam_channel::bounded;
@@ -285,7 +285,7 @@ fn a_client_jwt_issued_through_a_chain_issuer_gets_in() {
     let scratch = TempDir::new("chain");
     // The keys' signer token is a chain issuer the organisation issuer vouched for;
     // it issues a client JWT for a key of its own (spec/tokens.md §5).
-    let chain: serde_json::Value = choria_provisioner::choria::client_jwt::unverified_claims(
+    let chain: serde_json::Value = choria_provisioner::crypto::jwt::unverified_claims(
         std::fs::read_to_string(rig.path("signer.jwt"))
             .unwrap()
             .trim(),

@@ -2,8 +2,8 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
-use choria_provisioner::host::pem;
-use choria_provisioner::host::tokens::*;
+use choria_provisioner::crypto::jwt::*;
+use choria_provisioner::crypto::pem;
 use ring::signature;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -233,7 +233,7 @@ const ISSUER_SEED: [u8; 32] = [7; 32];
 fn issuer_public_hex() -> String {
     use ring::signature::KeyPair as _;
     let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&ISSUER_SEED).unwrap();
-    choria_provisioner::choria::protocol::ids::hex(key.public_key().as_ref())
+    choria_provisioner::crypto::ids::hex(key.public_key().as_ref())
 }
 
 /// Decrypts a `configure` key with the attacker's X25519 secret: the attack of
@@ -242,17 +242,17 @@ fn attacker_decrypts(secret: &[u8; 32], data: &serde_json::Value, key_der: &[u8]
     let (Some(key), Some(public)) = (data["key"].as_str(), data["ecdh_public"].as_str()) else {
         return false;
     };
-    let Some(theirs) = choria_provisioner::choria::protocol::ids::unhex(public)
-        .and_then(|k| <[u8; 32]>::try_from(k).ok())
+    let Some(theirs) =
+        choria_provisioner::crypto::ids::unhex(public).and_then(|k| <[u8; 32]>::try_from(k).ok())
     else {
         return false;
     };
     let shared = x25519_dalek::StaticSecret::from(*secret)
         .diffie_hellman(&x25519_dalek::PublicKey::from(theirs));
-    let Some(block) = choria_provisioner::host::pem::decode(key) else {
+    let Some(block) = choria_provisioner::crypto::pem::decode(key) else {
         return false;
     };
-    choria_provisioner::host::crypto::decrypt_pem_block(&block, shared.as_bytes())
+    choria_provisioner::crypto::key_transport::decrypt_pem_block(&block, shared.as_bytes())
         .is_ok_and(|der| der == key_der)
 }
 
@@ -261,11 +261,12 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
     let server = NatsServer::start();
     let dir = TempDir::new("race-jwt");
     let key_pem = fixture("rsa2048-pkcs1.pem");
-    let key_der = choria_provisioner::host::pem::decode(&key_pem).unwrap().der;
+    let key_der = choria_provisioner::crypto::pem::decode(&key_pem)
+        .unwrap()
+        .der;
     let secret = [42u8; 32];
     let attacker_public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret));
-    let attacker_public =
-        choria_provisioner::choria::protocol::ids::hex(attacker_public.as_bytes());
+    let attacker_public = choria_provisioner::crypto::ids::hex(attacker_public.as_bytes());
     // A valid provisioning JWT, as every provisioning-mode node holds one.
     let jwt = choria_provisioner::sim::keys::provisioning_jwt(
         &ISSUER_SEED,
@@ -325,7 +326,7 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
     assert_all_provisioned_once(&fleet);
     for node in fleet.summary().nodes {
         let got = node.private_key.expect("the node got its key");
-        let got = choria_provisioner::host::pem::decode(&got).unwrap().der;
+        let got = choria_provisioner::crypto::pem::decode(&got).unwrap().der;
         assert_eq!(got, key_der, "{} holds the helper's key", node.identity);
     }
     let configures = reader.loot.configures.lock();
@@ -386,7 +387,7 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
             request,
             "attacker.example.net",
             &reply.encode(),
-            choria_provisioner::choria::protocol::ids::unix_nanos(),
+            choria_provisioner::crypto::ids::unix_nanos(),
             None,
         );
         let to = &request.reply_to;
@@ -517,7 +518,7 @@ fn forged_resignations_during_ha_never_make_a_second_leader() {
         "id": "forged",
         "identity": leader.identity,
         "component": "provisioner",
-        "timestamp": choria_provisioner::choria::protocol::ids::unix_now(),
+        "timestamp": choria_provisioner::crypto::ids::unix_now(),
     });
     // And resignations with every revision the key can have had: the broker refuses
     // them, a node may not publish on provisioning.provisioner.>.
@@ -589,7 +590,7 @@ fn hostile_jwts_csrs_and_keys_from_nodes_fail_those_nodes_with_their_own_error()
     support::logs::capture();
     let server = NatsServer::start();
     let dir = TempDir::new("hostile-tokens");
-    let now = choria_provisioner::choria::protocol::ids::unix_now() as i64;
+    let now = choria_provisioner::crypto::ids::unix_now() as i64;
     let claims = |exp: serde_json::Value| {
         serde_json::json!({"purpose": "choria_provisioning", "cht": "s3cret", "chu": server.url(),
             "iat": now, "exp": exp, "iss": "issuer", "ou": "choria"})

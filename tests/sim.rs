@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use choria_provisioner::choria::protocol::mcorpc::RpcRequestBody;
-use choria_provisioner::choria::protocol::{self, ids, Credentials, Filter, Protocol, RequestSpec};
+use choria_provisioner::choria::protocol::{self, Credentials, Filter, Protocol, RequestSpec};
+use choria_provisioner::crypto::ids;
 use choria_provisioner::sim::{CsrKey, Fault, Faults, Phase, Sim, SimOptions};
 use serde_json::{json, Value};
 use support::{free_port, wait_for_port, NatsServer, TempDir};
@@ -537,7 +538,7 @@ fn gen25519_signs_the_nonce_and_gencsr_makes_rsa_as_real_nodes_do() {
         json!({"nonce": "abc123", "token": ""}),
     );
     assert_status(&r, 0, "OK");
-    choria_provisioner::host::crypto::verify_nonce_signature(
+    choria_provisioner::crypto::nonce::verify_nonce_signature(
         r["data"]["public_key"].as_str().unwrap(),
         "abc123",
         r["data"]["signature"].as_str().unwrap(),
@@ -553,7 +554,7 @@ fn gen25519_signs_the_nonce_and_gencsr_makes_rsa_as_real_nodes_do() {
     );
     assert_status(&r, 0, "OK");
     let csr = r["data"]["csr"].as_str().unwrap();
-    let names = choria_provisioner::host::csr::parse_csr(csr).unwrap();
+    let names = choria_provisioner::crypto::csr::parse_csr(csr).unwrap();
     assert_eq!(names.common_name, id(0));
     let text = String::from_utf8(
         Command::new("openssl")
@@ -584,7 +585,7 @@ fn gen25519_signs_the_nonce_and_gencsr_makes_rsa_as_real_nodes_do() {
     let public = r["data"]["public_key"].as_str().unwrap();
     assert!(public.starts_with("-----BEGIN PUBLIC KEY-----"));
     // The body is PKCS#1 despite the label, as Go writes it: SEQUENCE { n, e }.
-    let der = choria_provisioner::host::pem::decode(public).unwrap().der;
+    let der = choria_provisioner::crypto::pem::decode(public).unwrap().der;
     assert_eq!(&der[..2], [0x30, 0x82]);
     assert_eq!(
         der[4], 0x02,
@@ -664,7 +665,7 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
     // garbage block in 256 happens to end in valid padding, so try a few encryptions.
     let stranger = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from([5u8; 32]));
     let refused = (0..8).any(|_| {
-        let (wrong, _) = choria_provisioner::host::crypto::encrypt_key_for_node(
+        let (wrong, _) = choria_provisioner::crypto::key_transport::encrypt_key_for_node(
             "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
             &ids::hex(stranger.as_bytes()),
         )
@@ -688,8 +689,11 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
     let secret_der: Vec<u8> = (0u8..=200).collect();
     let mut iv = [0u8; 16];
     ids::random_bytes(&mut iv);
-    let encrypted =
-        choria_provisioner::host::crypto::encrypt_pem_block(&secret_der, shared.as_bytes(), iv);
+    let encrypted = choria_provisioner::crypto::key_transport::encrypt_pem_block(
+        &secret_der,
+        shared.as_bytes(),
+        iv,
+    );
     assert!(encrypted.contains("Proc-Type: 4,ENCRYPTED"));
     assert!(encrypted.contains("DEK-Info: AES-256-CBC,"));
     let r = call(&rig.nc, &node, "configure", tls(&encrypted, &our_public));
@@ -699,7 +703,7 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
         "Wrote 3 lines to /etc/choria/server.conf"
     );
     let summary = &rig.sim.summary().nodes[0];
-    let written = choria_provisioner::host::pem::decode(summary.private_key.as_deref().unwrap())
+    let written = choria_provisioner::crypto::pem::decode(summary.private_key.as_deref().unwrap())
         .unwrap()
         .der;
     assert_eq!(written, secret_der, "the node decrypted the key");
@@ -886,7 +890,7 @@ fn server_jwt(signer: &[u8; 32], identity: &str, public: &str) -> String {
         "public_key": public, "iss": "Choria Provisioner", "exp": now + 3600, "nbf": now, "iat": now,
         "jti": ids::ksuid(),
     });
-    choria_provisioner::host::tokens::SigningKey::from_ed25519_seed(signer)
+    choria_provisioner::crypto::jwt::SigningKey::from_ed25519_seed(signer)
         .sign_jwt(&claims)
         .unwrap()
 }
@@ -1038,7 +1042,7 @@ fn every_fault_mode_shows_up() {
             .identity,
         id(reboot)
     );
-    let (key, ours) = choria_provisioner::host::crypto::encrypt_key_for_node(
+    let (key, ours) = choria_provisioner::crypto::key_transport::encrypt_key_for_node(
         "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
         jwt["data"]["ecdh_public"].as_str().unwrap(),
     )
@@ -1219,8 +1223,8 @@ fn keys_drive_a_tls_broker_the_provisioner_and_the_simulator_v2_with_a_chain_iss
     for node in summary["nodes"].as_array().unwrap() {
         assert_eq!(node["phase"], "provisioned", "{node}");
         let jwt = node["server_jwt"].as_str().expect("a server JWT");
-        let claims: choria_provisioner::host::tokens::ServerClaims =
-            choria_provisioner::sim::verify::unverified_claims(jwt).unwrap();
+        let claims: choria_provisioner::crypto::jwt::ServerClaims =
+            choria_provisioner::crypto::jwt::unverified_claims(jwt).unwrap();
         assert!(claims.standard.iss.starts_with("C-"), "chain-issued");
         assert_eq!(claims.identity, node["identity"].as_str().unwrap());
     }

@@ -17,11 +17,10 @@ use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use serde::Deserialize;
 
 use super::client_config::ClientConfig;
-use super::protocol::ids;
 use crate::config::Problem;
+use crate::crypto::ids;
+use crate::crypto::jwt::{unverified_claims, CLIENT_ID_PURPOSE};
 
-/// `purpose` of a client JWT.
-pub const CLIENT_ID_PURPOSE: &str = "choria_client_id";
 /// The broker user whose connections land in the provisioning account.
 pub const PROVISIONER_USER: &str = "provisioner";
 /// Client permission a broker with an organisation issuer requires of the
@@ -64,20 +63,6 @@ impl CredentialError {
     pub fn to_problem(&self) -> Problem {
         Problem::with_value(self.key, &self.path, &self.problem)
     }
-}
-
-/// The claims of `token`, read without verifying its signature.
-pub fn unverified_claims<T: serde::de::DeserializeOwned>(token: &str) -> Result<T, String> {
-    let mut parts = token.split('.');
-    let claims = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(_), Some(claims), Some(_), None) => claims,
-        _ => return Err("the token is not a JWT (three dot-separated parts)".into()),
-    };
-    let claims = URL_SAFE_NO_PAD
-        .decode(claims)
-        .map_err(|_| "the token's claims are not base64url".to_string())?;
-    // serde_json's messages quote no input beyond a position.
-    serde_json::from_slice(&claims).map_err(|e| format!("the token's claims do not parse: {e}"))
 }
 
 /// The claims of a client JWT that the connection and the start-up checks read.

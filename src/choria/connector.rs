@@ -40,7 +40,7 @@ use crate::metrics::Metrics;
 use super::bus::Bus;
 use super::client_config::{split_broker_url, ClientConfig, SecurityProvider, UrlCredentials};
 use super::client_jwt::{self, ClientJwt, Seed, PROVISIONER_USER};
-use super::protocol::ids;
+use crate::crypto::ids;
 
 /// Why no connection was made.
 #[derive(Debug)]

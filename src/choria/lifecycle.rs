@@ -8,11 +8,13 @@ use crossbeam_channel::{bounded, Receiver};
 use serde::{Deserialize, Serialize};
 
 use super::bus::{Bus, Subscription as BusSubscription};
-use super::identity::{shown, Identity, IdentityError};
-use super::protocol::{gojson, ids, Layer, ProtocolError, MAX_PAYLOAD};
+use super::identity::{Identity, IdentityError};
+use super::protocol::{gojson, Layer, ProtocolError, MAX_PAYLOAD};
 use super::subject::{QueueGroup, Subject, SubjectError, SubjectFilter};
+use crate::crypto::ids;
 use crate::metrics::Metrics;
 use crate::throttle::Throttle;
+use crate::untrusted::shown;
 
 /// A lifecycle event as the provisioner reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -26,12 +26,13 @@ use parking_lot::Mutex;
 use super::bus::Bus;
 use super::client_config::ClientConfig;
 use super::connector::{redact_url, Connector};
-use super::identity::{shown, Identity};
+use super::identity::Identity;
 use super::protocol::{self, Credentials, Filter, Protocol, RequestSpec};
 use super::router::{Pending, Routed, Router};
 use super::subject::{Subject, SubjectError};
 use crate::metrics::Metrics;
 use crate::throttle::Throttle;
+use crate::untrusted::shown;
 
 /// The collective provisioning happens in.
 pub const COLLECTIVE: &str = "provisioning";

@@ -96,7 +96,7 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
                 // The client JWT as a Choria broker will judge it, when the files
                 // could be read at all.
                 if problems.is_empty() {
-                    let now = crate::choria::protocol::ids::unix_now() as i64;
+                    let now = crate::crypto::ids::unix_now() as i64;
                     if let Some(checked) = client_jwt::check(&client, config.leader_election, now) {
                         problems.extend(checked.errors);
                         warnings.extend(

@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::csr::DenyList;
 use super::helper::{Ed25519Info, HelperOutput};
 use super::outcome::Outcome;
-use super::tokens::{
+use crate::config::Config;
+use crate::crypto::csr::DenyList;
+use crate::crypto::ids;
+use crate::crypto::jwt::{
     sign_server_token, verify_provisioning_token_now, RequestedServerClaims, ServerClaimsInput,
     SigningKey, SigningToken, VerifyKey,
 };
-use crate::choria::protocol::ids;
-use crate::config::Config;
 
 /// Keys and checks shared by every attempt.
 #[derive(Debug)]
@@ -122,7 +122,7 @@ impl Keys {
             collectives_setting: answer.configuration.get("collectives").map(String::as_str),
             requested: requested.as_ref(),
             default_validity: self.validity,
-            now: super::tokens::unix_now(),
+            now: crate::crypto::jwt::unix_now(),
             jti: &jti,
         };
         let signed = sign_server_token(&input, key, chain.as_ref())
@@ -136,7 +136,7 @@ impl Keys {
     /// Validates the node's CSR (pki feature): PKCS#10, CN equal to the identity,
     /// CN and every DNS SAN clear of the deny list.
     pub fn check_csr(&self, identity: &str, csr: &str) -> Result<(), Outcome> {
-        super::csr::validate_csr(csr, identity, &self.deny)
+        crate::crypto::csr::validate_csr(csr, identity, &self.deny)
             .map(|_| ())
             .map_err(|e| failed(format!("invalid CSR from {identity}: {e}")))
     }

@@ -1,15 +1,11 @@
 //! Everything that happens to one server: the provisioning sequence and its crypto.
 
-pub mod crypto;
-pub mod csr;
 pub mod helper;
 pub mod keys;
 pub mod outcome;
-pub mod pem;
 pub mod pipes;
 mod proctree;
 mod redact;
 pub mod rpc;
 pub mod sequence;
-pub mod tokens;
 pub mod version;

@@ -177,8 +177,8 @@ pub struct HelperTree {
 /// A fresh marker value for one run: 128 random bits in hex.
 pub fn new_marker() -> String {
     let mut bytes = [0u8; 16];
-    crate::choria::protocol::ids::random_bytes(&mut bytes);
-    crate::choria::protocol::ids::hex(&bytes)
+    crate::crypto::ids::random_bytes(&mut bytes);
+    crate::crypto::ids::hex(&bytes)
 }
 
 impl HelperTree {

@@ -144,7 +144,7 @@ impl<'r> Wrapper<'r> {
                     let why = format!(
                         "invalid response from {}: {} ({})",
                         reply.sender,
-                        crate::choria::identity::shown(&reply.statusmsg),
+                        crate::untrusted::shown(&reply.statusmsg),
                         reply.statuscode
                     );
                     (is_fatal_refusal(&reply.statusmsg), why)

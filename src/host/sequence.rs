@@ -231,7 +231,7 @@ impl Provisioner {
             .run(
                 &self.call(identity, "gen25519", 5),
                 || {
-                    let fresh = super::crypto::new_nonce();
+                    let fresh = crate::crypto::nonce::new_nonce();
                     let data = json!({ "nonce": fresh, "token": token });
                     *nonce.borrow_mut() = fresh;
                     data
@@ -242,7 +242,7 @@ impl Provisioner {
                         directory: r.data["directory"].as_str().unwrap_or_default().into(),
                         signature: r.data["signature"].as_str().unwrap_or_default().into(),
                     };
-                    match super::crypto::verify_nonce_signature(
+                    match crate::crypto::nonce::verify_nonce_signature(
                         &info.public_key,
                         &nonce.borrow(),
                         &info.signature,
@@ -416,11 +416,13 @@ impl Provisioner {
                 "private key received from helper but server {identity} did not start Diffie-Hellman exchange"
             )));
         }
-        super::crypto::encrypt_key_for_node(&answer.key, &a.ecdh_public).map_err(|e| {
-            failed(format!(
-                "could not encrypt the private key for {identity}: {e}"
-            ))
-        })
+        crate::crypto::key_transport::encrypt_key_for_node(&answer.key, &a.ecdh_public).map_err(
+            |e| {
+                failed(format!(
+                    "could not encrypt the private key for {identity}: {e}"
+                ))
+            },
+        )
     }
 
     fn upgrade(

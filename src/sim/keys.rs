@@ -38,9 +38,9 @@ use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::{EncodePublicKey as _, SubjectPublicKeyInfoOwned};
 use x509_cert::time::Validity;
 
-use crate::choria::protocol::ids;
-use crate::host::pem;
-use crate::host::tokens::{ProvisioningClaims, SigningKey, StandardClaims};
+use crate::crypto::ids;
+use crate::crypto::jwt::{ProvisioningClaims, SigningKey, StandardClaims};
+use crate::crypto::pem;
 
 /// What to make.
 #[derive(Debug, Clone)]
@@ -596,8 +596,7 @@ mod tests {
             Duration::from_secs(60),
         )
         .unwrap();
-        let claims: serde_json::Value =
-            crate::choria::client_jwt::unverified_claims(&token).unwrap();
+        let claims: serde_json::Value = crate::crypto::jwt::unverified_claims(&token).unwrap();
         assert_eq!(claims["ou"], "choria");
     }
 }

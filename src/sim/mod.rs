@@ -30,8 +30,9 @@ use serde::Serialize;
 use crate::choria::bus::{Bus, Subscription};
 use crate::choria::lifecycle::Event;
 use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
-use crate::choria::protocol::{self, ids, Protocol};
+use crate::choria::protocol::{self, Protocol};
 use crate::choria::subject::{Subject, SubjectFilter};
+use crate::crypto::ids;
 pub use faults::{Fault, Faults};
 pub use node::{AfterRestart, CsrKey, Node, Phase};
 use timer::Timer;
@@ -250,8 +251,8 @@ impl Sim {
         let jwt = match options.jwt.take() {
             Some(jwt) => {
                 // Read unverified, as a server reads its own provisioning.jwt.
-                let claims: crate::host::tokens::ProvisioningClaims =
-                    verify::unverified_claims(jwt.trim()).map_err(|e| {
+                let claims: crate::crypto::jwt::ProvisioningClaims =
+                    crate::crypto::jwt::unverified_claims(jwt.trim()).map_err(|e| {
                         invalid(format!("the provisioning JWT does not parse: {e}"))
                     })?;
                 if claims.cht.is_empty() {
@@ -389,7 +390,7 @@ impl Sim {
                     rpcs: n.rpcs.clone(),
                     configuration: n.configuration.clone(),
                     private_key: n.private_key.as_ref().map(|der| {
-                        crate::host::pem::encode(&crate::host::pem::Block {
+                        crate::crypto::pem::encode(&crate::crypto::pem::Block {
                             label: "RSA PRIVATE KEY".into(),
                             headers: vec![],
                             der: der.clone(),

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::choria::protocol::ids::{hex, random_bytes};
 use crate::choria::protocol::mcorpc::{RpcReply, StatusCode};
-use crate::host::{crypto, pem};
+use crate::crypto::ids::{hex, random_bytes};
+use crate::crypto::{key_transport as crypto, pem};
 
 /// The setting that turns provisioning mode on or off.
 pub const PROVISION_KEY: &str = "plugin.choria.server.provision";
@@ -533,7 +533,7 @@ impl Node {
 
     fn decrypt(&self, key: &str, ecdh_public: &str) -> Result<Vec<u8>, String> {
         let secret = self.ecdh.ok_or("private key not set")?;
-        let theirs: [u8; 32] = crate::choria::protocol::ids::unhex(ecdh_public)
+        let theirs: [u8; 32] = crate::crypto::ids::unhex(ecdh_public)
             .and_then(|k| k.try_into().ok())
             .ok_or("invalid ecdh_public")?;
         let shared = x25519_dalek::StaticSecret::from(secret)
@@ -614,8 +614,8 @@ impl Node {
             let Some(seed) = &self.seed else {
                 return back("the choria security provider has no server.seed".into());
             };
-            let claims: crate::host::tokens::ServerClaims =
-                match super::verify::unverified_claims(token) {
+            let claims: crate::crypto::jwt::ServerClaims =
+                match crate::crypto::jwt::unverified_claims(token) {
                     Ok(c) => c,
                     Err(e) => return back(format!("server.jwt does not parse: {e}")),
                 };

@@ -7,14 +7,14 @@
 use ring::signature::{UnparsedPublicKey, ED25519};
 use serde::de::DeserializeOwned;
 
-use crate::choria::protocol::ids;
-use crate::host::tokens::{
+use crate::crypto::ids;
+use crate::crypto::jwt::{
     check_times, verify_jws, ServerClaims, StandardClaims, VerifyKey, CHAIN_ISSUER_PREFIX,
     SERVER_PURPOSE,
 };
 
 /// The claims of a token, read without verifying it.
-pub use crate::choria::client_jwt::unverified_claims;
+use crate::crypto::jwt::unverified_claims;
 
 fn ed25519_verify(public_hex: &str, message: &str, signature_hex: &str) -> Result<(), String> {
     let public = ids::unhex(public_hex).ok_or("a public key is not hex")?;

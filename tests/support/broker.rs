@@ -41,10 +41,11 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use choria_provisioner::choria::client_config::ClientConfig;
-use choria_provisioner::choria::client_jwt::{unverified_claims, ClientClaims};
-use choria_provisioner::choria::protocol::ids;
+use choria_provisioner::choria::client_jwt::ClientClaims;
 use choria_provisioner::config::Config;
-use choria_provisioner::host::tokens::{
+use choria_provisioner::crypto::ids;
+use choria_provisioner::crypto::jwt::unverified_claims;
+use choria_provisioner::crypto::jwt::{
     verify_provisioning_token, ServerClaims, VerifyKey, CLIENT_ID_PURPOSE, SERVER_PURPOSE,
 };
 use choria_provisioner::sim::keys::{write_keys, KeysOptions};

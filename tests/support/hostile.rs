@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
-use choria_provisioner::choria::protocol::{self, ids, DecodedRequest};
+use choria_provisioner::choria::protocol::{self, DecodedRequest};
+use choria_provisioner::crypto::ids;
 use parking_lot::Mutex;
 
 /// What the attacker saw and did.

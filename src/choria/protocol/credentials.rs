@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use ring::signature::{Ed25519KeyPair, KeyPair, RsaKeyPair, RSA_PKCS1_SHA256};
 
@@ -63,7 +63,8 @@ impl Credentials {
 
     /// An RSA credential from a private key PEM (PKCS#1 or PKCS#8) and a certificate.
     pub fn rsa(key_pem: &str, cert_pem: &str) -> Result<Credentials, ProtocolError> {
-        let (label, der) = pem_block(key_pem).ok_or_else(|| err("the key is not PEM"))?;
+        let block = crate::crypto::pem::decode(key_pem).ok_or_else(|| err("the key is not PEM"))?;
+        let (label, der) = (block.label, block.der);
         let key = match label.as_str() {
             "RSA PRIVATE KEY" => RsaKeyPair::from_der(&der),
             "PRIVATE KEY" => RsaKeyPair::from_pkcs8(&der),
@@ -113,28 +114,12 @@ impl Credentials {
     /// The hex public key of an ed25519 credential.
     pub fn ed25519_public_hex(&self) -> Option<String> {
         match self {
-            Credentials::Ed25519 { key, .. } => Some(super::ids::hex(key.public_key().as_ref())),
+            Credentials::Ed25519 { key, .. } => {
+                Some(crate::crypto::ids::hex(key.public_key().as_ref()))
+            }
             _ => None,
         }
     }
-}
-
-/// The first PEM block of `text`: its label and DER bytes.
-fn pem_block(text: &str) -> Option<(String, Vec<u8>)> {
-    let start = text.find("-----BEGIN ")?;
-    let rest = &text[start + 11..];
-    let label_end = rest.find("-----")?;
-    let label = rest[..label_end].to_string();
-    let body = &rest[label_end + 5..];
-    // The END line is looked for after the BEGIN line only: found earlier (as in
-    // `-----BEGIN -----END -----`) it would make the body's end precede its start.
-    let end = body.find(&format!("-----END {label}-----"))?;
-    let body: String = body[..end]
-        .lines()
-        .filter(|l| !l.contains(':'))
-        .flat_map(|l| l.trim().chars())
-        .collect();
-    STANDARD.decode(body).ok().map(|der| (label, der))
 }
 
 /// go-choria's certname: `$MCOLLECTIVE_CERTNAME`, else the identity when running as
@@ -197,7 +182,7 @@ pub fn client_identity(
             )?;
             let jwt = jwt.trim();
             let seed_hex = read(client.get("plugin.security.choria.seed_file"), "seed file")?;
-            let seed = super::ids::unhex(seed_hex.trim())
+            let seed = crate::crypto::ids::unhex(seed_hex.trim())
                 .ok_or_else(|| err("the seed file is not hex"))?;
             let caller = jwt_caller_id(jwt)?;
             Ok((
@@ -231,12 +216,9 @@ mod tests {
             "-----BEGIN ",
             "x-----BEGIN -----",
         ] {
-            assert_eq!(pem_block(text), None, "{text:?}");
+            assert!(crate::crypto::pem::decode(text).is_none(), "{text:?}");
+            assert!(Credentials::rsa(text, "").is_err(), "{text:?}");
         }
-        assert_eq!(
-            pem_block("-----BEGIN K-----\nAAEC\n-----END K-----\n"),
-            Some(("K".to_string(), vec![0, 1, 2]))
-        );
         assert!(Credentials::rsa("-----BEGIN -----END -----", "").is_err());
     }
 }

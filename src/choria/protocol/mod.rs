@@ -11,7 +11,6 @@
 mod credentials;
 mod debug;
 pub mod gojson;
-pub mod ids;
 pub mod mcorpc;
 mod v1;
 mod v2;
@@ -22,7 +21,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use super::identity::shown;
+use crate::crypto::ids;
+use crate::untrusted::shown;
 
 pub use credentials::{certname, client_identity, Credentials};
 

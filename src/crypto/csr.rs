@@ -11,8 +11,8 @@
 //! What it must never do: panic on any reply content, or verify/sign anything (the CSR
 //! signature is deliberately not checked, as in Go; signing is the helper's business).
 
-use crate::choria::identity::shown;
-use crate::host::pem;
+use crate::crypto::pem;
+use crate::untrusted::shown;
 use der::asn1::{Ia5StringRef, PrintableStringRef, TeletexStringRef, Utf8StringRef};
 use der::oid::ObjectIdentifier;
 use der::{Decode, Tag, Tagged};

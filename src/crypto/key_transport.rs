@@ -2,16 +2,15 @@
 //! agreement with the node's `ecdh_public`, and Go's legacy `x509.EncryptPEMBlock`
 //! (AES-256-CBC, OpenSSL `EVP_BytesToKey` with MD5) keyed with the raw shared secret.
 //! Deprecated cryptography, kept byte-compatible because every deployed server
-//! decrypts exactly this; do not "improve" it. Also the `gen25519` nonce and its
-//! signature check.
+//! decrypts exactly this; do not "improve" it.
 
 use aes::cipher::{block_padding::Pkcs7, BlockDecryptMut, BlockEncryptMut, KeyIvInit};
 use md5::{Digest, Md5};
 use ring::agreement::{agree_ephemeral, EphemeralPrivateKey, UnparsedPublicKey, X25519};
 use ring::rand::SystemRandom;
 
+use super::ids::{hex, random_bytes, unhex as hexdec};
 use super::pem::{self, Block};
-use crate::choria::protocol::ids::{hex, random_bytes, unhex as hexdec, v1_request_id};
 
 type Enc = cbc::Encryptor<aes::Aes256>;
 type Dec = cbc::Decryptor<aes::Aes256>;
@@ -93,43 +92,6 @@ pub fn encrypt_key_for_node(
     )
     .map_err(|_| "the node's ecdh_public is not a usable X25519 key")?;
     Ok((pem, hex(our_public.as_ref())))
-}
-
-/// A `gen25519` nonce: 32 lowercase hex characters, new for every try.
-pub fn new_nonce() -> String {
-    v1_request_id()
-}
-
-/// Checks a `gen25519` reply as Go does, with the lengths checked first (Go's
-/// `ed25519.Verify` panics on a key that is not 32 bytes).
-pub fn verify_nonce_signature(
-    public_key_hex: &str,
-    nonce: &str,
-    signature_hex: &str,
-) -> Result<(), String> {
-    if public_key_hex.is_empty() {
-        return Err("no public key received".into());
-    }
-    if signature_hex.is_empty() {
-        return Err("no signature received".into());
-    }
-    let public = hexdec(public_key_hex).ok_or("invalid public key received: not hex")?;
-    if public.len() != 32 {
-        return Err(format!(
-            "invalid public key received: {} bytes, not 32",
-            public.len()
-        ));
-    }
-    let signature = hexdec(signature_hex).ok_or("invalid signature")?;
-    if signature.len() != 64 {
-        return Err(format!(
-            "invalid signature: {} bytes, not 64",
-            signature.len()
-        ));
-    }
-    ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, &public)
-        .verify(nonce.as_bytes(), &signature)
-        .map_err(|_| "invalid nonce signature".to_string())
 }
 
 #[cfg(test)]
@@ -218,35 +180,5 @@ mod tests {
         assert!(encrypt_key_for_node(&key_pem, &"zz".repeat(32)).is_err());
         // The all-zero point is a low-order point: no usable shared secret.
         assert!(encrypt_key_for_node(&key_pem, &"00".repeat(32)).is_err());
-    }
-
-    #[test]
-    fn the_nonce_signature_vector_and_its_failures() {
-        let public = "b012ef1e447947b3cdaf3f6e9459342407e24e597ec5b4ceccac8ab5cb03a6e9";
-        let nonce = "6f0c3b9e2a4d4f1c8b7e5d3a2c1b0f9e";
-        let sig = "ed441a6ca0a293309266a2e30a72b8cc19c6c8b4e3816a683398f2bc1cc1c15c0eaf07ff94022e68f156da33aaf4e7c3eeea5a18e6b1a2f54fa5d7745afaec09";
-        assert_eq!(verify_nonce_signature(public, nonce, sig), Ok(()));
-        assert_eq!(
-            verify_nonce_signature(public, "other", sig).unwrap_err(),
-            "invalid nonce signature"
-        );
-        assert_eq!(
-            verify_nonce_signature("", nonce, sig).unwrap_err(),
-            "no public key received"
-        );
-        assert_eq!(
-            verify_nonce_signature(public, nonce, "").unwrap_err(),
-            "no signature received"
-        );
-        assert!(verify_nonce_signature(&public[..62], nonce, sig)
-            .unwrap_err()
-            .contains("31 bytes"));
-        assert!(verify_nonce_signature("xyz", nonce, sig)
-            .unwrap_err()
-            .contains("not hex"));
-        assert!(verify_nonce_signature(public, nonce, &sig[..10])
-            .unwrap_err()
-            .contains("5 bytes"));
-        assert_eq!(new_nonce().len(), 32);
     }
 }

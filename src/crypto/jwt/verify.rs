@@ -1,0 +1,143 @@
+//! JWS verification of a node's provisioning JWT (RS256/384/512 and EdDSA only).
+
+use super::*;
+use base64::Engine;
+use ring::signature::{self};
+use serde::Deserialize;
+
+// ------------------------------------------------------------------------- verification
+
+/// The header fields we read.
+#[derive(Deserialize)]
+pub(super) struct Header {
+    #[serde(default)]
+    alg: String,
+}
+
+/// Splits, decodes and signature-checks a compact JWS against `key`; returns the claims bytes.
+pub(crate) fn verify_jws(token: &str, key: &VerifyKey) -> Result<Vec<u8>, TokenError> {
+    if token.is_empty() {
+        return Err(TokenError::NoJwt);
+    }
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(TokenError::TooLarge(token.len()));
+    }
+    let parts: Vec<&str> = token.split('.').collect();
+    if parts.len() != 3 {
+        return Err(TokenError::Malformed(
+            "token contains an invalid number of segments".into(),
+        ));
+    }
+    let header_bytes = B64URL
+        .decode(parts[0])
+        .map_err(|_| TokenError::Malformed("could not base64 decode header".into()))?;
+    let header: Header = serde_json::from_slice(&header_bytes)
+        .map_err(|_| TokenError::Malformed("could not JSON decode header".into()))?;
+    let claims = B64URL
+        .decode(parts[1])
+        .map_err(|_| TokenError::Malformed("could not base64 decode claim".into()))?;
+    let alg: &'static signature::RsaParameters = match header.alg.as_str() {
+        "RS256" => &signature::RSA_PKCS1_2048_8192_SHA256,
+        "RS384" => &signature::RSA_PKCS1_2048_8192_SHA384,
+        "RS512" => &signature::RSA_PKCS1_2048_8192_SHA512,
+        "EdDSA" => {
+            let VerifyKey::Ed25519(pk) = key else {
+                return Err(TokenError::Ed25519KeyRequired);
+            };
+            let sig = B64URL
+                .decode(parts[2])
+                .map_err(|_| TokenError::BadSignature)?;
+            let signed = &token[..parts[0].len() + 1 + parts[1].len()];
+            signature::UnparsedPublicKey::new(&signature::ED25519, pk)
+                .verify(signed.as_bytes(), &sig)
+                .map_err(|_| TokenError::BadSignature)?;
+            return Ok(claims);
+        }
+        other => {
+            let shown: String = other.chars().take(32).collect();
+            return Err(TokenError::UnsupportedAlgorithm(shown));
+        }
+    };
+    let VerifyKey::Rsa(pkcs1) = key else {
+        return Err(TokenError::RsaKeyRequired);
+    };
+    let sig = B64URL
+        .decode(parts[2])
+        .map_err(|_| TokenError::BadSignature)?;
+    let signed = &token[..parts[0].len() + 1 + parts[1].len()];
+    signature::UnparsedPublicKey::new(alg, pkcs1)
+        .verify(signed.as_bytes(), &sig)
+        .map_err(|_| TokenError::BadSignature)?;
+    Ok(claims)
+}
+
+/// golang-jwt v5's time checks: `exp` and `nbf` only when present, no leeway, `iat` ignored.
+pub(crate) fn check_times(std: &StandardClaims, now: i64) -> Result<(), TokenError> {
+    if let Some(exp) = std.exp {
+        if now >= exp {
+            return Err(TokenError::Expired);
+        }
+    }
+    if let Some(nbf) = std.nbf {
+        if now < nbf {
+            return Err(TokenError::NotValidYet);
+        }
+    }
+    Ok(())
+}
+
+/// Verifies a node's provisioning JWT at time `now` (Unix seconds), `spec/tokens.md` §2.1:
+/// signature (RS256/384/512 with an RSA key, EdDSA with an ed25519 key, nothing else), `exp` and
+/// `nbf` when present, `purpose` or `sub` equal to `choria_provisioning`, `ou` defaulted to
+/// `choria`, and for a token carrying `tcs` the chain-issuer rule (`iss` starts with `C-`,
+/// `issexp` set, and the earlier of `exp`/`issexp` not passed).
+pub fn verify_provisioning_token(
+    token: &str,
+    key: &VerifyKey,
+    now: i64,
+) -> Result<ProvisioningClaims, TokenError> {
+    let claims_json = verify_jws(token, key)?;
+    let mut claims: ProvisioningClaims = serde_json::from_slice(&claims_json).map_err(|e| {
+        TokenError::Malformed(format!(
+            "could not JSON decode claim: {}",
+            crate::json_text::describe(&e)
+        ))
+    })?;
+    check_times(&claims.standard, now)?;
+    let s = &claims.standard;
+    if s.sub != PROVISIONING_PURPOSE && s.purpose != PROVISIONING_PURPOSE {
+        return Err(TokenError::NotProvisioningToken);
+    }
+    if claims.ou.is_empty() {
+        claims.ou = DEFAULT_ORG.to_string();
+    }
+    if !s.tcs.is_empty() {
+        let chained = s.iss.starts_with(CHAIN_ISSUER_PREFIX);
+        let expire = match (s.exp, s.issexp) {
+            (Some(e), Some(i)) => Some(e.min(i)),
+            (None, Some(i)) => Some(i),
+            _ => None,
+        };
+        match expire {
+            Some(t) if chained && now < t => {}
+            _ => return Err(TokenError::IssuerExpired),
+        }
+    }
+    Ok(claims)
+}
+
+/// [`verify_provisioning_token`] at the current system time.
+pub fn verify_provisioning_token_now(
+    token: &str,
+    key: &VerifyKey,
+) -> Result<ProvisioningClaims, TokenError> {
+    verify_provisioning_token(token, key, unix_now())
+}
+
+/// The current Unix time in seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

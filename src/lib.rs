@@ -6,6 +6,7 @@
 pub mod backoff;
 pub mod choria;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod host;

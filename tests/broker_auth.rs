@@ -20,7 +20,7 @@ use choria_provisioner::config::Config;
 use choria_provisioner::crypto::ids;
 use choria_provisioner::crypto::jwt::SigningKey;
 use choria_provisioner::metrics::Metrics;
-use choria_provisioner::sim::keys::ed25519_public_hex;
+use choria_provisioner::sim::keygen::ed25519_public_hex;
 use crossbeam_channel::bounded;
 use support::broker::{ChoriaBroker, Landing, Network, PROVISIONING_PASSWORD};
 use support::TempDir;
@@ -66,7 +66,7 @@ impl Setup {
     fn client(&self) -> ClientConfig {
         let config = Config::load(&self.yaml).unwrap().config;
         let mut client = ClientConfig::load(&self.cfg).unwrap();
-        client.apply_provisioner_overrides(&config);
+        choria_provisioner::cli::apply_provisioner_overrides(&mut client, &config);
         client
     }
 
@@ -127,7 +127,7 @@ fn seed_of(rig: &ChoriaBroker, name: &str) -> [u8; 32] {
 
 /// A client JWT signed by the rig's issuer for the signer's key, with `claims` merged in.
 fn client_jwt(rig: &ChoriaBroker, claims: serde_json::Value) -> String {
-    let now = ids::unix_now() as i64;
+    let now = choria_provisioner::clock::unix_now() as i64;
     let issuer = seed_of(rig, "issuer.seed");
     let public = std::fs::read_to_string(rig.path("signer.public")).unwrap();
     let mut all = serde_json::json!({
@@ -394,7 +394,7 @@ fn a_jwt_without_the_provisioner_permission_is_refused_and_we_say_so() {
 fn an_expired_jwt_is_not_sent_by_us_and_refused_by_the_broker() {
     let rig = ChoriaBroker::start(Network::Issuer);
     let scratch = TempDir::new("expired");
-    let now = ids::unix_now() as i64;
+    let now = choria_provisioner::clock::unix_now() as i64;
     let token = client_jwt(&rig, serde_json::json!({"exp": now - 5}));
     let setup = Setup::new(&rig, PROVISIONING_PASSWORD, |cfg| {
         without_certificate(with_token(&scratch, &token)(cfg))

@@ -108,7 +108,7 @@ fn provisioner_overrides_apply() {
         SecurityProvider::Puppet,
         "go-choria's default"
     );
-    c.apply_provisioner_overrides(&config);
+    choria_provisioner::cli::apply_provisioner_overrides(&mut c, &config);
     assert_eq!(c.collectives, ["provisioning"]);
     assert_eq!(c.main_collective, "provisioning");
     assert_eq!(c.security_provider, SecurityProvider::File);

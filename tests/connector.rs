@@ -29,7 +29,7 @@ fn client(dir: &TempDir, url: &str, cfg: &str, yaml: &str) -> ClientConfig {
     let yaml = dir.write("p.yaml", &format!("helper: {}\n{yaml}", helper.display()));
     let config = Config::load(&yaml).unwrap().config;
     let mut c = ClientConfig::load(&path).unwrap();
-    c.apply_provisioner_overrides(&config);
+    choria_provisioner::cli::apply_provisioner_overrides(&mut c, &config);
     c
 }
 

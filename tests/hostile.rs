@@ -268,7 +268,7 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
     let attacker_public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret));
     let attacker_public = choria_provisioner::crypto::ids::hex(attacker_public.as_bytes());
     // A valid provisioning JWT, as every provisioning-mode node holds one.
-    let jwt = choria_provisioner::sim::keys::provisioning_jwt(
+    let jwt = choria_provisioner::sim::keygen::provisioning_jwt(
         &ISSUER_SEED,
         "s3cret",
         &server.url(),
@@ -387,7 +387,7 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
             request,
             "attacker.example.net",
             &reply.encode(),
-            choria_provisioner::crypto::ids::unix_nanos(),
+            choria_provisioner::clock::unix_nanos(),
             None,
         );
         let to = &request.reply_to;
@@ -518,7 +518,7 @@ fn forged_resignations_during_ha_never_make_a_second_leader() {
         "id": "forged",
         "identity": leader.identity,
         "component": "provisioner",
-        "timestamp": choria_provisioner::crypto::ids::unix_now(),
+        "timestamp": choria_provisioner::clock::unix_now(),
     });
     // And resignations with every revision the key can have had: the broker refuses
     // them, a node may not publish on provisioning.provisioner.>.
@@ -590,7 +590,7 @@ fn hostile_jwts_csrs_and_keys_from_nodes_fail_those_nodes_with_their_own_error()
     support::logs::capture();
     let server = NatsServer::start();
     let dir = TempDir::new("hostile-tokens");
-    let now = choria_provisioner::crypto::ids::unix_now() as i64;
+    let now = choria_provisioner::clock::unix_now() as i64;
     let claims = |exp: serde_json::Value| {
         serde_json::json!({"purpose": "choria_provisioning", "cht": "s3cret", "chu": server.url(),
             "iat": now, "exp": exp, "iss": "issuer", "ou": "choria"})

@@ -17,7 +17,6 @@ use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, Sta
 use choria_provisioner::choria::protocol::{self, Protocol};
 use choria_provisioner::choria::rpc::{RpcClient, RpcError};
 use choria_provisioner::config::Config;
-use choria_provisioner::crypto::ids;
 use choria_provisioner::metrics::Metrics;
 use crossbeam_channel::bounded;
 use support::{NatsServer, TempDir};
@@ -51,7 +50,7 @@ fn responder(server: &NatsServer, identity: &str, mode: Mode) -> nats::Connectio
             return Ok(());
         };
         if request
-            .validate_for_provisioning(Protocol::V1, ids::unix_now() as i64)
+            .validate_for_provisioning(Protocol::V1, choria_provisioner::clock::unix_now() as i64)
             .is_err()
         {
             return Ok(());
@@ -68,8 +67,13 @@ fn responder(server: &NatsServer, identity: &str, mode: Mode) -> nats::Connectio
         } else {
             me.as_str()
         };
-        let mut payload =
-            protocol::encode_reply(&request, sender, &reply.encode(), ids::unix_nanos(), None);
+        let mut payload = protocol::encode_reply(
+            &request,
+            sender,
+            &reply.encode(),
+            choria_provisioner::clock::unix_nanos(),
+            None,
+        );
         if mode == Mode::WrongHash {
             payload = forge_hash(&payload);
         }
@@ -110,7 +114,7 @@ fn discovery_responders(server: &NatsServer, count: usize) -> nats::Connection {
                 &request,
                 &format!("node-{n}"),
                 b"pong",
-                ids::unix_nanos(),
+                choria_provisioner::clock::unix_nanos(),
                 None,
             );
             publisher.publish(&request.reply_to, payload)?;
@@ -147,7 +151,7 @@ fn client(server: &NatsServer, dir: &TempDir) -> RpcClient {
     );
     let config = Config::load(&yaml).unwrap().config;
     let mut c = ClientConfig::load(&cfg).unwrap();
-    c.apply_provisioner_overrides(&config);
+    choria_provisioner::cli::apply_provisioner_overrides(&mut c, &config);
     let metrics = Arc::new(Metrics::new("t").unwrap());
     let (_stop, shutdown) = bounded::<()>(0);
     let conn = Connector::connect(&c, &metrics, &shutdown).unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use argh::FromArgs;
 use choria_provisioner::config::parse_duration;
-use choria_provisioner::sim::keys::{write_keys, KeysOptions};
+use choria_provisioner::sim::keygen::{write_keys, KeysOptions};
 use choria_provisioner::sim::{CsrKey, Faults, Sim, SimOptions};
 
 /// Writes an issuer, a provisioning JWT, a server-JWT signing key and token, a TLS CA

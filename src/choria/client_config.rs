@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::{parse_duration, Config, Problem, Secret};
+use crate::config::{parse_duration, Problem, Secret};
 
 /// The longest `discovery_timeout` accepted. It is added to every RPC's timeout and
 /// to the discovery deadline, so it is bounded where it is read: no sum of timeouts
@@ -404,21 +404,6 @@ impl ClientConfig {
     /// A raw setting as written (after `plugin.d` merging), e.g. `plugin.choria.ssldir`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.raw.get(key).map(|s| s.as_str())
-    }
-
-    /// Applies what the daemon overrides in code (`cmd/provisioner.go:61-79`):
-    /// collectives, insecure mode and the provisioning broker account.
-    pub fn apply_provisioner_overrides(&mut self, config: &Config) {
-        self.collectives = vec!["provisioning".into()];
-        self.main_collective = "provisioning".into();
-        if config.choria_insecure {
-            self.insecure = true;
-            self.security_provider = SecurityProvider::File;
-        }
-        if !config.broker_provisioning_password.is_empty() {
-            self.nats_user = "provisioner".into();
-            self.nats_pass = config.broker_provisioning_password.clone();
-        }
     }
 
     /// The per-try RPC timeout for an agent whose DDL timeout is `agent_timeout`

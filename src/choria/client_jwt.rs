@@ -321,7 +321,7 @@ pub fn inspect(
             format!(
                 "the client JWT of {caller} expired at {}; go-choria's client refuses to sign \
                  a connection nonce with it and brokers refuse it: issue a new one",
-                crate::logging::rfc3339(exp as f64)
+                crate::clock::rfc3339(exp as f64)
             ),
         ));
     }
@@ -330,7 +330,7 @@ pub fn inspect(
             key,
             format!(
                 "the client JWT of {caller} is not valid before {}: brokers refuse it until then",
-                crate::logging::rfc3339(nbf as f64)
+                crate::clock::rfc3339(nbf as f64)
             ),
         ));
     }

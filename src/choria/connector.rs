@@ -40,7 +40,6 @@ use crate::metrics::Metrics;
 use super::bus::Bus;
 use super::client_config::{split_broker_url, ClientConfig, SecurityProvider, UrlCredentials};
 use super::client_jwt::{self, ClientJwt, Seed, PROVISIONER_USER};
-use crate::crypto::ids;
 
 /// Why no connection was made.
 #[derive(Debug)]
@@ -179,7 +178,7 @@ impl Credentials {
                     "Cannot sign the connection nonce: the client JWT of {} in {} expired at {}",
                     jwt.caller_id(),
                     jwt.path(),
-                    crate::logging::rfc3339(exp as f64)
+                    crate::clock::rfc3339(exp as f64)
                 );
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::PermissionDenied,
@@ -361,7 +360,7 @@ impl Dialer {
             self.credentials.describe(),
             self.tls.describe()
         );
-        let checked = client_jwt::check(&self.client, false, ids::unix_now() as i64);
+        let checked = client_jwt::check(&self.client, false, crate::clock::unix_now() as i64);
         let findings: Vec<String> = checked
             .iter()
             .flat_map(|c| c.errors.iter().chain(&c.warnings))
@@ -393,7 +392,7 @@ impl Dialer {
         } else {
             let credentials = Arc::clone(&self.credentials);
             nats::Options::with_connect_credentials(move |nonce| {
-                credentials.build(nonce, ids::unix_now() as i64)
+                credentials.build(nonce, crate::clock::unix_now() as i64)
             })
         };
         callbacks(
@@ -610,7 +609,7 @@ mod tests {
         let verify = |nonce: &[u8], sig: &str| {
             ring::signature::UnparsedPublicKey::new(
                 &ring::signature::ED25519,
-                ids::unhex(PUBLIC_HEX).unwrap(),
+                crate::crypto::ids::unhex(PUBLIC_HEX).unwrap(),
             )
             .verify(nonce, &URL_SAFE_NO_PAD.decode(sig).unwrap())
             .is_ok()

@@ -54,7 +54,7 @@ impl Event {
             id: ids::uuid_v4(),
             identity: identity.to_string(),
             component: component.to_string(),
-            timestamp: ids::unix_now() as i64,
+            timestamp: crate::clock::unix_now() as i64,
             version: version.to_string(),
             new_version: String::new(),
         }
@@ -74,7 +74,7 @@ impl Event {
             "type": self.protocol,
             "subject": self.identity,
             "datacontenttype": "application/json",
-            "time": crate::logging::rfc3339(self.timestamp as f64),
+            "time": crate::clock::rfc3339(self.timestamp as f64),
             "data": self,
         }))
     }

@@ -39,10 +39,7 @@ pub fn check(inv: &Invocation) -> i32 {
                     }
                 );
                 if let Some(exp) = claims.exp {
-                    println!(
-                        "client_jwt_expires: {}",
-                        crate::logging::rfc3339(exp as f64)
-                    );
+                    println!("client_jwt_expires: {}", crate::clock::rfc3339(exp as f64));
                 }
             }
             println!(

@@ -3,11 +3,13 @@
 
 pub mod args;
 mod check;
+mod overrides;
 mod pidfile;
 mod prepare;
 mod run;
 mod signals;
 
+pub use overrides::apply_provisioner_overrides;
 pub use pidfile::PidFile;
 pub use prepare::{prepare, Prepared};
 

@@ -91,12 +91,12 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
                     .map(|w| format!("{}: {w}", choria_path.display())),
             );
             if let Some(config) = &config {
-                client.apply_provisioner_overrides(config);
+                crate::cli::apply_provisioner_overrides(&mut client, config);
                 let mut problems = client.validate();
                 // The client JWT as a Choria broker will judge it, when the files
                 // could be read at all.
                 if problems.is_empty() {
-                    let now = crate::crypto::ids::unix_now() as i64;
+                    let now = crate::clock::unix_now() as i64;
                     if let Some(checked) = client_jwt::check(&client, config.leader_election, now) {
                         problems.extend(checked.errors);
                         warnings.extend(
@@ -129,7 +129,7 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
     // would refuse.
     if let Some(config) = &config {
         if lines.is_empty() {
-            if let Err(e) = crate::host::keys::Keys::load(config) {
+            if let Err(e) = crate::host::key_material::KeyMaterial::load(config) {
                 lines.push(format!("Provisioning could not be configured: {e}"));
             }
         }

@@ -8,12 +8,12 @@
 //! the bottom layer that everything else reads.
 
 mod duration;
-mod keys;
 mod pause;
 mod problem;
 mod secret;
 pub mod shell_words;
 mod validate;
+mod yaml_keys;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -222,7 +222,7 @@ impl Config {
         let mut config = Config::defaults(path);
         let mut problems = Vec::new();
         let mut warnings = Vec::new();
-        keys::apply_yaml(&mut config, bytes, &mut problems, &mut warnings);
+        yaml_keys::apply_yaml(&mut config, bytes, &mut problems, &mut warnings);
         if problems.iter().all(|p| p.key != "(file)") {
             validate::validate(&config, &mut problems, &mut warnings);
         }
@@ -238,7 +238,7 @@ impl Config {
 
     /// The effective configuration as YAML, secrets shown as `***`, for `check`.
     pub fn effective_yaml(&self) -> String {
-        keys::effective_yaml(self)
+        yaml_keys::effective_yaml(self)
     }
 
     /// The discovery stale limit: entries waiting longer than this are given up.

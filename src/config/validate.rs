@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::keys::strip_slashes;
 use super::shell_words::{find_program, split};
+use super::yaml_keys::strip_slashes;
 use super::{Config, LogTarget, Problem};
 
 /// Checks `c` and appends every problem and warning found.

@@ -118,23 +118,7 @@ pub fn ksuid_time(ksuid: &str) -> Option<u64> {
 pub fn ksuid() -> String {
     let mut payload = [0u8; 16];
     random_bytes(&mut payload);
-    ksuid_from(unix_now(), payload)
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// Nanoseconds since the Unix epoch.
-pub fn unix_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
+    ksuid_from(crate::clock::unix_now(), payload)
 }
 
 #[cfg(test)]

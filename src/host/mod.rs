@@ -1,11 +1,13 @@
 //! Everything that happens to one server: the provisioning sequence and its crypto.
 
+pub mod failure;
 pub mod helper;
-pub mod keys;
+pub mod key_material;
+pub mod node_rpc;
 pub mod outcome;
 pub mod pipes;
 mod proctree;
 mod redact;
-pub mod rpc;
+pub mod retry;
 pub mod sequence;
 pub mod version;

@@ -6,9 +6,11 @@ use std::fmt;
 /// The end of one attempt for one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Configured and restarted, or shut down: keep the identity known for the
-    /// cool-down (60 s) so that a late discovery reply does not queue it again.
+    /// Configured and restarted: keep the identity known for the cool-down (60 s) so
+    /// that a late discovery reply does not queue it again.
     Done,
+    /// Shut down as the helper asked: kept for the cool-down too.
+    ShutDown,
     /// An upgrade was started: forget the identity at once so the upgraded node is
     /// provisioned as soon as it comes back.
     Upgraded,
@@ -16,6 +18,13 @@ pub enum Outcome {
     Deferred(String),
     /// The attempt failed; the message says which step, which node and why.
     Failed(String),
+    /// The node waited too long in the queue (Go's stale rule); it is found again.
+    Stale(String),
+    /// The node's CSR was refused (`pki`).
+    RefusedCsr(String),
+    /// Another provisioner holds the node's provisioning lock: not an error; its
+    /// owner (or anyone, once the lock expires) finishes it.
+    Locked(String),
     /// Nobody subscribes to the node's subject: no server is there (a made-up
     /// identity, or a node that left). Forgotten at once; queued again only when seen
     /// again.
@@ -29,12 +38,44 @@ pub enum Outcome {
 impl Outcome {
     /// True for the outcomes Go counts in `provisioned`.
     pub fn is_success(&self) -> bool {
-        matches!(self, Outcome::Done | Outcome::Upgraded)
+        matches!(self, Outcome::Done | Outcome::ShutDown | Outcome::Upgraded)
+    }
+
+    /// True for the outcomes Go counts in `provision_errors`.
+    pub fn is_error(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Deferred(_)
+                | Outcome::Failed(_)
+                | Outcome::Stale(_)
+                | Outcome::RefusedCsr(_)
+                | Outcome::Contested(_)
+        )
+    }
+
+    /// The `outcome` label: `provisioned`, `shut_down`, `upgraded`, `deferred`,
+    /// `failed`, `stale`, `refused_csr`, `unreachable`, `contested` or `locked`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Done => "provisioned",
+            Outcome::ShutDown => "shut_down",
+            Outcome::Upgraded => "upgraded",
+            Outcome::Deferred(_) => "deferred",
+            Outcome::Failed(_) => "failed",
+            Outcome::Stale(_) => "stale",
+            Outcome::RefusedCsr(_) => "refused_csr",
+            Outcome::Unreachable(_) => "unreachable",
+            Outcome::Contested(_) => "contested",
+            Outcome::Locked(_) => "locked",
+        }
     }
 
     /// True when the identity should stay known for the cool-down period.
     pub fn needs_cooldown(&self) -> bool {
-        matches!(self, Outcome::Done | Outcome::Contested(_))
+        matches!(
+            self,
+            Outcome::Done | Outcome::ShutDown | Outcome::Contested(_)
+        )
     }
 }
 
@@ -42,11 +83,15 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Done => f.write_str("provisioned"),
+            Outcome::ShutDown => f.write_str("shut down"),
             Outcome::Upgraded => f.write_str("upgrade started"),
             Outcome::Deferred(msg) => write!(f, "configuration defered: {msg}"),
-            Outcome::Failed(msg) | Outcome::Unreachable(msg) | Outcome::Contested(msg) => {
-                f.write_str(msg)
-            }
+            Outcome::Failed(msg)
+            | Outcome::Stale(msg)
+            | Outcome::RefusedCsr(msg)
+            | Outcome::Locked(msg)
+            | Outcome::Unreachable(msg)
+            | Outcome::Contested(msg) => f.write_str(msg),
         }
     }
 }

@@ -1,10 +1,14 @@
 //! The provisioning sequence for one node (`spec/provisioner.md` §2.2): every step in
 //! order with its condition, tries and timeout, ending in an [`Outcome`].
 //!
-//! A [`Provisioner`] holds what every attempt shares (configuration, keys loaded
-//! once at start, the wire, metrics); an attempt keeps what it learnt from the node
-//! in an [`Attempt`]. Nothing survives between attempts, as in Go: a node queued
-//! again is asked everything again.
+//! A [`NodeSequence`] holds what every attempt shares (configuration, keys loaded
+//! once at start, the node RPC, metrics); an attempt keeps what it learnt from the
+//! node in an [`Attempt`]. Nothing survives between attempts, as in Go: a node queued
+//! again is asked everything again. The sequence talks to nodes only through
+//! [`NodeRpc`], so its rules are unit-tested against a scripted fake node
+//! (`sequence_tests.rs`). A step returns `Err` only when the attempt failed; an
+//! attempt that ends early without failing (deferred, shut down, upgraded) returns
+//! its outcome.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,11 +16,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::failure::AttemptError;
 use super::helper::{CsrInfo, Ed25519Info, Helper, HelperError, HelperInput, HelperOutput};
+use super::key_material::KeyMaterial;
+use super::node_rpc::{NodeRpc, ReplyWatch};
 use super::outcome::Outcome;
-use super::rpc::{Call, CallError, Check, Wrapper};
+use super::retry::{Call, Check, Retrier};
 use crate::choria::identity::Identity;
-use crate::choria::rpc::{RpcClient, Watch};
 use crate::config::{Config, Pause};
 use crate::metrics::Metrics;
 
@@ -39,21 +45,21 @@ pub struct Timeouts {
 pub const REPLY_GRACE: Duration = Duration::from_millis(50);
 
 /// What every attempt shares.
-pub struct Provisioner {
+pub struct NodeSequence {
     config: Arc<Config>,
-    rpc: Arc<RpcClient>,
+    rpc: Arc<dyn NodeRpc>,
     metrics: Arc<Metrics>,
     pause: Arc<Pause>,
     helper: Helper,
     timeouts: Timeouts,
-    keys: super::keys::Keys,
+    keys: KeyMaterial,
 }
 
 /// What one attempt learnt from the node so far.
 #[derive(Default)]
 struct Attempt<'r> {
     /// The accepted replies whose requests are still watched for forged twins.
-    watches: Vec<Watch<'r>>,
+    watches: Vec<Box<dyn ReplyWatch + 'r>>,
     claims: Option<Value>,
     ecdh_public: String,
     ed25519: Option<Ed25519Info>,
@@ -63,31 +69,20 @@ struct Attempt<'r> {
     csr: Option<CsrInfo>,
 }
 
-/// Why an attempt ended early: the outcome to report.
-type Step<T> = Result<T, Outcome>;
+/// A step that either gives its result or fails the attempt.
+type Step<T> = Result<T, AttemptError>;
 
-fn failed(msg: impl Into<String>) -> Outcome {
-    Outcome::Failed(msg.into())
-}
-
-fn call_failed(e: CallError) -> Outcome {
-    match e {
-        CallError::Failed(why) => Outcome::Failed(why),
-        CallError::Unreachable(why) => Outcome::Unreachable(why),
-    }
-}
-
-impl Provisioner {
-    /// A provisioner for `config`, loading and checking every key it will need.
+impl NodeSequence {
+    /// The sequence for `config`, loading and checking every key it will need.
     pub fn new(
         config: Arc<Config>,
-        rpc: Arc<RpcClient>,
+        rpc: Arc<dyn NodeRpc>,
         metrics: Arc<Metrics>,
         pause: Arc<Pause>,
         timeouts: Timeouts,
-    ) -> Result<Provisioner, String> {
-        let keys = super::keys::Keys::load(&config)?;
-        Ok(Provisioner {
+    ) -> Result<NodeSequence, String> {
+        let keys = KeyMaterial::load(&config)?;
+        Ok(NodeSequence {
             helper: Helper::new(&config.helper, config.helper_timeout),
             config,
             rpc,
@@ -105,14 +100,13 @@ impl Provisioner {
         waiting_since: Instant,
         stopping: &AtomicBool,
     ) -> Outcome {
-        match self.attempt(identity, waiting_since, stopping) {
-            Ok(outcome) | Err(outcome) => outcome,
-        }
+        self.attempt(identity, waiting_since, stopping)
+            .unwrap_or_else(AttemptError::into_outcome)
     }
 
-    fn wrapper<'a>(&'a self, stopping: &'a AtomicBool) -> Wrapper<'a> {
-        Wrapper {
-            rpc: &self.rpc,
+    fn retrier<'a>(&'a self, stopping: &'a AtomicBool) -> Retrier<'a> {
+        Retrier {
+            rpc: &*self.rpc,
             metrics: &self.metrics,
             pause: &self.pause,
             stopping,
@@ -136,20 +130,17 @@ impl Provisioner {
     fn attempt(&self, identity: &Identity, since: Instant, stopping: &AtomicBool) -> Step<Outcome> {
         let waited = since.elapsed();
         if waited > self.config.stale_after() {
-            return Err(failed(format!(
-                "skipping node that's been waiting {:.0}s",
-                waited.as_secs_f64()
-            )));
+            return Err(AttemptError::Stale { waited });
         }
         let between = || -> Step<()> {
             if stopping.load(Ordering::Relaxed) {
-                return Err(failed(format!(
-                    "stopped provisioning {identity}: the provisioner is shutting down"
-                )));
+                return Err(AttemptError::Stopping {
+                    identity: identity.clone(),
+                });
             }
             Ok(())
         };
-        let w = self.wrapper(stopping);
+        let w = self.retrier(stopping);
         let mut a = Attempt::default();
         if self.config.features.jwt {
             self.fetch_jwt(&w, identity, &mut a)?;
@@ -167,7 +158,7 @@ impl Provisioner {
         }
         let answer = self.run_helper(identity, &a, stopping)?;
         if answer.defer {
-            return Err(Outcome::Deferred(answer.msg));
+            return Ok(Outcome::Deferred(answer.msg));
         }
         if answer.shutdown {
             return self.shutdown(&w, identity, &answer.msg);
@@ -193,25 +184,25 @@ impl Provisioner {
         Ok(Outcome::Done)
     }
 
-    fn fetch_jwt<'r>(&self, w: &Wrapper<'r>, identity: &Identity, a: &mut Attempt<'r>) -> Step<()> {
+    fn fetch_jwt<'r>(&self, w: &Retrier<'r>, identity: &Identity, a: &mut Attempt<'r>) -> Step<()> {
         let token = self.token().to_string();
-        let ((jwt, ecdh), watch) = w
-            .run(
-                &self.call(identity, "jwt", 3),
-                || json!({ "token": token }),
-                |r| {
-                    let jwt = r.data["jwt"].as_str().unwrap_or_default().to_string();
-                    let ecdh = r.data["ecdh_public"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    Check::Accept((jwt, ecdh))
-                },
-            )
-            .map_err(call_failed)?;
+        let ((jwt, ecdh), watch) = w.run(
+            &self.call(identity, "jwt", 3),
+            || json!({ "token": token }),
+            |r| {
+                let jwt = r.data["jwt"].as_str().unwrap_or_default().to_string();
+                let ecdh = r.data["ecdh_public"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                Check::Accept((jwt, ecdh))
+            },
+        )?;
         a.watches.push(watch);
         if jwt.is_empty() {
-            return Err(failed(format!("no JWT received from {identity}")));
+            return Err(AttemptError::NoJwt {
+                identity: identity.clone(),
+            });
         }
         a.claims = Some(self.keys.verify_provisioning_jwt(identity, &jwt)?);
         a.ecdh_public = ecdh;
@@ -220,39 +211,37 @@ impl Provisioner {
 
     fn fetch_ed25519<'r>(
         &self,
-        w: &Wrapper<'r>,
+        w: &Retrier<'r>,
         identity: &Identity,
         a: &mut Attempt<'r>,
     ) -> Step<()> {
         let token = self.token().to_string();
         // A fresh nonce per try; the check reads the one the try sent.
         let nonce = std::cell::RefCell::new(String::new());
-        let (info, watch) = w
-            .run(
-                &self.call(identity, "gen25519", 5),
-                || {
-                    let fresh = crate::crypto::nonce::new_nonce();
-                    let data = json!({ "nonce": fresh, "token": token });
-                    *nonce.borrow_mut() = fresh;
-                    data
-                },
-                |r| {
-                    let info = Ed25519Info {
-                        public_key: r.data["public_key"].as_str().unwrap_or_default().into(),
-                        directory: r.data["directory"].as_str().unwrap_or_default().into(),
-                        signature: r.data["signature"].as_str().unwrap_or_default().into(),
-                    };
-                    match crate::crypto::nonce::verify_nonce_signature(
-                        &info.public_key,
-                        &nonce.borrow(),
-                        &info.signature,
-                    ) {
-                        Ok(()) => Check::Accept(info),
-                        Err(e) => Check::Retry(e),
-                    }
-                },
-            )
-            .map_err(call_failed)?;
+        let (info, watch) = w.run(
+            &self.call(identity, "gen25519", 5),
+            || {
+                let fresh = crate::crypto::nonce::new_nonce();
+                let data = json!({ "nonce": fresh, "token": token });
+                *nonce.borrow_mut() = fresh;
+                data
+            },
+            |r| {
+                let info = Ed25519Info {
+                    public_key: r.data["public_key"].as_str().unwrap_or_default().into(),
+                    directory: r.data["directory"].as_str().unwrap_or_default().into(),
+                    signature: r.data["signature"].as_str().unwrap_or_default().into(),
+                };
+                match crate::crypto::nonce::verify_nonce_signature(
+                    &info.public_key,
+                    &nonce.borrow(),
+                    &info.signature,
+                ) {
+                    Ok(()) => Check::Accept(info),
+                    Err(e) => Check::Retry(e),
+                }
+            },
+        )?;
         a.watches.push(watch);
         a.ed25519 = Some(info);
         Ok(())
@@ -260,7 +249,7 @@ impl Provisioner {
 
     fn fetch_inventory<'r>(
         &self,
-        w: &Wrapper<'r>,
+        w: &Retrier<'r>,
         identity: &Identity,
         a: &mut Attempt<'r>,
     ) -> Step<()> {
@@ -271,19 +260,17 @@ impl Provisioner {
             tries: 5,
             timeout: self.timeouts.rpcutil,
         };
-        let (data, watch) = w
-            .run(
-                &call,
-                || json!({}),
-                |r| {
-                    if r.data.is_object() {
-                        Check::Accept(r.data.clone())
-                    } else {
-                        Check::Retry("inventory data is not an object".into())
-                    }
-                },
-            )
-            .map_err(call_failed)?;
+        let (data, watch) = w.run(
+            &call,
+            || json!({}),
+            |r| {
+                if r.data.is_object() {
+                    Check::Accept(r.data.clone())
+                } else {
+                    Check::Retry("inventory data is not an object".into())
+                }
+            },
+        )?;
         a.watches.push(watch);
         a.version = data["version"].as_str().unwrap_or_default().to_string();
         a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
@@ -299,23 +286,21 @@ impl Provisioner {
         Ok(())
     }
 
-    fn fetch_csr<'r>(&self, w: &Wrapper<'r>, identity: &Identity, a: &mut Attempt<'r>) -> Step<()> {
+    fn fetch_csr<'r>(&self, w: &Retrier<'r>, identity: &Identity, a: &mut Attempt<'r>) -> Step<()> {
         let token = self.token().to_string();
         // Go tries once; a lost reply then costs a whole attempt. The node makes a new
         // key and CSR on every call, so retrying is safe.
-        let (csr, watch) = w
-            .run(
-                &self.call(identity, "gencsr", 3),
-                || json!({ "token": token, "cn": identity }),
-                |r| {
-                    Check::Accept(CsrInfo {
-                        csr: r.data["csr"].as_str().unwrap_or_default().into(),
-                        public_key: r.data["public_key"].as_str().unwrap_or_default().into(),
-                        ssldir: r.data["ssldir"].as_str().unwrap_or_default().into(),
-                    })
-                },
-            )
-            .map_err(call_failed)?;
+        let (csr, watch) = w.run(
+            &self.call(identity, "gencsr", 3),
+            || json!({ "token": token, "cn": identity }),
+            |r| {
+                Check::Accept(CsrInfo {
+                    csr: r.data["csr"].as_str().unwrap_or_default().into(),
+                    public_key: r.data["public_key"].as_str().unwrap_or_default().into(),
+                    ssldir: r.data["ssldir"].as_str().unwrap_or_default().into(),
+                })
+            },
+        )?;
         a.watches.push(watch);
         self.keys.check_csr(identity, &csr.csr)?;
         a.csr = Some(csr);
@@ -336,7 +321,7 @@ impl Provisioner {
             jwt: a.claims.as_ref(),
         };
         let bytes = serde_json::to_vec(&input)
-            .map_err(|e| failed(format!("could not JSON encode host: {e}")))?;
+            .map_err(|e| AttemptError::Encode(format!("could not JSON encode host: {e}")))?;
         let secrets = self.secrets(a);
         let started = Instant::now();
         let result = self.helper.run(
@@ -354,7 +339,7 @@ impl Provisioner {
                 if !matches!(e, HelperError::Paused(_)) {
                     self.metrics.helper_errors.inc();
                 }
-                Err(failed(format!("could not invoke configure helper: {e}")))
+                Err(AttemptError::Helper(e))
             }
         }
     }
@@ -380,15 +365,16 @@ impl Provisioner {
                 log::error!(
                     "SECURITY: {contested}; nothing secret was sent to {identity}, it is tried again after the cool-down"
                 );
-                return Err(Outcome::Contested(format!(
-                    "not configuring {identity}: {contested}"
-                )));
+                return Err(AttemptError::Contested {
+                    identity: identity.clone(),
+                    contested,
+                });
             }
         }
         Ok(())
     }
 
-    fn shutdown(&self, w: &Wrapper, identity: &Identity, msg: &str) -> Step<Outcome> {
+    fn shutdown(&self, w: &Retrier, identity: &Identity, msg: &str) -> Step<Outcome> {
         log::warn!("Shutting down {identity} as the helper asked: {msg}");
         let token = self.token().to_string();
         w.run(
@@ -397,9 +383,9 @@ impl Provisioner {
             |_| Check::Accept(()),
         )
         // Go counted a refused shutdown as success; the node would keep running.
-        .map_err(call_failed)?;
+        ?;
         self.metrics.helper_shutdown_requests.inc();
-        Ok(Outcome::Done)
+        Ok(Outcome::ShutDown)
     }
 
     fn encrypt_key(
@@ -412,22 +398,21 @@ impl Provisioner {
             return Ok((String::new(), String::new()));
         }
         if a.ecdh_public.is_empty() {
-            return Err(failed(format!(
-                "private key received from helper but server {identity} did not start Diffie-Hellman exchange"
-            )));
+            return Err(AttemptError::NoKeyExchange {
+                identity: identity.clone(),
+            });
         }
         crate::crypto::key_transport::encrypt_key_for_node(&answer.key, &a.ecdh_public).map_err(
-            |e| {
-                failed(format!(
-                    "could not encrypt the private key for {identity}: {e}"
-                ))
+            |why| AttemptError::KeyTransport {
+                identity: identity.clone(),
+                why,
             },
         )
     }
 
     fn upgrade(
         &self,
-        w: &Wrapper,
+        w: &Retrier,
         identity: &Identity,
         a: &Attempt,
         answer: &HelperOutput,
@@ -441,9 +426,11 @@ impl Provisioner {
                 log::warn!("Could not upgrade {identity} to {target}, continuing: {why}");
                 Ok(None)
             } else {
-                Err(failed(format!(
-                    "could not upgrade {identity} to {target}: {why}"
-                )))
+                Err(AttemptError::Upgrade {
+                    identity: identity.clone(),
+                    target: target.to_string(),
+                    why,
+                })
             }
         };
         if self.config.upgrades_repository.is_empty() {
@@ -477,7 +464,7 @@ impl Provisioner {
     #[allow(clippy::too_many_arguments)]
     fn configure(
         &self,
-        w: &Wrapper,
+        w: &Retrier,
         identity: &Identity,
         a: &Attempt,
         answer: &HelperOutput,
@@ -486,12 +473,13 @@ impl Provisioner {
         server_jwt: &str,
     ) -> Step<()> {
         if answer.configuration.is_empty() {
-            return Err(failed(format!(
-                "choria_provision#configure failed for {identity}: empty configuration"
-            )));
+            return Err(AttemptError::EmptyConfiguration {
+                identity: identity.clone(),
+            });
         }
-        let config = serde_json::to_string(&answer.configuration)
-            .map_err(|e| failed(format!("could not encode the configuration: {e}")))?;
+        let config = serde_json::to_string(&answer.configuration).map_err(|e| {
+            AttemptError::Encode(format!("could not encode the configuration: {e}"))
+        })?;
         // The node writes its key where its CSR reply said; the helper cannot move it.
         let ssldir = a
             .csr
@@ -517,10 +505,10 @@ impl Provisioner {
             |_| Check::Accept(()),
         )
         .map(|_| ())
-        .map_err(call_failed)
+        .map_err(AttemptError::from)
     }
 
-    fn restart(&self, w: &Wrapper, identity: &Identity) -> Step<()> {
+    fn restart(&self, w: &Retrier, identity: &Identity) -> Step<()> {
         let token = self.token().to_string();
         w.run(
             &self.call(identity, "restart", 3),
@@ -528,6 +516,10 @@ impl Provisioner {
             |_| Check::Accept(()),
         )
         .map(|_| ())
-        .map_err(call_failed)
+        .map_err(AttemptError::from)
     }
 }
+
+#[cfg(test)]
+#[path = "sequence_tests.rs"]
+mod tests;

@@ -17,7 +17,7 @@ use crate::choria::connector::{ConnectError, ConnectionState, Connector};
 use crate::choria::lifecycle::{self, Event};
 use crate::choria::rpc::RpcClient;
 use crate::config::{Config, Pause};
-use crate::host::sequence::{Provisioner, Timeouts, REPLY_GRACE};
+use crate::host::sequence::{NodeSequence, Timeouts, REPLY_GRACE};
 use crate::metrics::Metrics;
 
 /// The component of the provisioner's own lifecycle events.
@@ -89,9 +89,9 @@ impl Daemon {
             rpcutil: client.rpc_timeout(Duration::from_secs(2)),
             reply_grace: options.reply_grace,
         };
-        let provisioner = Provisioner::new(
+        let provisioner = NodeSequence::new(
             Arc::clone(config),
-            Arc::clone(&rpc),
+            Arc::clone(&rpc) as Arc<dyn crate::host::node_rpc::NodeRpc>,
             Arc::clone(metrics),
             Arc::clone(pause),
             timeouts,

@@ -386,14 +386,14 @@ impl Fleet {
     }
 }
 
-impl Provision for crate::host::sequence::Provisioner {
+impl Provision for crate::host::sequence::NodeSequence {
     fn provision(
         &self,
         identity: &Identity,
         waiting_since: Instant,
         stopping: &AtomicBool,
     ) -> Outcome {
-        crate::host::sequence::Provisioner::provision(self, identity, waiting_since, stopping)
+        crate::host::sequence::NodeSequence::provision(self, identity, waiting_since, stopping)
     }
 }
 

@@ -46,18 +46,17 @@ pub(super) fn run(fleet: &Fleet) {
         }))
         .unwrap_or_else(|payload| panicked(&job.identity, payload.as_ref()));
         metrics.busy_workers.dec();
-        match &outcome {
-            Outcome::Done | Outcome::Upgraded => {
-                metrics.provisioned.inc();
-                log::info!("{}: {outcome}", job.identity);
-            }
-            Outcome::Deferred(_) | Outcome::Failed(_) | Outcome::Contested(_) => {
-                metrics.provision_errors.inc();
-                log::error!("Provisioning {} failed: {outcome}", job.identity);
-            }
-            // A made-up identity or a node that left: counted in unreachable_nodes,
-            // not an error of ours; forgotten until it is seen again.
-            Outcome::Unreachable(_) => log::debug!("Dropping {}: {outcome}", job.identity),
+        if outcome.is_success() {
+            metrics.provisioned.inc();
+            log::info!("{}: {outcome}", job.identity);
+        } else if outcome.is_error() {
+            metrics.provision_errors.inc();
+            log::error!("Provisioning {} failed: {outcome}", job.identity);
+        } else {
+            // A made-up identity or a node that left (counted in unreachable_nodes),
+            // or a node another provisioner holds: not an error of ours; forgotten
+            // until it is seen again.
+            log::debug!("Dropping {}: {outcome}", job.identity);
         }
         fleet.finish(&job, &outcome);
     }

@@ -109,7 +109,7 @@ pub fn garble(payload: &[u8], n: usize, request: &DecodedRequest) -> Vec<u8> {
             request,
             "impostor.example.net",
             br#"{"action":"","statuscode":0,"statusmsg":"OK","data":{}}"#,
-            crate::crypto::ids::unix_nanos(),
+            crate::clock::unix_nanos(),
             None,
         ),
     }

@@ -14,7 +14,7 @@
 
 pub mod faults;
 pub mod filter;
-pub mod keys;
+pub mod keygen;
 pub mod node;
 mod timer;
 pub mod verify;
@@ -246,7 +246,7 @@ impl Sim {
         let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
         // Only an issuer the caller named verifies server JWTs.
         if options.issuer_public.is_none() {
-            options.issuer_public = options.issuer_seed.as_ref().map(keys::ed25519_public);
+            options.issuer_public = options.issuer_seed.as_ref().map(keygen::ed25519_public);
         }
         let jwt = match options.jwt.take() {
             Some(jwt) => {
@@ -272,7 +272,7 @@ impl Sim {
                     ids::random_bytes(&mut seed);
                     seed
                 });
-                keys::provisioning_jwt(
+                keygen::provisioning_jwt(
                     &seed,
                     &options.token,
                     url,
@@ -537,7 +537,7 @@ fn worker(shared: &Arc<Shared>, work: &Receiver<Work>, stopped: &Receiver<()>) {
 }
 
 fn now_secs() -> i64 {
-    ids::unix_now() as i64
+    crate::clock::unix_now() as i64
 }
 
 /// Answers a broadcast discovery for every booted node in provisioning mode whose
@@ -567,7 +567,7 @@ fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
             &request,
             &node.identity,
             protocol::DISCOVERY_REPLY,
-            ids::unix_nanos(),
+            crate::clock::unix_nanos(),
             Some(&shared.url),
         );
         drop(node);
@@ -683,7 +683,7 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
         &request,
         &identity,
         &reply.encode(),
-        ids::unix_nanos(),
+        crate::clock::unix_nanos(),
         Some(&shared.url),
     );
     if let Some(Fault::Garbage) = fault {

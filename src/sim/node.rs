@@ -416,7 +416,7 @@ impl Node {
         let (csr_pem, public_pem) = match self.csr_key {
             CsrKey::Rsa => {
                 use rsa::pkcs1::EncodeRsaPublicKey as _;
-                let key = super::keys::rsa_key().map_err(|e| {
+                let key = super::keygen::rsa_key().map_err(|e| {
                     (
                         StatusCode::Aborted,
                         format!("Could not create private key: {e}"),
@@ -619,7 +619,7 @@ impl Node {
                     Ok(c) => c,
                     Err(e) => return back(format!("server.jwt does not parse: {e}")),
                 };
-            let own = super::keys::ed25519_public_hex(seed);
+            let own = super::keygen::ed25519_public_hex(seed);
             if !claims.standard.public_key.eq_ignore_ascii_case(&own) {
                 return back("server.jwt is for another key than server.seed".into());
             }

@@ -48,7 +48,7 @@ use choria_provisioner::crypto::jwt::unverified_claims;
 use choria_provisioner::crypto::jwt::{
     verify_provisioning_token, ServerClaims, VerifyKey, CLIENT_ID_PURPOSE, SERVER_PURPOSE,
 };
-use choria_provisioner::sim::keys::{write_keys, KeysOptions};
+use choria_provisioner::sim::keygen::{write_keys, KeysOptions};
 use choria_provisioner::sim::verify::verify_issued_token;
 use choria_provisioner::sim::SimOptions;
 use nats::rustls;
@@ -296,7 +296,7 @@ impl Connect {
 type Decision = Result<(Landing, bool, String), String>;
 
 fn now() -> i64 {
-    ids::unix_now() as i64
+    choria_provisioner::clock::unix_now() as i64
 }
 
 /// `verifyNonceSignature`: `sig` must be the nonce signed by `public_hex`.
@@ -788,7 +788,7 @@ impl ChoriaBroker {
             self.write_provisioner(&self.keys, identity, &self.url(), &self.choria_cfg(), "");
         let config = Config::load(&yaml).expect("provisioner YAML").config;
         let mut client = ClientConfig::load(&cfg).expect("choria.cfg");
-        client.apply_provisioner_overrides(&config);
+        choria_provisioner::cli::apply_provisioner_overrides(&mut client, &config);
         client
     }
 

@@ -2,7 +2,7 @@
 //! configuration files written to a scratch directory, the daemon started as `run`
 //! starts it, stopped (and awaited) when dropped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use choria_provisioner::choria::client_config::ClientConfig;
@@ -53,23 +53,45 @@ impl InProcess {
             "choria.cfg",
             &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n"),
         );
-        let base_helper = if yaml.contains("helper:") {
-            String::new()
-        } else {
-            format!("helper: {}\n", example_helper().display())
-        };
-        let workers = if yaml.contains("workers:") {
-            ""
-        } else {
-            "workers: 8\n"
-        };
         let yaml = dir.write(
             "p.yaml",
-            &format!("{workers}{base_helper}choria_insecure: true\nshutdown_timeout: 5s\n{yaml}"),
+            &format!("choria_insecure: true\n{}", base_yaml(yaml)),
         );
-        let config = Arc::new(Config::load(&yaml).unwrap().config);
-        let mut client = ClientConfig::load(&cfg).unwrap();
-        client.apply_provisioner_overrides(&config);
+        InProcess::launch(dir, identity, &cfg, &yaml, options, paused)
+    }
+
+    /// A provisioner connecting through the Choria broker front end `broker` with
+    /// the credentials `choria-fleet-sim keys` made for it.
+    #[cfg(feature = "sim")]
+    pub fn start_through(
+        broker: &super::broker::ChoriaBroker,
+        identity: &str,
+        yaml: &str,
+        options: DaemonOptions,
+    ) -> InProcess {
+        let dir = TempDir::new("daemon");
+        let (cfg, yaml) = broker.write_provisioner(
+            &dir,
+            identity,
+            &broker.url(),
+            &broker.choria_cfg(),
+            &base_yaml(yaml),
+        );
+        InProcess::launch(dir, identity, &cfg, &yaml, options, false)
+    }
+
+    /// Starts the daemon of the files `cfg` and `yaml` in `dir`, as `run` does.
+    pub fn launch(
+        dir: TempDir,
+        identity: &str,
+        cfg: &Path,
+        yaml: &Path,
+        options: DaemonOptions,
+        paused: bool,
+    ) -> InProcess {
+        let config = Arc::new(Config::load(yaml).unwrap().config);
+        let mut client = ClientConfig::load(cfg).unwrap();
+        choria_provisioner::cli::apply_provisioner_overrides(&mut client, &config);
         let metrics = Arc::new(Metrics::new("test").unwrap());
         let pause = Arc::new(Pause::new(metrics.paused.clone()));
         if paused {
@@ -122,4 +144,20 @@ impl Drop for InProcess {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The test YAML `yaml` with the example helper, 8 workers and a 5 s shutdown unless
+/// it sets them.
+pub fn base_yaml(yaml: &str) -> String {
+    let helper = if yaml.contains("helper:") {
+        String::new()
+    } else {
+        format!("helper: {}\n", example_helper().display())
+    };
+    let workers = if yaml.contains("workers:") {
+        ""
+    } else {
+        "workers: 8\n"
+    };
+    format!("{workers}{helper}shutdown_timeout: 5s\n{yaml}")
 }

@@ -72,7 +72,7 @@ impl Hostile {
                         &request,
                         sender,
                         protocol::DISCOVERY_REPLY,
-                        ids::unix_nanos(),
+                        choria_provisioner::clock::unix_nanos(),
                         None,
                     );
                     publisher.publish(&request.reply_to, payload)?;
@@ -88,7 +88,7 @@ impl Hostile {
             "id": ids::uuid_v4(),
             "identity": identity,
             "component": component,
-            "timestamp": ids::unix_now(),
+            "timestamp": choria_provisioner::clock::unix_now(),
             "version": "0.30.2",
         });
         self.publish(
@@ -137,7 +137,7 @@ impl Hostile {
                         &request,
                         target,
                         &reply.encode(),
-                        ids::unix_nanos(),
+                        choria_provisioner::clock::unix_nanos(),
                         None,
                     );
                     loot.forged.fetch_add(1, Ordering::Relaxed);

@@ -372,3 +372,5 @@ pub fn create_election_bucket(server: &NatsServer, ttl: Duration) {
 pub mod hostile;
 #[cfg(feature = "sim")]
 pub mod rig;
+#[cfg(feature = "sim")]
+pub mod sim_node;

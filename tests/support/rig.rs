@@ -3,8 +3,13 @@
 
 use std::time::{Duration, Instant};
 
+use std::path::PathBuf;
+
 use choria_provisioner::hosts::daemon::DaemonOptions;
-use choria_provisioner::sim::{Sim, SimOptions};
+use choria_provisioner::sim::{Phase, Sim, SimOptions, Summary};
+
+use super::broker::ChoriaBroker;
+use super::{NatsServer, TempDir};
 
 #[allow(unused_imports)] // not every test binary uses it
 pub use super::daemon::InProcess as Provisioner;
@@ -40,3 +45,122 @@ pub fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Where the provisioners and nodes of a test meet.
+pub enum Meeting {
+    /// A nats-server without accounts.
+    Open(NatsServer),
+    /// A nats-server laid out for elections; credentials in the URLs.
+    Election(NatsServer),
+    /// A Choria broker front end before the election layout: provisioners and nodes
+    /// let in by their credentials, as on a real Choria network.
+    Choria(ChoriaBroker),
+}
+
+impl Meeting {
+    /// The nats-server that holds the election bucket.
+    pub fn backend(&self) -> &NatsServer {
+        match self {
+            Meeting::Open(s) | Meeting::Election(s) => s,
+            Meeting::Choria(b) => &b.backend,
+        }
+    }
+
+    pub fn provisioner(&self, identity: &str, yaml: &str, options: DaemonOptions) -> Provisioner {
+        match self {
+            Meeting::Open(s) => Provisioner::start(&s.url(), identity, yaml, options),
+            Meeting::Election(s) => Provisioner::start(
+                &s.url().replace("nats://", "nats://provisioner:s3cret@"),
+                identity,
+                yaml,
+                options,
+            ),
+            Meeting::Choria(b) => Provisioner::start_through(b, identity, yaml, options),
+        }
+    }
+
+    pub fn fleet(&self, nodes: usize, f: impl FnOnce(&mut SimOptions)) -> Sim {
+        match self {
+            Meeting::Open(s) => sim(&s.url(), nodes, f),
+            Meeting::Election(s) => sim(&s.url().replace("nats://", "nats://node:n0de@"), nodes, f),
+            Meeting::Choria(b) => sim(&b.url(), nodes, |o| {
+                b.nodes(o);
+                f(o)
+            }),
+        }
+    }
+
+    /// Every node and provisioner came in through the front end, if there is one.
+    pub fn assert_let_in(&self, provisioners: usize) {
+        if let Meeting::Choria(b) = self {
+            let admitted = b.front.admitted();
+            let by = |l| admitted.iter().filter(|a| a.landing == l).count();
+            assert!(
+                by(super::broker::Landing::Provisioner) >= provisioners,
+                "{admitted:?}"
+            );
+            assert!(
+                by(super::broker::Landing::ProvisioningServer) >= 1,
+                "{admitted:?}"
+            );
+            assert!(b.front.refusals().is_empty(), "{:?}", b.front.refusals());
+        }
+    }
+}
+
+pub const SEQUENCE: [&str; 3] = [
+    "rpcutil#inventory",
+    "choria_provision#configure",
+    "choria_provision#restart",
+];
+
+/// Every node provisioned; each restarted exactly `expected(node)` times.
+pub fn assert_provisioned(summary: &Summary, expected: impl Fn(&str) -> u32) {
+    for node in &summary.nodes {
+        assert_eq!(
+            node.phase,
+            Phase::Provisioned,
+            "{} is {:?}",
+            node.identity,
+            node.phase
+        );
+        assert_eq!(
+            node.restarts,
+            expected(&node.identity),
+            "{} restarts: {:?}",
+            node.identity,
+            node.rpcs
+        );
+        let config = node.configuration.as_ref().unwrap();
+        assert_eq!(config["identity"], node.identity);
+        assert_eq!(config["plugin.choria.server.provision"], "false");
+    }
+}
+
+pub const ISSUER_SEED: [u8; 32] = [7; 32];
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn public_of(seed: &[u8; 32]) -> Vec<u8> {
+    use ring::signature::KeyPair as _;
+    ring::signature::Ed25519KeyPair::from_seed_unchecked(seed)
+        .unwrap()
+        .public_key()
+        .as_ref()
+        .to_vec()
+}
+
+/// A helper script answering `body` (JSON with `$id` for the node identity).
+pub fn helper_answering(dir: &TempDir, name: &str, body: &str, delay: &str) -> PathBuf {
+    dir.script(
+        name,
+        &format!(
+            "#!/bin/sh\nid=$(sed -n 's/^{{\"identity\":\"\\([^\"]*\\)\".*/\\1/p')\nsleep {delay}\ncat <<JSON\n{body}\nJSON\n"
+        ),
+    )
+}
+
+pub const CONFIG: &str =
+    r#""configuration": {"identity": "$id", "plugin.choria.server.provision": "false"}"#;

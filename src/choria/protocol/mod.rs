@@ -328,7 +328,7 @@ pub fn encode_request(
         .request_id
         .clone()
         .unwrap_or_else(|| new_request_id(protocol));
-    let time_ns = spec.time_ns.unwrap_or_else(ids::unix_nanos);
+    let time_ns = spec.time_ns.unwrap_or_else(crate::clock::unix_nanos);
     let payload = match protocol {
         Protocol::V1 => {
             v1::encode_request(spec, &id, time_ns / 1_000_000_000, reply_to, credentials)?

@@ -131,13 +131,5 @@ pub fn verify_provisioning_token_now(
     token: &str,
     key: &VerifyKey,
 ) -> Result<ProvisioningClaims, TokenError> {
-    verify_provisioning_token(token, key, unix_now())
-}
-
-/// The current Unix time in seconds.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    verify_provisioning_token(token, key, crate::clock::unix_seconds())
 }

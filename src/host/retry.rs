@@ -11,9 +11,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::node_rpc::{NodeRpc, ReplyWatch};
 use crate::backoff::FIVE_SEC;
 use crate::choria::identity::Identity;
-use crate::choria::rpc::{Reply, RpcClient, RpcError, Watch};
+use crate::choria::rpc::{Reply, RpcError};
 use crate::config::Pause;
 use crate::metrics::Metrics;
 
@@ -27,6 +28,9 @@ pub const FATAL_REFUSALS: [&str; 6] = [
     "Cannot restart a server that is not in provisioning mode or with no token set",
     "Cannot shutdown a server that is not in provisioning mode or with no token set",
 ];
+
+/// go-choria's abort when another caller holds the node's provisioning lock.
+pub const LOCK_REFUSAL: &str = "Could not obtain provisioning lock";
 
 /// True when `statusmsg` is a refusal retrying cannot change.
 pub fn is_fatal_refusal(statusmsg: &str) -> bool {
@@ -65,10 +69,11 @@ impl Call<'_> {
     }
 }
 
-/// Shared dependencies of the wrapper.
-pub struct Wrapper<'a> {
-    /// The wire.
-    pub rpc: &'a RpcClient,
+/// What every call of one attempt shares: the node RPC, metrics, the pause flag and
+/// the stop flag.
+pub struct Retrier<'a> {
+    /// The node RPC (the wire, or a fake in tests).
+    pub rpc: &'a dyn NodeRpc,
     /// Metrics.
     pub metrics: &'a Metrics,
     /// Pause flag.
@@ -85,26 +90,31 @@ pub enum CallError {
     /// No server subscribes to the node's subject (a made-up identity, or a node that
     /// is gone): nobody will ever answer.
     Unreachable(String),
+    /// The node's provisioning lock is held by another caller (another provisioner):
+    /// not retried here.
+    Locked(String),
 }
 
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CallError::Failed(why) | CallError::Unreachable(why) => f.write_str(why),
+            CallError::Failed(why) | CallError::Unreachable(why) | CallError::Locked(why) => {
+                f.write_str(why)
+            }
         }
     }
 }
 
-impl<'r> Wrapper<'r> {
+impl<'r> Retrier<'r> {
     /// Runs `call`, building the request data per try with `data` and judging each
     /// OK reply with `check`. Non-OK statuses are retried unless fatal. The accepted
-    /// try's [`Watch`] keeps listening for other replies in the node's name.
+    /// try's [`ReplyWatch`] keeps listening for other replies in the node's name.
     pub fn run<T>(
         &self,
         call: &Call,
         mut data: impl FnMut() -> serde_json::Value,
         mut check: impl FnMut(&Reply) -> Check<T>,
-    ) -> Result<(T, Watch<'r>), CallError> {
+    ) -> Result<(T, Box<dyn ReplyWatch + 'r>), CallError> {
         let label = call.label();
         if self.pause.paused() {
             return Err(CallError::Failed(format!(
@@ -147,6 +157,12 @@ impl<'r> Wrapper<'r> {
                         crate::untrusted::shown(&reply.statusmsg),
                         reply.statuscode
                     );
+                    if reply.statusmsg.starts_with(LOCK_REFUSAL) {
+                        return Err(CallError::Locked(format!(
+                            "{label} refused for {}: {why}",
+                            call.identity
+                        )));
+                    }
                     (is_fatal_refusal(&reply.statusmsg), why)
                 }
                 Ok(answer) => match check(&answer.reply) {

@@ -157,7 +157,7 @@ pub fn provisioning_jwt(
     update: bool,
     validity: Duration,
 ) -> Result<String, String> {
-    let now = ids::unix_now() as i64;
+    let now = crate::clock::unix_now() as i64;
     let claims = ProvisioningClaims {
         cht: token.to_string(),
         chu: url.to_string(),
@@ -191,7 +191,7 @@ pub fn signer_jwt(
     signer_public: &str,
     validity: Duration,
 ) -> Result<String, String> {
-    let now = ids::unix_now() as i64;
+    let now = crate::clock::unix_now() as i64;
     let jti = ids::ksuid();
     let claims = json!({
         "callerid": "provisioner_signer",

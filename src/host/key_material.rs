@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::failure::AttemptError;
 use super::helper::{Ed25519Info, HelperOutput};
-use super::outcome::Outcome;
+use crate::choria::identity::Identity;
 use crate::config::Config;
 use crate::crypto::csr::DenyList;
 use crate::crypto::ids;
@@ -19,7 +20,7 @@ use crate::crypto::jwt::{
 
 /// Keys and checks shared by every attempt.
 #[derive(Debug)]
-pub struct Keys {
+pub struct KeyMaterial {
     deny: DenyList,
     verify: Option<VerifyKey>,
     signing: Option<SigningKey>,
@@ -27,13 +28,13 @@ pub struct Keys {
     validity: Duration,
 }
 
-fn failed(msg: String) -> Outcome {
-    Outcome::Failed(msg)
+fn failed(msg: String) -> AttemptError {
+    AttemptError::Keys(msg)
 }
 
-impl Keys {
+impl KeyMaterial {
     /// Loads everything the enabled features need.
-    pub fn load(config: &Config) -> Result<Keys, String> {
+    pub fn load(config: &Config) -> Result<KeyMaterial, String> {
         let deny =
             DenyList::new(&config.cert_deny_list).map_err(|e| format!("cert_deny_list: {e}"))?;
         let verify = if config.features.jwt {
@@ -55,7 +56,7 @@ impl Keys {
         } else {
             None
         };
-        Ok(Keys {
+        Ok(KeyMaterial {
             deny,
             verify,
             signing,
@@ -65,12 +66,19 @@ impl Keys {
     }
 
     /// Verifies the node's provisioning JWT; its claims, for the helper.
-    pub fn verify_provisioning_jwt(&self, identity: &str, jwt: &str) -> Result<Value, Outcome> {
+    pub fn verify_provisioning_jwt(
+        &self,
+        identity: &Identity,
+        jwt: &str,
+    ) -> Result<Value, AttemptError> {
         let key = self.verify.as_ref().ok_or_else(|| {
             failed("no JWT verification certificate configured, cannot validate JWT".into())
         })?;
-        let claims = verify_provisioning_token_now(jwt, key)
-            .map_err(|e| failed(format!("invalid provisioning JWT from {identity}: {e}")))?;
+        let claims =
+            verify_provisioning_token_now(jwt, key).map_err(|error| AttemptError::Jwt {
+                identity: identity.clone(),
+                error,
+            })?;
         serde_json::to_value(&claims).map_err(|e| {
             failed(format!(
                 "could not encode the JWT claims of {identity}: {e}"
@@ -86,7 +94,7 @@ impl Keys {
         identity: &str,
         ed25519: Option<&Ed25519Info>,
         answer: &HelperOutput,
-    ) -> Result<String, Outcome> {
+    ) -> Result<String, AttemptError> {
         let key = self
             .signing
             .as_ref()
@@ -122,7 +130,7 @@ impl Keys {
             collectives_setting: answer.configuration.get("collectives").map(String::as_str),
             requested: requested.as_ref(),
             default_validity: self.validity,
-            now: crate::crypto::jwt::unix_now(),
+            now: crate::clock::unix_seconds(),
             jti: &jti,
         };
         let signed = sign_server_token(&input, key, chain.as_ref())
@@ -135,10 +143,13 @@ impl Keys {
 
     /// Validates the node's CSR (pki feature): PKCS#10, CN equal to the identity,
     /// CN and every DNS SAN clear of the deny list.
-    pub fn check_csr(&self, identity: &str, csr: &str) -> Result<(), Outcome> {
+    pub fn check_csr(&self, identity: &Identity, csr: &str) -> Result<(), AttemptError> {
         crate::crypto::csr::validate_csr(csr, identity, &self.deny)
             .map(|_| ())
-            .map_err(|e| failed(format!("invalid CSR from {identity}: {e}")))
+            .map_err(|error| AttemptError::Csr {
+                identity: identity.clone(),
+                error,
+            })
     }
 }
 
@@ -147,7 +158,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn keys_with_seed(validity: Duration) -> (Keys, std::path::PathBuf) {
+    fn keys_with_seed(validity: Duration) -> (KeyMaterial, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!(
             "choria-prov-keys-{}-{:?}",
             std::process::id(),
@@ -160,7 +171,7 @@ mod tests {
         config.features.ed25519 = true;
         config.jwt_signing_key = seed.display().to_string();
         config.server_jwt_validity = validity;
-        (Keys::load(&config).unwrap(), dir)
+        (KeyMaterial::load(&config).unwrap(), dir)
     }
 
     fn node() -> Ed25519Info {
@@ -178,7 +189,7 @@ mod tests {
             server_claims: Some(json!({"exp": "tok-3f9a", "collectives": ["c"]})),
             ..HelperOutput::default()
         };
-        let Err(Outcome::Failed(e)) = keys.server_jwt("n1", Some(&node()), &answer) else {
+        let Err(AttemptError::Keys(e)) = keys.server_jwt("n1", Some(&node()), &answer) else {
             panic!("a string exp must be refused");
         };
         assert!(!e.contains("tok-3f9a"), "{e}");

@@ -1,0 +1,65 @@
+//! The seam under the sequence: "call this agent action on this node". The sequence
+//! depends on this trait only; `choria::rpc::RpcClient` implements it on the wire, and
+//! the sequence's unit tests implement it with a scripted fake node, so every rule of
+//! the sequence is tested without a broker.
+
+use std::time::{Duration, Instant};
+
+use crate::choria::identity::Identity;
+use crate::choria::rpc::{Contested, Reply, RpcClient, RpcError, Watch};
+
+/// An accepted reply's request, still listening for a second reply in the node's name.
+pub trait ReplyWatch {
+    /// When the accepted reply arrived.
+    fn accepted_at(&self) -> Instant;
+    /// `Err` when a different valid reply in the node's name arrived by `until`.
+    fn settle(&self, until: Instant) -> Result<(), Contested>;
+}
+
+/// A reply and the watch over its request.
+pub struct Called<'a> {
+    /// The reply.
+    pub reply: Reply,
+    /// Listens on until dropped.
+    pub watch: Box<dyn ReplyWatch + 'a>,
+}
+
+/// One try of one action on one node.
+pub trait NodeRpc: Send + Sync {
+    /// Calls `agent#action` with `data` on `identity`, waiting at most `timeout`.
+    fn call(
+        &self,
+        identity: &Identity,
+        agent: &str,
+        action: &str,
+        data: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<Called<'_>, RpcError>;
+}
+
+impl ReplyWatch for Watch<'_> {
+    fn accepted_at(&self) -> Instant {
+        Watch::accepted_at(self)
+    }
+
+    fn settle(&self, until: Instant) -> Result<(), Contested> {
+        Watch::settle(self, until)
+    }
+}
+
+impl NodeRpc for RpcClient {
+    fn call(
+        &self,
+        identity: &Identity,
+        agent: &str,
+        action: &str,
+        data: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<Called<'_>, RpcError> {
+        let answer = RpcClient::call(self, identity, agent, action, data, timeout)?;
+        Ok(Called {
+            reply: answer.reply,
+            watch: Box::new(answer.watch),
+        })
+    }
+}

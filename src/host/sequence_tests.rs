@@ -1,0 +1,473 @@
+//! The sequence's rules, one test each, against a scripted fake node: no broker, no
+//! simulator. The helper is a real (tiny) shell script, as the sequence runs it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use super::{NodeSequence, Timeouts};
+use crate::choria::identity::Identity;
+use crate::choria::rpc::{Contested, Reply, RpcError};
+use crate::config::{Config, Pause, Secret};
+use crate::host::node_rpc::{Called, NodeRpc, ReplyWatch};
+use crate::host::outcome::Outcome;
+use crate::metrics::Metrics;
+
+/// What the fake node answers to one try of one action.
+#[derive(Clone)]
+enum Answer {
+    /// OK with this data.
+    Ok(Value),
+    /// A non-OK status with this message.
+    Status(u64, &'static str),
+    /// No reply in time.
+    Silent,
+    /// Nobody subscribes to the node's subject.
+    NoResponders,
+    /// OK with this data, and a second, different reply in the node's name.
+    Contested(Value),
+}
+
+/// A node whose answers are scripted per action (the last one repeats).
+#[derive(Default)]
+struct FakeNode {
+    script: Mutex<HashMap<String, VecDeque<Answer>>>,
+    calls: Mutex<Vec<String>>,
+}
+
+struct FakeWatch {
+    at: Instant,
+    contested: Option<Contested>,
+}
+
+impl ReplyWatch for FakeWatch {
+    fn accepted_at(&self) -> Instant {
+        self.at
+    }
+
+    fn settle(&self, _until: Instant) -> Result<(), Contested> {
+        self.contested.clone().map_or(Ok(()), Err)
+    }
+}
+
+impl FakeNode {
+    fn answering(script: &[(&'static str, &[Answer])]) -> Arc<FakeNode> {
+        let node = FakeNode::default();
+        for (action, answers) in script {
+            node.script
+                .lock()
+                .insert(action.to_string(), answers.iter().cloned().collect());
+        }
+        Arc::new(node)
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().clone()
+    }
+
+    fn count(&self, action: &str) -> usize {
+        self.calls().iter().filter(|c| *c == action).count()
+    }
+}
+
+impl NodeRpc for FakeNode {
+    fn call(
+        &self,
+        identity: &Identity,
+        agent: &str,
+        action: &str,
+        _data: &Value,
+        _timeout: Duration,
+    ) -> Result<Called<'_>, RpcError> {
+        self.calls.lock().push(action.to_string());
+        let answer = {
+            let mut script = self.script.lock();
+            let queue = script.entry(action.to_string()).or_default();
+            if queue.len() > 1 {
+                queue.pop_front()
+            } else {
+                queue.front().cloned()
+            }
+        }
+        .unwrap_or(Answer::Ok(json!({})));
+        let reply = |statuscode, statusmsg: &str, data| Reply {
+            sender: identity.to_string(),
+            statuscode,
+            statusmsg: statusmsg.to_string(),
+            data,
+        };
+        let watch = |contested| -> Box<dyn ReplyWatch> {
+            Box::new(FakeWatch {
+                at: Instant::now(),
+                contested,
+            })
+        };
+        match answer {
+            Answer::Ok(data) => Ok(Called {
+                reply: reply(0, "OK", data),
+                watch: watch(None),
+            }),
+            Answer::Status(code, msg) => Ok(Called {
+                reply: reply(code, msg, json!({})),
+                watch: watch(None),
+            }),
+            Answer::Silent => Err(RpcError::NoReply {
+                identity: identity.clone(),
+                waited: Duration::from_millis(1),
+                rejected: None,
+            }),
+            Answer::NoResponders => Err(RpcError::NoResponders {
+                identity: identity.clone(),
+            }),
+            Answer::Contested(data) => Ok(Called {
+                reply: reply(0, "OK", data),
+                watch: watch(Some(Contested {
+                    identity: identity.clone(),
+                    rpc: format!("{agent}#{action}"),
+                })),
+            }),
+        }
+    }
+}
+
+/// A sequence for the fake `node`, with a helper that prints `helper_json`.
+struct Rig {
+    sequence: NodeSequence,
+    node: Arc<FakeNode>,
+    metrics: Arc<Metrics>,
+    pause: Arc<Pause>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn rig(node: Arc<FakeNode>, helper_json: &str, adjust: impl FnOnce(&mut Config)) -> Rig {
+    use std::os::unix::fs::PermissionsExt;
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "choria-prov-seq-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let helper = dir.join("helper.sh");
+    std::fs::write(
+        &helper,
+        format!("#!/bin/sh\ncat >/dev/null\ncat <<'EOF'\n{helper_json}\nEOF\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut config = Config::defaults(&dir.join("p.yaml"));
+    config.helper = helper.display().to_string();
+    config.helper_timeout = Duration::from_secs(5);
+    config.token = Secret::new("s3cret");
+    config.features.pki = false;
+    config.features.jwt = false;
+    adjust(&mut config);
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let sequence = NodeSequence::new(
+        Arc::new(config),
+        Arc::clone(&node) as Arc<dyn NodeRpc>,
+        Arc::clone(&metrics),
+        Arc::clone(&pause),
+        Timeouts {
+            provision: Duration::from_secs(1),
+            rpcutil: Duration::from_secs(1),
+            reply_grace: Duration::ZERO,
+        },
+    )
+    .unwrap();
+    Rig {
+        sequence,
+        node,
+        metrics,
+        pause,
+        dir,
+    }
+}
+
+const CONFIGURED: &str = r#"{"configuration": {"identity": "n1.example.net", "plugin.choria.server.provision": "false"}}"#;
+
+fn n1() -> Identity {
+    Identity::parse("n1.example.net").unwrap()
+}
+
+impl Rig {
+    fn attempt(&self) -> Outcome {
+        self.sequence
+            .provision(&n1(), Instant::now(), &AtomicBool::new(false))
+    }
+}
+
+#[test]
+fn a_plain_node_is_inventoried_configured_and_restarted() {
+    let r = rig(FakeNode::answering(&[]), CONFIGURED, |_| {});
+    assert_eq!(r.attempt(), Outcome::Done);
+    assert_eq!(r.node.calls(), ["inventory", "configure", "restart"]);
+}
+
+#[test]
+fn a_node_waiting_longer_than_twice_the_interval_is_stale_and_not_asked() {
+    let r = rig(FakeNode::answering(&[]), CONFIGURED, |c| {
+        c.interval = Duration::from_secs(60)
+    });
+    let since = Instant::now() - Duration::from_secs(121);
+    let outcome = r.sequence.provision(&n1(), since, &AtomicBool::new(false));
+    assert_eq!(
+        outcome,
+        Outcome::Stale("skipping node that's been waiting 121s".into())
+    );
+    assert!(r.node.calls().is_empty());
+}
+
+#[test]
+fn a_deferral_is_an_outcome_not_a_failure_and_configures_nothing() {
+    let r = rig(
+        FakeNode::answering(&[]),
+        r#"{"defer": true, "msg": "not in the CMDB yet"}"#,
+        |_| {},
+    );
+    assert_eq!(r.attempt(), Outcome::Deferred("not in the CMDB yet".into()));
+    assert_eq!(r.node.calls(), ["inventory"]);
+}
+
+#[test]
+fn a_helper_shutdown_shuts_the_node_down_and_counts_it() {
+    let r = rig(
+        FakeNode::answering(&[]),
+        r#"{"shutdown": true, "msg": "retired"}"#,
+        |_| {},
+    );
+    assert_eq!(r.attempt(), Outcome::ShutDown);
+    assert_eq!(r.node.calls(), ["inventory", "shutdown"]);
+    assert_eq!(r.metrics.helper_shutdown_requests.get(), 1);
+}
+
+#[test]
+fn a_refused_shutdown_is_a_failure_not_a_success() {
+    let node = FakeNode::answering(&[("shutdown", &[Answer::Status(5, "disk on fire")])]);
+    let r = rig(node, r#"{"shutdown": true}"#, |_| {});
+    let outcome = r.attempt();
+    assert!(
+        matches!(&outcome, Outcome::Failed(m) if m.contains("disk on fire")),
+        "{outcome}"
+    );
+    assert_eq!(r.metrics.helper_shutdown_requests.get(), 0);
+}
+
+#[test]
+fn a_non_ok_status_is_retried_until_it_succeeds() {
+    let node = FakeNode::answering(&[(
+        "inventory",
+        &[Answer::Status(5, "busy"), Answer::Ok(json!({}))],
+    )]);
+    let r = rig(node, CONFIGURED, |_| {});
+    assert_eq!(r.attempt(), Outcome::Done);
+    assert_eq!(r.node.count("inventory"), 2);
+}
+
+#[test]
+fn a_silent_node_is_tried_five_times_for_inventory_then_fails_naming_the_tries() {
+    let node = FakeNode::answering(&[("inventory", &[Answer::Silent])]);
+    let r = rig(node, CONFIGURED, |_| {});
+    let outcome = r.attempt();
+    assert!(
+        matches!(&outcome, Outcome::Failed(m) if m.starts_with("rpcutil#inventory failed for n1.example.net after 5 tries")),
+        "{outcome}"
+    );
+    assert_eq!(r.node.count("inventory"), 5);
+    assert_eq!(
+        r.metrics
+            .rpc_errors
+            .with_label_values(&["rpcutil#inventory"])
+            .get(),
+        1
+    );
+}
+
+#[test]
+fn a_wrong_token_is_refused_at_once_without_retries() {
+    let node = FakeNode::answering(&[(
+        "configure",
+        &[Answer::Status(1, "Incorrect provision token supplied")],
+    )]);
+    let r = rig(node, CONFIGURED, |_| {});
+    assert!(matches!(r.attempt(), Outcome::Failed(_)));
+    assert_eq!(r.node.count("configure"), 1);
+}
+
+#[test]
+fn a_node_locked_by_another_provisioner_is_left_to_it_without_an_error() {
+    let node = FakeNode::answering(&[(
+        "configure",
+        &[Answer::Status(1, "Could not obtain provisioning lock")],
+    )]);
+    let r = rig(node, CONFIGURED, |_| {});
+    let outcome = r.attempt();
+    assert!(matches!(outcome, Outcome::Locked(_)), "{outcome}");
+    assert!(!outcome.is_error() && !outcome.is_success());
+    assert_eq!(r.node.count("configure"), 1);
+    assert_eq!(
+        r.metrics
+            .rpc_errors
+            .with_label_values(&["choria_provision#configure"])
+            .get(),
+        0
+    );
+}
+
+#[test]
+fn a_node_nobody_listens_for_is_unreachable_after_one_try() {
+    let node = FakeNode::answering(&[("inventory", &[Answer::NoResponders])]);
+    let r = rig(node, CONFIGURED, |_| {});
+    let outcome = r.attempt();
+    assert!(matches!(outcome, Outcome::Unreachable(_)), "{outcome}");
+    assert!(!outcome.is_error());
+    assert_eq!(r.node.calls(), ["inventory"]);
+}
+
+#[test]
+fn a_contested_reply_stops_the_attempt_before_configure() {
+    let node = FakeNode::answering(&[("inventory", &[Answer::Contested(json!({}))])]);
+    let r = rig(node, CONFIGURED, |_| {});
+    let outcome = r.attempt();
+    assert!(
+        matches!(&outcome, Outcome::Contested(m) if m.contains("rpcutil#inventory was answered twice")),
+        "{outcome}"
+    );
+    assert!(outcome.needs_cooldown(), "tried again only later");
+    assert_eq!(r.node.calls(), ["inventory"], "no configure was sent");
+}
+
+#[test]
+fn an_empty_configuration_is_refused_before_configure() {
+    let r = rig(FakeNode::answering(&[]), r#"{"msg": "nothing"}"#, |_| {});
+    assert_eq!(
+        r.attempt(),
+        Outcome::Failed(
+            "choria_provision#configure failed for n1.example.net: empty configuration".into()
+        )
+    );
+    assert_eq!(r.node.calls(), ["inventory"]);
+}
+
+#[test]
+fn a_helper_key_without_a_key_exchange_is_refused() {
+    let r = rig(
+        FakeNode::answering(&[]),
+        r#"{"configuration": {"a": "b"}, "key": "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n"}"#,
+        |_| {},
+    );
+    let outcome = r.attempt();
+    assert!(
+        matches!(&outcome, Outcome::Failed(m) if m.contains("did not start Diffie-Hellman exchange")),
+        "{outcome}"
+    );
+    assert_eq!(r.node.count("configure"), 0);
+}
+
+/// One upgrade rule: its name, the inventory reply, `upgrades_optional`, the RPCs
+/// made and a check of the outcome.
+type UpgradeCase = (
+    &'static str,
+    Answer,
+    bool,
+    &'static [&'static str],
+    fn(&Outcome) -> bool,
+);
+
+/// The upgrade rules, for a helper asking for 0.31.0.
+#[test]
+fn upgrade_decisions() {
+    let upgrade = |version: &str, upgradable: bool| {
+        Answer::Ok(json!({"version": version, "upgradable": upgradable}))
+    };
+    let cases: [UpgradeCase; 5] = [
+        (
+            "a newer version is installed and the node comes back",
+            upgrade("0.30.2", true),
+            false,
+            &["inventory", "release_update"],
+            |o| *o == Outcome::Upgraded,
+        ),
+        (
+            "the same version is skipped and the node configured",
+            upgrade("0.31.0", true),
+            false,
+            &["inventory", "configure", "restart"],
+            |o| *o == Outcome::Done,
+        ),
+        (
+            "a node that cannot upgrade fails",
+            upgrade("0.30.2", false),
+            false,
+            &["inventory"],
+            |o| matches!(o, Outcome::Failed(m) if m.contains("does not support upgrades")),
+        ),
+        (
+            "a node that cannot upgrade is configured when upgrades are optional",
+            upgrade("0.30.2", false),
+            true,
+            &["inventory", "configure", "restart"],
+            |o| *o == Outcome::Done,
+        ),
+        (
+            "no version in inventory fails",
+            Answer::Ok(json!({})),
+            false,
+            &["inventory"],
+            |o| matches!(o, Outcome::Failed(m) if m.contains("did not receive a version")),
+        ),
+    ];
+    for (name, inventory, optional, rpcs, expect) in cases {
+        let node = FakeNode::answering(&[("inventory", &[inventory])]);
+        let r = rig(
+            node,
+            r#"{"configuration": {"a": "b"}, "upgrade": "0.31.0"}"#,
+            |c| {
+                c.features.upgrades = true;
+                c.upgrades_repository = "https://repo.example.net".into();
+                c.upgrades_optional = optional;
+            },
+        );
+        let outcome = r.attempt();
+        assert!(expect(&outcome), "{name}: {outcome}");
+        assert_eq!(r.node.calls(), rpcs, "{name}");
+    }
+}
+
+#[test]
+fn a_paused_provisioner_sends_nothing() {
+    let r = rig(FakeNode::answering(&[]), CONFIGURED, |_| {});
+    r.pause.pause();
+    let outcome = r.attempt();
+    assert!(
+        matches!(&outcome, Outcome::Failed(m) if m.contains("provisioning is paused")),
+        "{outcome}"
+    );
+    assert!(r.node.calls().is_empty());
+}
+
+#[test]
+fn a_stopping_daemon_ends_the_attempt_between_steps() {
+    let r = rig(FakeNode::answering(&[]), CONFIGURED, |_| {});
+    let outcome = r
+        .sequence
+        .provision(&n1(), Instant::now(), &AtomicBool::new(true));
+    assert_eq!(
+        outcome,
+        Outcome::Failed(
+            "stopped provisioning n1.example.net: the provisioner is shutting down".into()
+        )
+    );
+    assert_eq!(r.node.calls(), ["inventory"]);
+}

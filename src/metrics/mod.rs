@@ -89,6 +89,15 @@ pub struct Metrics {
     pub node_duration: Histogram,
     /// Always 1; its `version` label says which build runs.
     pub build_info: IntGaugeVec,
+    /// 1 while connected to the broker; set by the monitoring listener at each
+    /// scrape from the same state `/readyz` reads.
+    pub connected: IntGauge,
+    /// 1 while `/readyz` would answer 200 (connected and provisioning: alone, leader
+    /// or active); set at each scrape like `connected`.
+    pub ready: IntGauge,
+    /// Helper runs stopped because they took longer than `helper_timeout` (also
+    /// counted in `helper_errors`).
+    pub helper_timeouts: IntCounter,
 }
 
 /// The `outcome` label values of `choria_provisioner_outcomes`, each created at 0 on
@@ -337,6 +346,18 @@ impl Metrics {
                 "choria_provisioner_unreachable_nodes",
                 "How many requests found no server subscribed to the node's subject",
             )?,
+            connected: gauge(
+                "choria_provisioner_connected",
+                "Indicates if the provisioner is connected to the broker",
+            )?,
+            ready: gauge(
+                "choria_provisioner_ready",
+                "Indicates if the provisioner is connected and provisioning (alone, leader or active)",
+            )?,
+            helper_timeouts: counter(
+                "choria_provisioner_helper_timeouts",
+                "How many helper runs were stopped for taking longer than helper_timeout",
+            )?,
             discovery_overflow: counter(
                 "choria_provisioner_discovery_overflow",
                 "How many discovery replies came beyond the cap of distinct senders",
@@ -357,6 +378,8 @@ impl Metrics {
         for rpc in RPC_NAMES {
             metrics.rpc_errors.with_label_values(&[rpc]);
             metrics.rpc_time.touch(&[rpc]);
+            // At 0 so that an alert's increase() sees the very first one.
+            metrics.contested_replies.with_label_values(&[rpc]);
         }
         metrics.helper_time.touch(&[]);
         for outcome in OUTCOMES {
@@ -436,6 +459,10 @@ mod tests {
             "choria_provisioner_provisioned{site=\"lon\"} 0",
             "choria_provisioner_work_queue_entries{site=\"lon\"} 0",
             "choria_provisioner_waiting_nodes{site=\"lon\"} 0",
+            "choria_provisioner_helper_timeouts{site=\"lon\"} 0",
+            "choria_provisioner_connected{site=\"lon\"} 0",
+            "choria_provisioner_ready{site=\"lon\"} 0",
+            "choria_provisioner_contested_replies{rpc=\"choria_provision#configure\",site=\"lon\"} 0",
         ] {
             assert!(text.contains(series), "{series} missing from\n{text}");
         }

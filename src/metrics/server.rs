@@ -223,11 +223,16 @@ fn serve(server: &tiny_http::Server, metrics: &Metrics, health: &HealthSource) {
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or("").to_string();
         let response = match (request.method(), path.as_str()) {
-            (tiny_http::Method::Get, "/metrics") => text_response(
-                200,
-                metrics.render(),
-                "text/plain; version=0.0.4; charset=utf-8",
-            ),
+            (tiny_http::Method::Get, "/metrics") => {
+                let readiness = health.readiness();
+                metrics.connected.set(i64::from(readiness.connected));
+                metrics.ready.set(i64::from(readiness.is_ready()));
+                text_response(
+                    200,
+                    metrics.render(),
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )
+            }
             (tiny_http::Method::Get, "/healthz") => {
                 text_response(200, health.health().to_string(), "application/json")
             }
@@ -370,6 +375,39 @@ mod tests {
                 "not connected to the broker",
                 "not provisioning: election or membership state is joining"
             ])
+        );
+        server.stop();
+    }
+
+    #[test]
+    fn each_scrape_sets_connected_and_ready_from_the_health_source() {
+        let doc = Arc::new(parking_lot::Mutex::new(serde_json::json!({
+            "connected": true, "leader": "standby"
+        })));
+        let shared = Arc::clone(&doc);
+        let server = serve_with(Arc::new(move || shared.lock().clone()));
+        let scrape = || get(server.local_addr(), "/metrics").2;
+
+        let text = scrape();
+        assert!(
+            text.contains("choria_provisioner_connected{site=\"lon\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("choria_provisioner_ready{site=\"lon\"} 0\n"),
+            "{text}"
+        );
+        *doc.lock() = serde_json::json!({"connected": true, "leader": "leader"});
+        assert!(scrape().contains("choria_provisioner_ready{site=\"lon\"} 1\n"));
+        *doc.lock() = serde_json::json!({"connected": false, "leader": "leader"});
+        let text = scrape();
+        assert!(
+            text.contains("choria_provisioner_connected{site=\"lon\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("choria_provisioner_ready{site=\"lon\"} 0\n"),
+            "{text}"
         );
         server.stop();
     }

@@ -278,15 +278,27 @@ fn run_writes_and_removes_the_pid_file_and_stops_on_sigterm() {
     assert!(!pid.exists(), "pid file removed on normal exit");
 }
 
-#[test]
-fn metrics_and_healthz_over_http() {
+/// A running provisioner whose monitor port on 127.0.0.1 listens: with a nats-server
+/// (`broker`) or with nothing at the broker address.
+fn monitored(broker: bool, extra_yaml: &str) -> (Rig, Child, u16) {
     let port = free_port();
-    let rig = Rig::new(&format!("monitor_port: {port}\nmonitor_host: 127.0.0.1\n"));
-    let mut child = rig.spawn(&[]);
+    let yaml = format!("monitor_port: {port}\nmonitor_host: 127.0.0.1\n{extra_yaml}");
+    let rig = if broker {
+        Rig::new(&yaml)
+    } else {
+        Rig::without_broker(&yaml)
+    };
+    let child = rig.spawn(&[]);
     assert!(
         wait_for_port(port, Duration::from_secs(10)),
         "monitor port not listening"
     );
+    (rig, child, port)
+}
+
+#[test]
+fn metrics_and_healthz_over_http() {
+    let (_rig, mut child, port) = monitored(true, "");
 
     let (status, body) = http_get(port, "/metrics");
     assert_eq!(status, 200);
@@ -447,13 +459,7 @@ fn readyz_until(port: u16, want: u16, within: Duration) -> (u16, String) {
 
 #[test]
 fn readyz_is_503_saying_why_while_the_broker_is_unreachable() {
-    let port = free_port();
-    let rig = Rig::without_broker(&format!("monitor_port: {port}\nmonitor_host: 127.0.0.1\n"));
-    let mut child = rig.spawn(&[]);
-    assert!(
-        wait_for_port(port, Duration::from_secs(10)),
-        "monitor port not listening"
-    );
+    let (_rig, mut child, port) = monitored(false, "");
     let (status, body) = http_get(port, "/readyz");
     assert_eq!(status, 503, "{body}");
     let ready: serde_json::Value = serde_json::from_str(&body).expect("readyz is JSON");
@@ -473,15 +479,7 @@ fn readyz_is_503_saying_why_while_the_broker_is_unreachable() {
 #[test]
 fn readyz_is_503_while_the_election_has_no_leader() {
     // A plain nats-server has no election bucket: connected, but never leader.
-    let port = free_port();
-    let rig = Rig::new(&format!(
-        "monitor_port: {port}\nmonitor_host: 127.0.0.1\nleader_election: true\n"
-    ));
-    let mut child = rig.spawn(&[]);
-    assert!(
-        wait_for_port(port, Duration::from_secs(10)),
-        "monitor port not listening"
-    );
+    let (_rig, mut child, port) = monitored(true, "leader_election: true\n");
     let deadline = Instant::now() + Duration::from_secs(10);
     let ready = loop {
         let (status, body) = http_get(port, "/readyz");

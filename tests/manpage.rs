@@ -5,8 +5,11 @@
 //! `packaging/choria-provisioner.8.in`. The committed `packaging/choria-provisioner.8`
 //! must equal what this generates; `make man` (`UPDATE_MAN=1`) rewrites it.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::on_path;
 
 const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
 const PROGRAM: &str = "choria-provisioner";
@@ -338,12 +341,6 @@ fn argh_help_is_parsed_with_wrapped_entries() {
          .TP\n\\fB\\-\\-help\\fR, \\fBhelp\\fR\ndisplay usage\n"
     );
     assert_eq!(roff_text(".x `y` a\\b"), "\\&.x \\fBy\\fR a\\eb");
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-        .unwrap_or(false)
 }
 
 #[test]

@@ -5,9 +5,12 @@
 //! promtool is installed (Debian: `apt-get install prometheus`; the test says SKIP
 //! without it).
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::on_path;
 
 use choria_provisioner::metrics::Metrics;
 
@@ -547,12 +550,6 @@ fn every_alert_expression_uses_exported_series() {
         .find(|r| r["alert"] == "ChoriaProvisionerContestedReplies")
         .unwrap();
     assert_eq!(contested["labels"]["category"], "security");
-}
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-        .unwrap_or(false)
 }
 
 #[test]

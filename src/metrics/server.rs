@@ -266,11 +266,20 @@ mod tests {
     use std::io::{Read, Write};
 
     fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+        request(addr, "GET", path)
+    }
+
+    /// One HTTP/1.0 request: status, head and body of the answer.
+    fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
         let mut stream = std::net::TcpStream::connect(addr).unwrap();
         stream
             .set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .unwrap();
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
+        .unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).unwrap();
         let (head, body) = response.split_once("\r\n\r\n").unwrap();
@@ -283,6 +292,16 @@ mod tests {
         MetricsServer::start(Some("127.0.0.1"), 0, metrics, health).unwrap()
     }
 
+    /// A listener whose health source is a closure returning `doc`, which the test
+    /// changes between requests.
+    fn serve_document(
+        doc: serde_json::Value,
+    ) -> (Arc<parking_lot::Mutex<serde_json::Value>>, MetricsServer) {
+        let doc = Arc::new(parking_lot::Mutex::new(doc));
+        let shared = Arc::clone(&doc);
+        (doc, serve_with(Arc::new(move || shared.lock().clone())))
+    }
+
     fn ready_body(server: &MetricsServer) -> (u16, serde_json::Value) {
         let (status, head, body) = get(server.local_addr(), "/readyz");
         assert!(head.contains("application/json"), "{head}");
@@ -291,11 +310,9 @@ mod tests {
 
     #[test]
     fn readyz_of_a_closure_source_follows_its_health_document() {
-        let doc = Arc::new(parking_lot::Mutex::new(serde_json::json!({
+        let (doc, server) = serve_document(serde_json::json!({
             "connected": false, "leader": null
-        })));
-        let shared = Arc::clone(&doc);
-        let server = serve_with(Arc::new(move || shared.lock().clone()));
+        }));
 
         let (status, body) = ready_body(&server);
         assert_eq!(status, 503);
@@ -381,34 +398,37 @@ mod tests {
 
     #[test]
     fn each_scrape_sets_connected_and_ready_from_the_health_source() {
-        let doc = Arc::new(parking_lot::Mutex::new(serde_json::json!({
-            "connected": true, "leader": "standby"
-        })));
-        let shared = Arc::clone(&doc);
-        let server = serve_with(Arc::new(move || shared.lock().clone()));
-        let scrape = || get(server.local_addr(), "/metrics").2;
-
-        let text = scrape();
-        assert!(
-            text.contains("choria_provisioner_connected{site=\"lon\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("choria_provisioner_ready{site=\"lon\"} 0\n"),
-            "{text}"
-        );
-        *doc.lock() = serde_json::json!({"connected": true, "leader": "leader"});
-        assert!(scrape().contains("choria_provisioner_ready{site=\"lon\"} 1\n"));
-        *doc.lock() = serde_json::json!({"connected": false, "leader": "leader"});
-        let text = scrape();
-        assert!(
-            text.contains("choria_provisioner_connected{site=\"lon\"} 0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("choria_provisioner_ready{site=\"lon\"} 0\n"),
-            "{text}"
-        );
+        let (doc, server) = serve_document(serde_json::json!({}));
+        for (health, connected, ready) in [
+            (
+                serde_json::json!({"connected": true, "leader": "standby"}),
+                1,
+                0,
+            ),
+            (
+                serde_json::json!({"connected": true, "leader": "leader"}),
+                1,
+                1,
+            ),
+            (
+                serde_json::json!({"connected": false, "leader": "leader"}),
+                0,
+                0,
+            ),
+            (serde_json::json!({"connected": true, "leader": null}), 1, 1),
+        ] {
+            *doc.lock() = health.clone();
+            let text = get(server.local_addr(), "/metrics").2;
+            for series in [
+                format!("choria_provisioner_connected{{site=\"lon\"}} {connected}\n"),
+                format!("choria_provisioner_ready{{site=\"lon\"}} {ready}\n"),
+            ] {
+                assert!(
+                    text.contains(&series),
+                    "{health}: {series} missing from\n{text}"
+                );
+            }
+        }
         server.stop();
     }
 
@@ -431,14 +451,8 @@ mod tests {
         let server = serve_with(Arc::new(|| serde_json::json!({"connected": true})));
         assert_eq!(get(server.local_addr(), "/readyz/x").0, 404);
         assert_eq!(get(server.local_addr(), "/readyz?verbose=1").0, 200);
-        let mut stream = std::net::TcpStream::connect(server.local_addr()).unwrap();
-        stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
-        write!(stream, "POST /readyz HTTP/1.0\r\nContent-Length: 0\r\n\r\n").unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        assert!(response.starts_with("HTTP/1.0 404"), "{response}");
+        assert_eq!(request(server.local_addr(), "POST", "/readyz").0, 404);
+        assert_eq!(request(server.local_addr(), "HEAD", "/healthz").0, 404);
         server.stop();
     }
 }

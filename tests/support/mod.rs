@@ -372,3 +372,11 @@ pub fn create_election_bucket(server: &NatsServer, ttl: Duration) {
 pub mod hostile;
 #[cfg(feature = "sim")]
 pub mod rig;
+
+/// True when `tool` is an executable name found on `PATH` (tests that need an optional
+/// tool print SKIP without it).
+pub fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+        .unwrap_or(false)
+}

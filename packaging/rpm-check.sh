@@ -120,8 +120,14 @@ tar xzf "$tarball" -C "$work" "$top/packaging/$name.spec"
 if rpmlint -r packaging/$name.rpmlintrc "$work/$top/packaging/$name.spec" "$rpm" > "$work/rpmlint" 2>&1; then
     grep -E ': (W|E): |badness' "$work/rpmlint" || true
     ok "rpmlint: no errors"
+    # rpmlint 2.4.0 (Debian 12) records a man page's section instead of its name
+    # (FilesCheck man_basenames), so it names every binary whatever the package has;
+    # the man page itself is checked above. Any other rpmlint must not complain.
     if grep -q 'no-manual-page-for-binary' "$work/rpmlint"; then
-        fail "rpmlint: no-manual-page-for-binary (the man page is not where rpmlint looks)"
+        case "$(rpmlint --version 2>/dev/null)" in
+            2.4.0) echo "SKIP: rpmlint 2.4.0 reports no-manual-page-for-binary for every binary" ;;
+            *) fail "rpmlint: no-manual-page-for-binary (the man page is not where rpmlint looks)" ;;
+        esac
     fi
 else
     cat "$work/rpmlint"

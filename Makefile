@@ -1,7 +1,7 @@
 # choria-provisioner build and test entry points. `make help` lists them.
 CARGO ?= cargo
 
-.PHONY: all help build release test lint unit nats-server clean demo bench
+.PHONY: all help build release test lint unit nats-server clean demo bench man
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make dist      source tarball with vendored crates (air-gapped builds)"
 	@echo "make rpm       RPM from that tarball into target/rpm/"
+	@echo "make man       regenerate packaging/choria-provisioner.8 from the CLI's help"
 	@echo "make clean     remove build output"
 
 build:
@@ -42,6 +43,12 @@ demo: build
 # 10,000 simulated nodes with a compiled helper; prints throughput, latency, CPU, RSS.
 bench:
 	scripts/bench.sh
+
+# The man page's SYNOPSIS, OPTIONS and COMMANDS come from the binary's --help, the
+# rest from packaging/choria-provisioner.8.in; `make test` fails when the committed
+# page differs from what tests/manpage.rs makes of them.
+man:
+	UPDATE_MAN=1 $(CARGO) test --features sim --test manpage the_committed_man_page_is_generated_from_the_cli_help
 
 clean:
 	$(CARGO) clean

@@ -1,5 +1,5 @@
 //! The command line as a process: exit codes, error lines, `check`, the pid file,
-//! signals, and `/metrics` + `/healthz` scraped over HTTP.
+//! signals, and `/metrics`, `/healthz` and `/readyz` scraped over HTTP.
 
 mod support;
 
@@ -278,15 +278,27 @@ fn run_writes_and_removes_the_pid_file_and_stops_on_sigterm() {
     assert!(!pid.exists(), "pid file removed on normal exit");
 }
 
-#[test]
-fn metrics_and_healthz_over_http() {
+/// A running provisioner whose monitor port on 127.0.0.1 listens: with a nats-server
+/// (`broker`) or with nothing at the broker address.
+fn monitored(broker: bool, extra_yaml: &str) -> (Rig, Child, u16) {
     let port = free_port();
-    let rig = Rig::new(&format!("monitor_port: {port}\nmonitor_host: 127.0.0.1\n"));
-    let mut child = rig.spawn(&[]);
+    let yaml = format!("monitor_port: {port}\nmonitor_host: 127.0.0.1\n{extra_yaml}");
+    let rig = if broker {
+        Rig::new(&yaml)
+    } else {
+        Rig::without_broker(&yaml)
+    };
+    let child = rig.spawn(&[]);
     assert!(
         wait_for_port(port, Duration::from_secs(10)),
         "monitor port not listening"
     );
+    (rig, child, port)
+}
+
+#[test]
+fn metrics_and_healthz_over_http() {
+    let (_rig, mut child, port) = monitored(true, "");
 
     let (status, body) = http_get(port, "/metrics");
     assert_eq!(status, 200);
@@ -392,6 +404,18 @@ fn metrics_and_healthz_over_http() {
         "{body}"
     );
     assert!(body.contains("process_resident_memory_bytes "), "{body}");
+    for series in [
+        "choria_provisioner_outcomes{outcome=\"provisioned\",site=\"testsite\"} 0\n",
+        "choria_provisioner_outcomes{outcome=\"locked\",site=\"testsite\"} 0\n",
+        "choria_provisioner_node_duration_seconds_count{site=\"testsite\"} 0\n",
+    ] {
+        assert!(body.contains(series), "{series} missing from\n{body}");
+    }
+    let build_info = format!(
+        "choria_provisioner_build_info{{site=\"testsite\",version=\"{}\"}} 1\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(body.contains(&build_info), "{build_info} missing");
     assert!(!body.contains("s3cr3t-t0ken"));
 
     let (status, body) = http_get(port, "/healthz");
@@ -404,12 +428,84 @@ fn metrics_and_healthz_over_http() {
         "{health}"
     );
 
+    // No election: ready as soon as the broker connection is up.
+    let (status, body) = readyz_until(port, 200, Duration::from_secs(10));
+    assert_eq!(status, 200, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).expect("readyz is JSON");
+    assert_eq!(ready["ready"], true, "{ready}");
+    assert_eq!(ready["connected"], true, "{ready}");
+    assert_eq!(ready["role"], "alone", "{ready}");
+
     let (status, _) = http_get(port, "/nope");
     assert_eq!(status, 404);
 
     signal(&child, libc::SIGINT);
     let status = wait_exit(&mut child, Duration::from_secs(10)).expect("exits after SIGINT");
     assert_eq!(status.code(), Some(0));
+}
+
+/// Polls `/readyz` every 50 ms until it answers `want` or `within` has passed; the
+/// last status and body.
+fn readyz_until(port: u16, want: u16, within: Duration) -> (u16, String) {
+    let deadline = Instant::now() + within;
+    loop {
+        let (status, body) = http_get(port, "/readyz");
+        if status == want || Instant::now() >= deadline {
+            return (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn readyz_is_503_saying_why_while_the_broker_is_unreachable() {
+    let (_rig, mut child, port) = monitored(false, "");
+    let (status, body) = http_get(port, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).expect("readyz is JSON");
+    assert_eq!(ready["ready"], false, "{ready}");
+    assert_eq!(ready["connected"], false, "{ready}");
+    assert_eq!(
+        ready["reasons"],
+        serde_json::json!(["not connected to the broker"]),
+        "{ready}"
+    );
+    // /healthz stays 200: the process is alive, only not ready.
+    assert_eq!(http_get(port, "/healthz").0, 200);
+    signal(&child, libc::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(10)).expect("exits after SIGTERM");
+}
+
+#[test]
+fn readyz_is_503_while_the_election_has_no_leader() {
+    // A plain nats-server has no election bucket: connected, but never leader.
+    let (_rig, mut child, port) = monitored(true, "leader_election: true\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ready = loop {
+        let (status, body) = http_get(port, "/readyz");
+        assert_eq!(status, 503, "{body}");
+        let ready: serde_json::Value = serde_json::from_str(&body).expect("readyz is JSON");
+        if ready["connected"] == true || Instant::now() >= deadline {
+            break ready;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(ready["connected"], true, "{ready}");
+    assert_eq!(ready["ready"], false, "{ready}");
+    let role = ready["role"].as_str().unwrap_or_default();
+    assert!(
+        ["starting", "unavailable", "standby"].contains(&role),
+        "{ready}"
+    );
+    assert_eq!(
+        ready["reasons"],
+        serde_json::json!([format!(
+            "not provisioning: election or membership state is {role}"
+        )]),
+        "{ready}"
+    );
+    signal(&child, libc::SIGTERM);
+    wait_exit(&mut child, Duration::from_secs(10)).expect("exits after SIGTERM");
 }
 
 #[test]

@@ -6,16 +6,13 @@
 //! rpmlint systemd`); without them the test says what is missing and passes, so a
 //! developer machine without RPM tools can still run `make test`. CI installs them.
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
+use support::on_path;
 
 const TOOLS: [&str; 3] = ["rpmbuild", "rpmlint", "systemd-analyze"];
-
-fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
-        .unwrap_or(false)
-}
 
 #[test]
 fn rpm_check_passes() {

@@ -11,7 +11,7 @@ use crate::choria::client_config::ClientConfig;
 use crate::config::{Config, Pause};
 use crate::hosts::daemon::{Daemon, DaemonOptions};
 use crate::hosts::election::ElectionState;
-use crate::metrics::{Metrics, MetricsServer};
+use crate::metrics::{Metrics, MetricsServer, Readiness, Role};
 
 use super::args::Invocation;
 use super::{fail, prepare, signals, usage, PidFile};
@@ -50,10 +50,13 @@ pub fn run(inv: &Invocation) -> i32 {
             config.monitor_host.as_deref(),
             config.monitor_port,
             Arc::clone(&metrics),
-            health.source(Arc::clone(&pause), config.site.clone()),
+            health.source(Arc::clone(&pause), &config),
         ) {
             Ok(server) => {
-                log::info!("Serving /metrics and /healthz on {}", server.local_addr());
+                log::info!(
+                    "Serving /metrics, /healthz and /readyz on {}",
+                    server.local_addr()
+                );
                 Some(server)
             }
             Err(e) => return fail(e),
@@ -81,7 +84,7 @@ pub fn run(inv: &Invocation) -> i32 {
     serve(&config, &client, &metrics, &pause, &health, &shutdown)
 }
 
-/// What `/healthz` reports beyond the pause flag.
+/// What `/healthz` and `/readyz` report beyond the pause flag.
 #[derive(Default)]
 struct Health {
     connection: Mutex<Option<Arc<crate::choria::connector::ConnectionState>>>,
@@ -89,23 +92,69 @@ struct Health {
 }
 
 impl Health {
-    fn source(self: &Arc<Self>, pause: Arc<Pause>, site: String) -> crate::metrics::HealthSource {
-        let me = Arc::clone(self);
-        Arc::new(move || {
-            let connected = me
-                .connection
-                .lock()
-                .as_ref()
-                .is_some_and(|c| c.is_connected());
-            let leader = me.election.lock().as_ref().map(|e| e.lock().name());
-            serde_json::json!({
-                "version": crate::VERSION,
-                "site": site,
-                "paused": pause.paused(),
-                "connected": connected,
-                "leader": leader,
-            })
+    fn source(
+        self: &Arc<Self>,
+        pause: Arc<Pause>,
+        config: &Config,
+    ) -> crate::metrics::HealthSource {
+        Arc::new(HealthView {
+            state: Arc::clone(self),
+            pause,
+            site: config.site.clone(),
+            leader_election: config.leader_election,
         })
+    }
+}
+
+/// The monitoring listener's view of one provisioner.
+struct HealthView {
+    state: Arc<Health>,
+    pause: Arc<Pause>,
+    site: String,
+    leader_election: bool,
+}
+
+impl HealthView {
+    fn connected(&self) -> bool {
+        self.state
+            .connection
+            .lock()
+            .as_ref()
+            .is_some_and(|c| c.is_connected())
+    }
+
+    fn election_state(&self) -> Option<ElectionState> {
+        self.state
+            .election
+            .lock()
+            .as_ref()
+            .map(|e| e.lock().clone())
+    }
+}
+
+impl crate::metrics::Health for HealthView {
+    fn health(&self) -> serde_json::Value {
+        serde_json::json!({
+            "version": crate::VERSION,
+            "site": self.site,
+            "paused": self.pause.paused(),
+            "connected": self.connected(),
+            "leader": self.election_state().map(|e| e.name()),
+        })
+    }
+
+    fn readiness(&self) -> Readiness {
+        let role = match (self.leader_election, self.election_state()) {
+            (false, _) => Role::Alone,
+            (true, Some(ElectionState::Leader)) => Role::Leader,
+            (true, Some(state)) => Role::Waiting(state.name().to_string()),
+            // Configured but not started yet.
+            (true, None) => Role::Waiting("starting".to_string()),
+        };
+        Readiness {
+            connected: self.connected(),
+            role,
+        }
     }
 }
 
@@ -141,4 +190,50 @@ fn serve(
     }
     log::info!("Choria Provisioner stopped");
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Health as _;
+
+    fn view(leader_election: bool, election: Option<ElectionState>) -> HealthView {
+        let state = Arc::new(Health::default());
+        *state.election.lock() = election.map(|e| Arc::new(Mutex::new(e)));
+        HealthView {
+            state,
+            pause: Arc::new(Pause::new(prometheus::IntGauge::new("p", "p").unwrap())),
+            site: "lon".into(),
+            leader_election,
+        }
+    }
+
+    #[test]
+    fn readiness_role_follows_the_election() {
+        for (election, state, role) in [
+            (false, None, Role::Alone),
+            (true, None, Role::Waiting("starting".into())),
+            (
+                true,
+                Some(ElectionState::Standby),
+                Role::Waiting("standby".into()),
+            ),
+            (
+                true,
+                Some(ElectionState::Unavailable("no bucket".into())),
+                Role::Waiting("unavailable".into()),
+            ),
+            (true, Some(ElectionState::Leader), Role::Leader),
+        ] {
+            let v = view(election, state.clone());
+            let r = v.readiness();
+            assert_eq!(r.role, role, "{election} {state:?}");
+            // Never connected here: not ready whatever the role.
+            assert!(!r.connected && !r.is_ready(), "{r:?}");
+            assert_eq!(
+                v.health()["leader"],
+                serde_json::json!(state.map(|s| s.name()))
+            );
+        }
+    }
 }

@@ -339,6 +339,9 @@ impl NodeSequence {
                 if !matches!(e, HelperError::Paused(_)) {
                     self.metrics.helper_errors.inc();
                 }
+                if matches!(e, HelperError::Timeout(..)) {
+                    self.metrics.helper_timeouts.inc();
+                }
                 Err(AttemptError::Helper(e))
             }
         }

@@ -9,6 +9,7 @@
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
 
 use crossbeam_channel::select;
 
@@ -37,6 +38,7 @@ pub(super) fn run(fleet: &Fleet) {
         };
         let metrics = &fleet.metrics;
         metrics.busy_workers.inc();
+        let started = Instant::now();
         // The provisioner shares nothing with this worker that a panic could leave
         // half-updated: its state is per attempt, and parking_lot locks do not poison.
         let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -46,6 +48,7 @@ pub(super) fn run(fleet: &Fleet) {
         }))
         .unwrap_or_else(|payload| panicked(&job.identity, payload.as_ref()));
         metrics.busy_workers.dec();
+        metrics.observe_outcome(outcome.label(), started.elapsed().as_secs_f64());
         if outcome.is_success() {
             metrics.provisioned.inc();
             log::info!("{}: {outcome}", job.identity);

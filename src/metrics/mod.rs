@@ -9,10 +9,12 @@ mod process;
 mod server;
 mod summary;
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 pub use process::{ProcessCollector, ProcessStats};
-pub use server::{HealthSource, MetricsServer, ServeError};
+pub use server::{Health, HealthSource, MetricsServer, Readiness, Role, ServeError};
 pub use summary::SumCountVec;
 
 /// The metric families of one provisioner, all labelled `site`.
@@ -80,7 +82,60 @@ pub struct Metrics {
     pub dropped_events: IntCounterVec,
     /// Discovery replies beyond the per-discovery cap of distinct senders.
     pub discovery_overflow: IntCounter,
+    /// Finished attempts by `outcome` (one of [`OUTCOMES`]); see
+    /// [`Metrics::observe_outcome`].
+    pub outcomes: IntCounterVec,
+    /// Duration of every finished attempt, whatever its outcome.
+    pub node_duration: Histogram,
+    /// Always 1; its `version` label says which build runs.
+    pub build_info: IntGaugeVec,
+    /// 1 while connected to the broker; set by the monitoring listener at each
+    /// scrape from the same state `/readyz` reads.
+    pub connected: IntGauge,
+    /// 1 while `/readyz` would answer 200 (connected and provisioning: alone, leader
+    /// or active); set at each scrape like `connected`.
+    pub ready: IntGauge,
+    /// Helper runs stopped because they took longer than `helper_timeout` (also
+    /// counted in `helper_errors`).
+    pub helper_timeouts: IntCounter,
 }
+
+/// The `outcome` label values of `choria_provisioner_outcomes`, each created at 0 on
+/// start so that ratios and alerts work from the first scrape:
+///
+/// | value | the attempt ended because |
+/// |---|---|
+/// | `provisioned` | the node was configured and restarted |
+/// | `deferred` | the helper said "not yet" (`defer`) |
+/// | `shut_down` | the helper asked for a shutdown and the node accepted |
+/// | `upgraded` | an upgrade was started |
+/// | `failed` | a step failed (RPC, helper, JWT, ...) |
+/// | `refused_csr` | the node's CSR was refused (deny list, bad request) |
+/// | `stale` | the node's provisioning data was too old (the stale rule) |
+/// | `unreachable` | no server subscribes to the node's subject |
+/// | `contested` | two different replies came in the node's name |
+/// | `locked` | another provisioner holds the node's provisioning lock |
+pub const OUTCOMES: [&str; 10] = [
+    "provisioned",
+    "deferred",
+    "shut_down",
+    "upgraded",
+    "failed",
+    "refused_csr",
+    "stale",
+    "unreachable",
+    "contested",
+    "locked",
+];
+
+/// Upper bounds (seconds) of the per-node duration histogram: 10 ms (a refusal or
+/// an unreachable node) to 5 minutes (a slow helper with retries).
+pub const NODE_DURATION_BUCKETS: [f64; 14] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// The version in `choria_provisioner_build_info` (this crate's, from `Cargo.toml`).
+const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The `rpc` label values, one per RPC the provisioner makes. Their series are
 /// created at 0 on start (Go creates them on first use) so that `rate()` and alerts
@@ -175,6 +230,29 @@ impl Metrics {
             "How many lifecycle events were dropped before use",
             &["reason"],
         )?;
+        let outcomes = site_vec(
+            "choria_provisioner_outcomes",
+            "How many provisioning attempts ended, by outcome",
+            &["outcome"],
+        )?;
+        let node_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "choria_provisioner_node_duration_seconds",
+                "How long one provisioning attempt of one node took",
+            )
+            .const_label("site", site)
+            .buckets(NODE_DURATION_BUCKETS.to_vec()),
+        )?;
+        registry.register(Box::new(node_duration.clone()))?;
+        let build_info = IntGaugeVec::new(
+            site_opts(
+                "choria_provisioner_build_info",
+                "Always 1: the version label names the running build",
+                site,
+            ),
+            &["version"],
+        )?;
+        registry.register(Box::new(build_info.clone()))?;
         let connector = |name: &str, help: &str| -> prometheus::Result<IntCounterVec> {
             let c = IntCounterVec::new(Opts::new(name, help), &["identity"])?;
             registry.register(Box::new(c.clone()))?;
@@ -268,6 +346,18 @@ impl Metrics {
                 "choria_provisioner_unreachable_nodes",
                 "How many requests found no server subscribed to the node's subject",
             )?,
+            connected: gauge(
+                "choria_provisioner_connected",
+                "Indicates if the provisioner is connected to the broker",
+            )?,
+            ready: gauge(
+                "choria_provisioner_ready",
+                "Indicates if the provisioner is connected and provisioning (alone, leader or active)",
+            )?,
+            helper_timeouts: counter(
+                "choria_provisioner_helper_timeouts",
+                "How many helper runs were stopped for taking longer than helper_timeout",
+            )?,
             discovery_overflow: counter(
                 "choria_provisioner_discovery_overflow",
                 "How many discovery replies came beyond the cap of distinct senders",
@@ -276,6 +366,9 @@ impl Metrics {
             rejected_replies,
             contested_replies,
             dropped_events,
+            outcomes,
+            node_duration,
+            build_info,
             election_campaigns,
             election_leader,
             election_interval_seconds,
@@ -285,8 +378,17 @@ impl Metrics {
         for rpc in RPC_NAMES {
             metrics.rpc_errors.with_label_values(&[rpc]);
             metrics.rpc_time.touch(&[rpc]);
+            // At 0 so that an alert's increase() sees the very first one.
+            metrics.contested_replies.with_label_values(&[rpc]);
         }
         metrics.helper_time.touch(&[]);
+        for outcome in OUTCOMES {
+            metrics.outcomes.with_label_values(&[outcome]);
+        }
+        metrics
+            .build_info
+            .with_label_values(&[BUILD_VERSION])
+            .set(1);
         Ok(metrics)
     }
 
@@ -308,6 +410,19 @@ impl Metrics {
     /// Records the duration of one helper run.
     pub fn observe_helper(&self, seconds: f64) {
         self.helper_time.observe(&[], seconds);
+    }
+
+    /// Records one finished attempt: counts it under `outcome` (one of [`OUTCOMES`])
+    /// and observes its duration. An `outcome` outside [`OUTCOMES`] is a caller's
+    /// mistake: the duration is still observed, but no new series is made (the set of
+    /// series stays bounded) and `false` is returned.
+    pub fn observe_outcome(&self, outcome: &str, seconds: f64) -> bool {
+        self.node_duration.observe(seconds.max(0.0));
+        if !OUTCOMES.contains(&outcome) {
+            return false;
+        }
+        self.outcomes.with_label_values(&[outcome]).inc();
+        true
     }
 
     /// Every family in the Prometheus text exposition format, process metrics last.
@@ -344,6 +459,10 @@ mod tests {
             "choria_provisioner_provisioned{site=\"lon\"} 0",
             "choria_provisioner_work_queue_entries{site=\"lon\"} 0",
             "choria_provisioner_waiting_nodes{site=\"lon\"} 0",
+            "choria_provisioner_helper_timeouts{site=\"lon\"} 0",
+            "choria_provisioner_connected{site=\"lon\"} 0",
+            "choria_provisioner_ready{site=\"lon\"} 0",
+            "choria_provisioner_contested_replies{rpc=\"choria_provision#configure\",site=\"lon\"} 0",
         ] {
             assert!(text.contains(series), "{series} missing from\n{text}");
         }
@@ -374,6 +493,78 @@ mod tests {
         );
         assert!(text.contains("choria_provisioner_helper_time_sum{site=\"lon\"} 1.5"));
         assert!(!text.contains("quantile"), "{text}");
+    }
+
+    #[test]
+    fn every_outcome_starts_at_zero() {
+        let m = Metrics::new("lon").unwrap();
+        let text = m.render();
+        assert!(
+            text.contains("# TYPE choria_provisioner_outcomes counter"),
+            "{text}"
+        );
+        for outcome in OUTCOMES {
+            let series =
+                format!("choria_provisioner_outcomes{{outcome=\"{outcome}\",site=\"lon\"}} 0\n");
+            assert!(text.contains(&series), "{series} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn observe_outcome_counts_and_times_the_attempt() {
+        let m = Metrics::new("lon").unwrap();
+        assert!(m.observe_outcome("provisioned", 0.02));
+        assert!(m.observe_outcome("provisioned", 7.0));
+        assert!(m.observe_outcome("locked", 400.0));
+        let text = m.render();
+        for series in [
+            "choria_provisioner_outcomes{outcome=\"provisioned\",site=\"lon\"} 2\n",
+            "choria_provisioner_outcomes{outcome=\"locked\",site=\"lon\"} 1\n",
+            "choria_provisioner_outcomes{outcome=\"failed\",site=\"lon\"} 0\n",
+            "# TYPE choria_provisioner_node_duration_seconds histogram\n",
+            "choria_provisioner_node_duration_seconds_bucket{site=\"lon\",le=\"0.01\"} 0\n",
+            "choria_provisioner_node_duration_seconds_bucket{site=\"lon\",le=\"0.025\"} 1\n",
+            "choria_provisioner_node_duration_seconds_bucket{site=\"lon\",le=\"10\"} 2\n",
+            "choria_provisioner_node_duration_seconds_bucket{site=\"lon\",le=\"300\"} 2\n",
+            "choria_provisioner_node_duration_seconds_bucket{site=\"lon\",le=\"+Inf\"} 3\n",
+            "choria_provisioner_node_duration_seconds_sum{site=\"lon\"} 407.02\n",
+            "choria_provisioner_node_duration_seconds_count{site=\"lon\"} 3\n",
+        ] {
+            assert!(text.contains(series), "{series} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_outcome_makes_no_series() {
+        let m = Metrics::new("lon").unwrap();
+        assert!(!m.observe_outcome("exploded", 1.0));
+        assert!(!m.observe_outcome("Provisioned", f64::NAN));
+        let text = m.render();
+        assert!(!text.contains("exploded"), "{text}");
+        assert!(!text.contains("Provisioned"), "{text}");
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("choria_provisioner_outcomes{"))
+            .collect();
+        assert_eq!(series.len(), OUTCOMES.len(), "{text}");
+        assert!(
+            text.contains("choria_provisioner_node_duration_seconds_count{site=\"lon\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("choria_provisioner_node_duration_seconds_sum{site=\"lon\"} 1\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn build_info_names_the_version() {
+        let m = Metrics::new("lon").unwrap();
+        let series = format!(
+            "choria_provisioner_build_info{{site=\"lon\",version=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(m.render().contains(&series), "{series}");
     }
 
     #[test]

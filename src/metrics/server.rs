@@ -1,5 +1,5 @@
-//! The monitoring HTTP listener: `/metrics` (Prometheus text) and `/healthz` (JSON),
-//! served by `tiny_http` on one thread.
+//! The monitoring HTTP listener: `/metrics` (Prometheus text), `/healthz` and
+//! `/readyz` (JSON), served by `tiny_http` on one thread.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,8 +7,120 @@ use std::thread::JoinHandle;
 
 use super::Metrics;
 
-/// Produces the `/healthz` document (version, paused, connected, leader ...).
-pub type HealthSource = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+/// What the monitoring listener asks the daemon: the `/healthz` document, and
+/// whether this instance is ready (`/readyz`).
+///
+/// Any `Fn() -> serde_json::Value` is a `Health` whose readiness is read from its
+/// document (see [`Readiness::from_health`]); an implementor that knows more (an
+/// active-active member, say) overrides [`Health::readiness`].
+pub trait Health: Send + Sync {
+    /// The `/healthz` document (version, paused, connected, leader ...).
+    fn health(&self) -> serde_json::Value;
+
+    /// Whether this instance is ready; by default read from [`Health::health`].
+    fn readiness(&self) -> Readiness {
+        Readiness::from_health(&self.health())
+    }
+}
+
+impl<F> Health for F
+where
+    F: Fn() -> serde_json::Value + Send + Sync,
+{
+    fn health(&self) -> serde_json::Value {
+        self()
+    }
+}
+
+/// The daemon's side of the monitoring listener.
+pub type HealthSource = Arc<dyn Health>;
+
+/// Which part this instance plays among the provisioners of its site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Neither leader election nor active-active: the only instance, always working.
+    Alone,
+    /// Leader of the election: this instance provisions.
+    Leader,
+    /// An active-active member taking its share of the nodes.
+    Active,
+    /// Not provisioning: the text is the election (or membership) state, such as
+    /// `starting`, `standby` or `unavailable`.
+    Waiting(String),
+}
+
+impl Role {
+    /// `alone`, `leader`, `active`, or the waiting state's own name.
+    pub fn name(&self) -> &str {
+        match self {
+            Role::Alone => "alone",
+            Role::Leader => "leader",
+            Role::Active => "active",
+            Role::Waiting(state) => state,
+        }
+    }
+}
+
+/// What `/readyz` answers from: ready means connected to the broker and
+/// provisioning (alone, leader or active).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// Connected to the broker now.
+    pub connected: bool,
+    /// This instance's part.
+    pub role: Role,
+}
+
+impl Readiness {
+    /// Reads a `/healthz` document: `connected` (a missing or non-boolean value is
+    /// "not connected") and `leader`, the election state (`null` or missing: no
+    /// election; `"leader"`; any other string: waiting in that state).
+    pub fn from_health(doc: &serde_json::Value) -> Readiness {
+        let connected = doc
+            .get("connected")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+        let role = match doc.get("leader") {
+            None | Some(serde_json::Value::Null) => Role::Alone,
+            Some(serde_json::Value::String(s)) if s == "leader" => Role::Leader,
+            Some(serde_json::Value::String(s)) => Role::Waiting(s.clone()),
+            Some(_) => Role::Waiting("unknown".into()),
+        };
+        Readiness { connected, role }
+    }
+
+    /// Why this instance is not ready; empty when it is.
+    pub fn reasons(&self) -> Vec<String> {
+        let mut reasons = Vec::new();
+        if !self.connected {
+            reasons.push("not connected to the broker".to_string());
+        }
+        if let Role::Waiting(state) = &self.role {
+            reasons.push(format!(
+                "not provisioning: election or membership state is {state}"
+            ));
+        }
+        reasons
+    }
+
+    /// True when connected and provisioning.
+    pub fn is_ready(&self) -> bool {
+        self.reasons().is_empty()
+    }
+
+    /// The `/readyz` status code (200 or 503) and JSON body.
+    pub fn response(&self) -> (u16, serde_json::Value) {
+        let reasons = self.reasons();
+        let ready = reasons.is_empty();
+        let body = serde_json::json!({
+            "ready": ready,
+            "connected": self.connected,
+            "role": self.role.name(),
+            "reasons": reasons,
+        });
+        (if ready { 200 } else { 503 }, body)
+    }
+}
 
 /// The listener could not be started.
 #[derive(Debug)]
@@ -111,13 +223,22 @@ fn serve(server: &tiny_http::Server, metrics: &Metrics, health: &HealthSource) {
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or("").to_string();
         let response = match (request.method(), path.as_str()) {
-            (tiny_http::Method::Get, "/metrics") => text_response(
-                200,
-                metrics.render(),
-                "text/plain; version=0.0.4; charset=utf-8",
-            ),
+            (tiny_http::Method::Get, "/metrics") => {
+                let readiness = health.readiness();
+                metrics.connected.set(i64::from(readiness.connected));
+                metrics.ready.set(i64::from(readiness.is_ready()));
+                text_response(
+                    200,
+                    metrics.render(),
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )
+            }
             (tiny_http::Method::Get, "/healthz") => {
-                text_response(200, health().to_string(), "application/json")
+                text_response(200, health.health().to_string(), "application/json")
+            }
+            (tiny_http::Method::Get, "/readyz") => {
+                let (status, body) = health.readiness().response();
+                text_response(status, body.to_string(), "application/json")
             }
             _ => text_response(404, "404 page not found\n".into(), "text/plain"),
         };
@@ -137,4 +258,201 @@ fn text_response(
     tiny_http::Response::from_string(body)
         .with_status_code(status)
         .with_header(header)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+        request(addr, "GET", path)
+    }
+
+    /// One HTTP/1.0 request: status, head and body of the answer.
+    fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        write!(
+            stream,
+            "{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, head.to_string(), body.to_string())
+    }
+
+    fn serve_with(health: HealthSource) -> MetricsServer {
+        let metrics = Arc::new(Metrics::new("lon").unwrap());
+        MetricsServer::start(Some("127.0.0.1"), 0, metrics, health).unwrap()
+    }
+
+    /// A listener whose health source is a closure returning `doc`, which the test
+    /// changes between requests.
+    fn serve_document(
+        doc: serde_json::Value,
+    ) -> (Arc<parking_lot::Mutex<serde_json::Value>>, MetricsServer) {
+        let doc = Arc::new(parking_lot::Mutex::new(doc));
+        let shared = Arc::clone(&doc);
+        (doc, serve_with(Arc::new(move || shared.lock().clone())))
+    }
+
+    fn ready_body(server: &MetricsServer) -> (u16, serde_json::Value) {
+        let (status, head, body) = get(server.local_addr(), "/readyz");
+        assert!(head.contains("application/json"), "{head}");
+        (status, serde_json::from_str(&body).unwrap())
+    }
+
+    #[test]
+    fn readyz_of_a_closure_source_follows_its_health_document() {
+        let (doc, server) = serve_document(serde_json::json!({
+            "connected": false, "leader": null
+        }));
+
+        let (status, body) = ready_body(&server);
+        assert_eq!(status, 503);
+        assert_eq!(body["ready"], false);
+        assert_eq!(body["role"], "alone");
+        assert_eq!(body["reasons"][0], "not connected to the broker");
+
+        *doc.lock() = serde_json::json!({"connected": true, "leader": null});
+        let (status, body) = ready_body(&server);
+        assert_eq!((status, &body["ready"]), (200, &serde_json::json!(true)));
+        assert_eq!(body["reasons"], serde_json::json!([]));
+
+        *doc.lock() = serde_json::json!({"connected": true, "leader": "standby"});
+        let (status, body) = ready_body(&server);
+        assert_eq!(status, 503);
+        assert_eq!(body["role"], "standby");
+        assert_eq!(
+            body["reasons"],
+            serde_json::json!(["not provisioning: election or membership state is standby"])
+        );
+
+        *doc.lock() = serde_json::json!({"connected": true, "leader": "leader"});
+        let (status, body) = ready_body(&server);
+        assert_eq!((status, &body["role"]), (200, &serde_json::json!("leader")));
+
+        // /healthz is the same document, always 200.
+        let (status, _, body) = get(server.local_addr(), "/healthz");
+        assert_eq!(status, 200);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+            *doc.lock()
+        );
+        server.stop();
+    }
+
+    struct ActiveActive {
+        connected: bool,
+        member: bool,
+    }
+
+    impl Health for ActiveActive {
+        fn health(&self) -> serde_json::Value {
+            serde_json::json!({"connected": self.connected})
+        }
+        fn readiness(&self) -> Readiness {
+            Readiness {
+                connected: self.connected,
+                role: if self.member {
+                    Role::Active
+                } else {
+                    Role::Waiting("joining".into())
+                },
+            }
+        }
+    }
+
+    #[test]
+    fn readyz_uses_an_overridden_readiness() {
+        let server = serve_with(Arc::new(ActiveActive {
+            connected: true,
+            member: true,
+        }));
+        let (status, body) = ready_body(&server);
+        assert_eq!((status, &body["role"]), (200, &serde_json::json!("active")));
+        server.stop();
+
+        let server = serve_with(Arc::new(ActiveActive {
+            connected: false,
+            member: false,
+        }));
+        let (status, body) = ready_body(&server);
+        assert_eq!(status, 503);
+        assert_eq!(body["connected"], false);
+        assert_eq!(
+            body["reasons"],
+            serde_json::json!([
+                "not connected to the broker",
+                "not provisioning: election or membership state is joining"
+            ])
+        );
+        server.stop();
+    }
+
+    #[test]
+    fn each_scrape_sets_connected_and_ready_from_the_health_source() {
+        let (doc, server) = serve_document(serde_json::json!({}));
+        for (health, connected, ready) in [
+            (
+                serde_json::json!({"connected": true, "leader": "standby"}),
+                1,
+                0,
+            ),
+            (
+                serde_json::json!({"connected": true, "leader": "leader"}),
+                1,
+                1,
+            ),
+            (
+                serde_json::json!({"connected": false, "leader": "leader"}),
+                0,
+                0,
+            ),
+            (serde_json::json!({"connected": true, "leader": null}), 1, 1),
+        ] {
+            *doc.lock() = health.clone();
+            let text = get(server.local_addr(), "/metrics").2;
+            for series in [
+                format!("choria_provisioner_connected{{site=\"lon\"}} {connected}\n"),
+                format!("choria_provisioner_ready{{site=\"lon\"}} {ready}\n"),
+            ] {
+                assert!(
+                    text.contains(&series),
+                    "{health}: {series} missing from\n{text}"
+                );
+            }
+        }
+        server.stop();
+    }
+
+    #[test]
+    fn readiness_from_odd_health_documents_is_not_ready() {
+        for doc in [
+            serde_json::json!({}),
+            serde_json::json!({"connected": "yes"}),
+            serde_json::json!([1, 2]),
+            serde_json::json!({"connected": true, "leader": 7}),
+        ] {
+            let r = Readiness::from_health(&doc);
+            assert!(!r.is_ready(), "{doc} gave {r:?}");
+            assert_eq!(r.response().0, 503, "{doc}");
+        }
+    }
+
+    #[test]
+    fn other_paths_and_methods_are_404() {
+        let server = serve_with(Arc::new(|| serde_json::json!({"connected": true})));
+        assert_eq!(get(server.local_addr(), "/readyz/x").0, 404);
+        assert_eq!(get(server.local_addr(), "/readyz?verbose=1").0, 200);
+        assert_eq!(request(server.local_addr(), "POST", "/readyz").0, 404);
+        assert_eq!(request(server.local_addr(), "HEAD", "/healthz").0, 404);
+        server.stop();
+    }
 }

@@ -115,6 +115,9 @@ struct Seen {
     helper_errors: u64,
     provision_errors: u64,
     provisioned: u64,
+    helper_timeouts: u64,
+    outcome_provisioned: u64,
+    outcome_failed: u64,
     took: Duration,
     /// The run's scratch directory, kept for what the helper wrote there.
     dir: TempDir,
@@ -186,6 +189,9 @@ impl Run {
             helper_errors: metrics.helper_errors.get(),
             provision_errors: metrics.provision_errors.get(),
             provisioned: metrics.provisioned.get(),
+            helper_timeouts: metrics.helper_timeouts.get(),
+            outcome_provisioned: metrics.outcomes.with_label_values(&["provisioned"]).get(),
+            outcome_failed: metrics.outcomes.with_label_values(&["failed"]).get(),
             took,
             dir: self.dir,
         }
@@ -229,6 +235,15 @@ impl Seen {
             self.helper_errors
         );
         assert_eq!(self.provisioned, HONEST as u64, "only the honest nodes");
+        assert_eq!(
+            self.outcome_provisioned, self.provisioned,
+            "outcomes{{provisioned}} agrees with provisioned"
+        );
+        assert!(
+            self.outcome_failed >= specific as u64,
+            "outcomes{{failed}} {} counts every failed attempt ({specific})",
+            self.outcome_failed
+        );
         assert!(self.took < Duration::from_secs(10), "{:?}", self.took);
     }
 
@@ -342,6 +357,7 @@ fn a_helper_exiting_non_zero_is_reported_with_its_status() {
     let evil = run.evil(1);
     let seen = run.finish();
     seen.assert_failures(&expected);
+    assert_eq!(seen.helper_timeouts, 0, "an exit is not a timeout");
     assert!(seen
         .lines
         .iter()
@@ -364,6 +380,11 @@ fn a_helper_escaping_its_process_group_and_hanging_is_killed_with_its_escapee() 
     let seen = run.finish();
     let dir = seen.dir.path();
     seen.assert_failures(&expected);
+    assert!(
+        seen.helper_timeouts >= HOSTILE as u64,
+        "helper_timeouts {} counts each run stopped at helper_timeout",
+        seen.helper_timeouts
+    );
     // Every process any hostile run left behind is dead (gone, or a zombie until
     // init reaps it) once the daemon stopped.
     let mut pids = Vec::new();

@@ -374,3 +374,11 @@ pub mod hostile;
 pub mod rig;
 #[cfg(feature = "sim")]
 pub mod sim_node;
+
+/// True when `tool` is an executable name found on `PATH` (tests that need an optional
+/// tool print SKIP without it).
+pub fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()))
+        .unwrap_or(false)
+}

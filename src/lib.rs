@@ -7,6 +7,9 @@ pub mod backoff;
 pub mod choria;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod hosts;
 pub mod logging;

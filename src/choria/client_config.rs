@@ -74,7 +74,7 @@ pub struct ClientConfig {
     pub file: PathBuf,
     /// Every file read, main file first.
     pub parsed_files: Vec<PathBuf>,
-    raw: BTreeMap<String, String>,
+    raw: RawSettings,
     /// Sender identity, election candidate name, reply-subject hash input.
     pub identity: String,
     /// Broker URLs (`nats://host:port`), from `plugin.choria.middleware_hosts`.
@@ -103,6 +103,17 @@ pub struct ClientConfig {
     pub insecure: bool,
     /// Non-fatal findings: unparsable lines, ignored settings.
     pub warnings: Vec<Problem>,
+}
+
+/// Every setting as written. `Debug` lists the keys only: values include the NATS
+/// password (`plugin.nats.pass`) and whatever else a site puts in the file.
+#[derive(Clone, Default)]
+struct RawSettings(BTreeMap<String, String>);
+
+impl std::fmt::Debug for RawSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
 }
 
 /// The client configuration could not be read or is unusable: the same shape (file
@@ -329,13 +340,13 @@ impl ClientConfig {
             main_collective,
             insecure: false,
             warnings,
-            raw,
+            raw: RawSettings(raw),
         })
     }
 
     /// A raw setting as written (after `plugin.d` merging), e.g. `plugin.choria.ssldir`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.raw.get(key).map(|s| s.as_str())
+        self.raw.0.get(key).map(|s| s.as_str())
     }
 
     /// Applies what the daemon overrides in code (`cmd/provisioner.go:61-79`):

@@ -108,7 +108,7 @@ impl Default for ElectionOptions {
 
 /// Why a KV write failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum WriteError {
+pub(crate) enum WriteError {
     /// Someone else holds the key; the current revision when the server said it.
     WrongSequence(Option<u64>),
     /// Timeout, no responders, broken connection, unexpected answer.
@@ -172,45 +172,7 @@ impl Election {
             .nc
             .request_timeout(&subject, "", self.options.request_timeout)
             .map_err(|e| format!("cannot access KV Bucket {}: {e}", self.options.bucket))?;
-        let info: serde_json::Value = serde_json::from_slice(&reply.data).map_err(|e| {
-            format!(
-                "cannot access KV Bucket {}: invalid stream info: {e}",
-                self.options.bucket
-            )
-        })?;
-        if let Some(err) = info.get("error") {
-            return Err(format!(
-                "cannot access KV Bucket {}: {}",
-                self.options.bucket,
-                err.get("description")
-                    .and_then(|d| d.as_str())
-                    .unwrap_or("error")
-            ));
-        }
-        let config = &info["config"];
-        if config["max_msgs_per_subject"].as_i64().unwrap_or(0) < 1 {
-            return Err(format!(
-                "bad bucket {}: max_msgs_per_subject must be 1",
-                self.options.bucket
-            ));
-        }
-        let ttl = Duration::from_nanos(config["max_age"].as_u64().unwrap_or(0));
-        if ttl < Duration::from_secs(1) {
-            return Err("bucket TTL should be 1 second or more".into());
-        }
-        if ttl > Duration::from_secs(3600) {
-            return Err("bucket TTL should be less than or equal to 1 hour".into());
-        }
-        let interval = ttl.mul_f64(0.75);
-        if interval < Duration::from_secs(1) {
-            return Err(format!("campaign interval {interval:?} too small"));
-        }
-        if ttl - interval < Duration::from_secs(1) {
-            return Err(format!(
-                "campaign interval {interval:?} is too close to bucket ttl {ttl:?}"
-            ));
-        }
-        Ok(ttl)
+        parse_bucket_ttl(&self.options.bucket, &reply.data)
     }
 
     /// Writes our identity to the key if its last revision is `expected` (0: absent).
@@ -226,20 +188,7 @@ impl Election {
                 self.identity.as_bytes(),
             )
             .map_err(|e| WriteError::Other(e.to_string()))?;
-        let ack: serde_json::Value = serde_json::from_slice(&reply.data)
-            .map_err(|e| WriteError::Other(format!("invalid PubAck: {e}")))?;
-        if let Some(err) = ack.get("error") {
-            let description = err["description"].as_str().unwrap_or("");
-            if err["err_code"].as_u64() == Some(10071) {
-                let current = description.rsplit(' ').next().and_then(|n| n.parse().ok());
-                return Err(WriteError::WrongSequence(current));
-            }
-            return Err(WriteError::Other(description.to_string()));
-        }
-        ack["seq"]
-            .as_u64()
-            .filter(|s| *s > 0)
-            .ok_or_else(|| WriteError::Other("PubAck without a sequence".into()))
+        parse_pub_ack(&reply.data)
     }
 
     /// Runs the election until `stop` disconnects. With `handover`, a leader that stops
@@ -405,6 +354,70 @@ impl Election {
         }
         c.tries += 1;
     }
+}
+
+/// Reads a stream-info reply for `bucket` and checks its TTL (`max_age`) as nats.go
+/// does: one message per subject, a TTL from 1 s to 1 h, and a campaign interval
+/// (¾ TTL) of at least 1 s that leaves 1 s before expiry.
+pub(crate) fn parse_bucket_ttl(bucket: &str, data: &[u8]) -> Result<Duration, String> {
+    let info: serde_json::Value = serde_json::from_slice(data).map_err(|e| {
+        format!(
+            "cannot access KV Bucket {}: invalid stream info: {e}",
+            bucket
+        )
+    })?;
+    if let Some(err) = info.get("error") {
+        return Err(format!(
+            "cannot access KV Bucket {}: {}",
+            bucket,
+            err.get("description")
+                .and_then(|d| d.as_str())
+                .unwrap_or("error")
+        ));
+    }
+    let config = &info["config"];
+    if config["max_msgs_per_subject"].as_i64().unwrap_or(0) < 1 {
+        return Err(format!(
+            "bad bucket {}: max_msgs_per_subject must be 1",
+            bucket
+        ));
+    }
+    let ttl = Duration::from_nanos(config["max_age"].as_u64().unwrap_or(0));
+    if ttl < Duration::from_secs(1) {
+        return Err("bucket TTL should be 1 second or more".into());
+    }
+    if ttl > Duration::from_secs(3600) {
+        return Err("bucket TTL should be less than or equal to 1 hour".into());
+    }
+    let interval = ttl.mul_f64(0.75);
+    if interval < Duration::from_secs(1) {
+        return Err(format!("campaign interval {interval:?} too small"));
+    }
+    if ttl - interval < Duration::from_secs(1) {
+        return Err(format!(
+            "campaign interval {interval:?} is too close to bucket ttl {ttl:?}"
+        ));
+    }
+    Ok(ttl)
+}
+
+/// Reads a JetStream PubAck: the new revision, or why the write failed (a wrong
+/// expected sequence carries the key's current revision when the server names it).
+pub(crate) fn parse_pub_ack(data: &[u8]) -> Result<u64, WriteError> {
+    let ack: serde_json::Value = serde_json::from_slice(data)
+        .map_err(|e| WriteError::Other(format!("invalid PubAck: {e}")))?;
+    if let Some(err) = ack.get("error") {
+        let description = err["description"].as_str().unwrap_or("");
+        if err["err_code"].as_u64() == Some(10071) {
+            let current = description.rsplit(' ').next().and_then(|n| n.parse().ok());
+            return Err(WriteError::WrongSequence(current));
+        }
+        return Err(WriteError::Other(description.to_string()));
+    }
+    ack["seq"]
+        .as_u64()
+        .filter(|s| *s > 0)
+        .ok_or_else(|| WriteError::Other("PubAck without a sequence".into()))
 }
 
 /// The campaign loop's state.

@@ -272,6 +272,31 @@ fn a_provisioning_server_drops_what_go_drops() {
     assert_eq!(check(&|_| {}, T0 + 59), Ok(()));
 }
 
+/// Found by the `request_round_trip` fuzzer: `now + ttl` overflowed (a panic in debug
+/// builds) for a TTL near `i64::MAX`; the window is computed without overflow.
+#[test]
+fn a_huge_ttl_or_time_is_checked_without_overflow() {
+    let (_, payload) = protocol::encode_request(
+        &inventory_spec(Protocol::V1),
+        "r",
+        &Credentials::Insecure,
+        Protocol::V1,
+    )
+    .unwrap();
+    let mut r = protocol::decode_request(&payload).unwrap();
+    r.ttl = i64::MAX;
+    assert_eq!(r.validate_for_provisioning(Protocol::V1, T0), Ok(()));
+    assert_eq!(r.validate_for_provisioning(Protocol::V1, 0), Ok(()));
+    r.time = i64::MIN;
+    assert_eq!(
+        r.validate_for_provisioning(Protocol::V1, i64::MAX),
+        Err(Rejection::Expired {
+            time: i64::MIN,
+            now: i64::MAX
+        })
+    );
+}
+
 #[test]
 fn unknown_protocols_and_huge_payloads_are_typed_errors() {
     let e = protocol::decode_reply(br#"{"protocol":"choria:transport:9","data":""}"#).unwrap_err();

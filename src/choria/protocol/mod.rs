@@ -262,7 +262,9 @@ impl DecodedRequest {
         if self.collective != "provisioning" {
             return Err(Rejection::Collective(self.collective.clone()));
         }
-        if self.time <= now - self.ttl || self.time >= now + self.ttl {
+        // In i128: a TTL or time near i64's limits must not overflow.
+        let (time, now_wide, ttl) = (i128::from(self.time), i128::from(now), i128::from(self.ttl));
+        if time <= now_wide - ttl || time >= now_wide + ttl {
             return Err(Rejection::Expired {
                 time: self.time,
                 now,

@@ -21,6 +21,7 @@ cd "$(dirname "$0")"
 root="$(cd .. && pwd)"
 mode="${1:-campaign}"
 tools="$root/target/tools"
+mkdir -p "$root/target"
 nice_level="${FUZZ_NICE:-15}"
 
 targets_of() {

@@ -896,6 +896,9 @@ fn names_special_files(data: &[u8]) -> bool {
     }
 }
 
+/// 2562047 hours: Go's `time.Duration` maximum in whole hours.
+const GO_MAX_SECONDS: u64 = 2_562_047 * 3600;
+
 /// Choria durations: what parses is in range, and what we print for it parses back
 /// to it (within the millisecond that printing keeps).
 pub fn duration(data: &[u8]) {
@@ -913,8 +916,8 @@ pub fn duration(data: &[u8]) {
         }
     }
     if data.len() >= 12 {
-        let secs =
-            u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) % 1_000_000_000_000_000;
+        // Below Go's largest duration (2562047h, about 292 years).
+        let secs = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) % GO_MAX_SECONDS;
         let nanos = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes")) % 1_000_000_000;
         round_trip(Duration::new(secs, nanos));
     }

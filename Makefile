@@ -1,7 +1,7 @@
 # choria-provisioner build and test entry points. `make help` lists them.
 CARGO ?= cargo
 
-.PHONY: all help build release test lint unit nats-server clean demo bench man
+.PHONY: all help build release test lint unit nats-server clean demo bench man fuzz fuzz-smoke
 
 all: build
 
@@ -13,6 +13,7 @@ help:
 	@echo "               (BROKER=issuer or BROKER=mtls: through a Choria broker front end)"
 	@echo "make bench     provision 10,000 simulated nodes and report speed and memory"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
+	@echo "make fuzz      every cargo-fuzz target (10 min network-facing, 2 min others)"
 	@echo "make dist      source tarball with vendored crates (air-gapped builds)"
 	@echo "make rpm       RPM from that tarball into target/rpm/"
 	@echo "make man       regenerate packaging/choria-provisioner.8 from the CLI's help"
@@ -26,15 +27,28 @@ release:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets --features sim -- -D warnings
+	$(CARGO) clippy --all-targets --features sim,fuzzing -- -D warnings
 
 nats-server:
 	@scripts/ensure-nats-server.sh
 
 # Tests start their own nats-server on a free 127.0.0.1 port; this finds or installs
 # the binary first so a fresh machine needs nothing by hand.
+# `fuzzing` adds tests/fuzz_smoke.rs (every fuzz seed and regression input replayed on
+# stable); then a few seconds of libFuzzer per target when nightly and cargo-fuzz exist.
 test: lint
-	NATS_SERVER="$$(scripts/ensure-nats-server.sh)" $(CARGO) test --features sim
+	NATS_SERVER="$$(scripts/ensure-nats-server.sh)" $(CARGO) test --features sim,fuzzing
+	fuzz/run.sh smoke
+
+# Every fuzz target, one at a time (fuzz/README.md); installs cargo-fuzz into
+# target/tools if missing. Seconds per target are overridable.
+FUZZ_SECONDS_NET ?= 600
+FUZZ_SECONDS ?= 120
+fuzz:
+	FUZZ_SECONDS_NET=$(FUZZ_SECONDS_NET) FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run.sh campaign
+
+fuzz-smoke:
+	fuzz/run.sh smoke
 
 # The README's first command: 200 simulated nodes provisioned on this machine.
 demo: build

@@ -9,6 +9,9 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod crypto;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod hosts;
 mod json_text;

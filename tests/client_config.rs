@@ -176,3 +176,22 @@ fn bad_values_are_problems() {
         "{missing}"
     );
 }
+
+/// Found by the `client_config` fuzzer: `Debug` printed every raw setting, the NATS
+/// password included.
+#[test]
+fn debug_output_never_shows_setting_values() {
+    let dir = TempDir::new("ccfg-debug");
+    let path = dir.write(
+        "choria.cfg",
+        "identity = p.example.net\nplugin.nats.pass = hunter2-secret\nplugin.choria.middleware_hosts = b:4222\n",
+    );
+    let c = ClientConfig::load(&path).unwrap();
+    assert_eq!(c.get("plugin.nats.pass"), Some("hunter2-secret"));
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("hunter2-secret"), "{shown}");
+    assert!(
+        shown.contains("plugin.nats.pass"),
+        "keys are still listed: {shown}"
+    );
+}

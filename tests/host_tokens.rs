@@ -657,6 +657,30 @@ fn unusable_signing_keys_are_rejected() {
     ));
 }
 
+/// Found by the `key_files` fuzzer: an RSA key whose parameters disagree loads in ring
+/// but no signature with it succeeds, so every node would fail; it is refused at load.
+#[test]
+fn rsa_signing_key_that_cannot_sign_is_refused_at_load() {
+    // The fuzz input: a mode byte (1: PKCS#1 DER in an `RSA PRIVATE KEY` block), the DER.
+    let input = include_bytes!("../fuzz/regressions/key_files/rsa-key-that-cannot-sign");
+    let der = &input[1..];
+    assert!(
+        signature::RsaKeyPair::from_der(der).is_ok(),
+        "ring loads it"
+    );
+    let pem_text = pem::encode(&pem::Block {
+        label: "RSA PRIVATE KEY".into(),
+        headers: vec![],
+        der: der.to_vec(),
+    });
+    assert_eq!(
+        SigningKey::from_file_contents(pem_text.as_bytes(), "k")
+            .unwrap_err()
+            .to_string(),
+        "could not parse signing key: the RSA key cannot sign"
+    );
+}
+
 // ------------------------------------------------------------------ jwt_signing_token
 
 #[test]

@@ -274,6 +274,31 @@ fn a_provisioning_server_drops_what_go_drops() {
     assert_eq!(check(&|_| {}, T0 + 59), Ok(()));
 }
 
+/// Found by the `request_round_trip` fuzzer: `now + ttl` overflowed (a panic in debug
+/// builds) for a TTL near `i64::MAX`; the window is computed without overflow.
+#[test]
+fn a_huge_ttl_or_time_is_checked_without_overflow() {
+    let (_, payload) = protocol::encode_request(
+        &inventory_spec(Protocol::V1),
+        "r",
+        &Credentials::Insecure,
+        Protocol::V1,
+    )
+    .unwrap();
+    let mut r = protocol::decode_request(&payload).unwrap();
+    r.ttl = i64::MAX;
+    assert_eq!(r.validate_for_provisioning(Protocol::V1, T0), Ok(()));
+    assert_eq!(r.validate_for_provisioning(Protocol::V1, 0), Ok(()));
+    r.time = i64::MIN;
+    assert_eq!(
+        r.validate_for_provisioning(Protocol::V1, i64::MAX),
+        Err(Rejection::Expired {
+            time: i64::MIN,
+            now: i64::MAX
+        })
+    );
+}
+
 #[test]
 fn unknown_protocols_and_huge_payloads_are_typed_errors() {
     let e = protocol::decode_reply(br#"{"protocol":"choria:transport:9","data":""}"#).unwrap_err();
@@ -479,4 +504,20 @@ fn the_choria_provider_selects_v2_with_the_jwt_caller_id() {
         Protocol::V2
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Found by the `rpc_body` fuzzer: serde_json's default float parser is off by one ULP
+/// for some numbers, so a fact like `2222244444488897776.8` changed on its way to the
+/// helper and our own encoding did not read back the same; floats are now parsed
+/// correctly rounded, as Go's `strconv.ParseFloat` does.
+#[test]
+fn floats_in_rpc_data_are_read_exactly_and_read_back_the_same() {
+    let text = "2222244444488897776.8";
+    let body =
+        format!(r#"{{"action":"inventory","statuscode":0,"data":{{"facts":{{"n":{text}}}}}}}"#);
+    let reply = RpcReply::decode(body.as_bytes()).unwrap();
+    let n = reply.data["facts"]["n"].as_f64().unwrap();
+    assert_eq!(n, text.parse::<f64>().unwrap(), "correctly rounded");
+    let again = RpcReply::decode(&reply.encode()).unwrap();
+    assert_eq!(again, reply);
 }

@@ -31,9 +31,10 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// Decodes hex text (either case); `None` unless it is whole bytes of hex.
+/// Decodes hex text (either case); `None` unless it is whole bytes of hex digits
+/// (`from_str_radix` alone would take a `+` sign: `"+a"` is 10).
 pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || !text.is_ascii() {
+    if text.len() % 2 != 0 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..text.len())
@@ -138,6 +139,16 @@ mod tests {
         assert_eq!(u.matches('-').count(), 4);
         assert_eq!(ksuid().len(), 27);
         assert_ne!(v1_request_id(), v1_request_id());
+    }
+
+    /// Found by the `ids` fuzzer: `"6f+a"` decoded as `[0x6f, 0x0a]`.
+    #[test]
+    fn unhex_takes_hex_digits_only() {
+        assert_eq!(unhex("6fA0"), Some(vec![0x6f, 0xa0]));
+        assert_eq!(unhex(""), Some(vec![]));
+        for bad in ["6f+a", "+a", "-1", " a", "a ", "0x", "é1", "abc"] {
+            assert_eq!(unhex(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -62,7 +62,12 @@ impl SigningKey {
             let kp = signature::RsaKeyPair::from_der(&block.der)
                 .or_else(|_| signature::RsaKeyPair::from_pkcs8(&block.der))
                 .map_err(|e| TokenError::SigningKeyParse(format!("not a usable RSA key: {e}")))?;
-            return Ok(SigningKey::Rsa(kp));
+            let key = SigningKey::Rsa(kp);
+            // ring checks each signature it makes; a key whose parameters disagree
+            // loads but never signs, so it is refused here rather than for every node.
+            key.sign_bytes(b"choria provisioner key check")
+                .map_err(|_| TokenError::SigningKeyParse("the RSA key cannot sign".into()))?;
+            return Ok(key);
         }
         let trimmed = data.trim_ascii();
         if trimmed.len() != 64 {

@@ -18,9 +18,7 @@ fn a_thousand_nodes_are_provisioned_exactly_once_including_nodes_that_come_back(
     let server = NatsServer::start();
     let fleet = sim(&server.url(), 1000, |o| o.comeback = 0.1);
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
-    wait_until("all provisioned", Duration::from_secs(120), || {
-        fleet.progress().provisioned == 1000
-    });
+    wait_provisioned(&fleet, 1000, Duration::from_secs(120));
     let summary = fleet.summary();
     let comebacks: std::collections::HashSet<String> = summary
         .nodes
@@ -59,9 +57,7 @@ fn a_fleet_with_ten_percent_faulty_nodes_is_provisioned() {
         }
     });
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
-    wait_until("all provisioned", Duration::from_secs(150), || {
-        fleet.progress().provisioned == 200
-    });
+    wait_provisioned(&fleet, 200, Duration::from_secs(150));
     let summary = fleet.summary();
     let faulty = summary.nodes.iter().filter(|n| n.fault.is_some()).count();
     assert!(faulty >= 10, "faults were exercised: {faulty}");
@@ -111,9 +107,7 @@ fn nodes_found_by_events_only_on(meeting: Meeting) {
     });
     std::thread::sleep(Duration::from_secs(3));
     let fleet = meeting.fleet(50, |_| {});
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 50
-    });
+    wait_provisioned(&fleet, 50, Duration::from_secs(60));
     assert_eq!(prov.metrics.event_discovered.get(), 50);
     assert_eq!(prov.metrics.discovered.get(), 0);
     assert_provisioned(&fleet.summary(), |_| 1);
@@ -134,9 +128,7 @@ fn nodes_found_by_discovery_only() {
         "lifecycle_component: elsewhere\n",
         fast(),
     );
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 50
-    });
+    wait_provisioned(&fleet, 50, Duration::from_secs(60));
     assert_eq!(prov.metrics.discovered.get(), 50);
     assert_eq!(prov.metrics.event_discovered.get(), 0);
     assert_provisioned(&fleet.summary(), |_| 1);
@@ -158,9 +150,7 @@ fn a_full_queue_loses_no_node() {
             ..fast()
         },
     );
-    wait_until("all provisioned", Duration::from_secs(90), || {
-        fleet.progress().provisioned == 60
-    });
+    wait_provisioned(&fleet, 60, Duration::from_secs(90));
     assert_provisioned(&fleet.summary(), |_| 1);
 }
 
@@ -176,9 +166,7 @@ fn a_paused_fleet_provisions_nothing_until_resumed() {
     );
     assert_eq!(prov.metrics.discover_cycles.get(), 0);
     prov.pause.resume();
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 20
-    });
+    wait_provisioned(&fleet, 20, Duration::from_secs(60));
     assert_provisioned(&fleet.summary(), |_| 1);
 }
 
@@ -194,9 +182,7 @@ fn a_broker_restart_mid_run_loses_no_node() {
     wait_until("reconnected", Duration::from_secs(30), || {
         prov.daemon().connection().is_connected()
     });
-    wait_until("all provisioned", Duration::from_secs(120), || {
-        fleet.progress().provisioned == 300
-    });
+    wait_provisioned(&fleet, 300, Duration::from_secs(120));
     for node in fleet.summary().nodes {
         assert_eq!(node.phase, Phase::Provisioned);
         assert!(node.restarts >= 1);

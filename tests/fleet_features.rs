@@ -32,9 +32,7 @@ fn feature_jwt_verifies_each_node_s_provisioning_jwt() {
         ),
         fast(),
     );
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 20
-    });
+    wait_provisioned(&fleet, 20, Duration::from_secs(60));
     for node in fleet.summary().nodes {
         assert_eq!(
             node.rpcs,
@@ -113,9 +111,7 @@ fn feature_ed25519_issues_each_node_a_signed_server_jwt() {
         ),
         fast(),
     );
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 10
-    });
+    wait_provisioned(&fleet, 10, Duration::from_secs(60));
     assert_eq!(prov.metrics.provision_errors.get(), 0);
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -224,9 +220,7 @@ fn feature_pki_validates_each_node_s_csr_and_hands_it_to_the_helper() {
         ),
         fast(),
     );
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 10
-    });
+    wait_provisioned(&fleet, 10, Duration::from_secs(60));
     for node in fleet.summary().nodes {
         assert_eq!(
             node.rpcs,
@@ -468,9 +462,7 @@ fn the_helper_s_private_key_reaches_the_node_encrypted_and_decrypts_there() {
         ),
         fast(),
     );
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 5
-    });
+    wait_provisioned(&fleet, 5, Duration::from_secs(60));
     assert_eq!(prov.metrics.provision_errors.get(), 0);
     let der = |pem: &str| -> Vec<u8> {
         use base64::Engine as _;

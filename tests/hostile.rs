@@ -19,7 +19,7 @@ use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
 use choria_provisioner::sim::{Phase, Sim};
 use support::hostile::{ok, Hostile};
-use support::rig::{fast, sim, wait_until, Provisioner};
+use support::rig::{fast, sim, wait_provisioned, wait_until, Provisioner};
 use support::{NatsServer, TempDir};
 
 /// Every honest node is provisioned, each restarted exactly once.
@@ -87,9 +87,7 @@ fn hostile_identities_in_discovery_replies_are_refused_counted_and_never_publish
     attacker.flush();
     let fleet = sim(&server.url(), 10, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
-    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 10
-    });
+    wait_provisioned(&fleet, 10, Duration::from_secs(60));
     assert_all_provisioned_once(&fleet);
     for (name, _, reason) in BAD_IDENTITIES {
         assert!(
@@ -122,9 +120,7 @@ fn hostile_identities_in_startup_events_are_refused_counted_and_never_queued() {
     }
     attacker.startup_event(&"e".repeat(5000), "provision_mode_server");
     attacker.flush();
-    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 10
-    });
+    wait_provisioned(&fleet, 10, Duration::from_secs(60));
     assert_all_provisioned_once(&fleet);
     for (name, _, reason) in BAD_IDENTITIES {
         assert!(
@@ -155,9 +151,7 @@ fn oversized_undecodable_and_foreign_events_are_dropped_with_their_reason() {
     // 10,000 nested arrays: serde's recursion limit, not our stack.
     attacker.publish(subject, "[".repeat(10_000).as_bytes());
     attacker.flush();
-    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 5
-    });
+    wait_provisioned(&fleet, 5, Duration::from_secs(60));
     assert_eq!(prov.counter("dropped_events", &["too_large"]), 1);
     assert_eq!(prov.counter("dropped_events", &["undecodable"]), 3);
     assert_all_provisioned_once(&fleet);
@@ -184,9 +178,7 @@ fn thousands_of_ghosts_cost_a_round_trip_each_and_honest_nodes_keep_their_pace()
     std::thread::sleep(Duration::from_millis(500));
     let started = Instant::now();
     let fleet = sim(&server.url(), 20, |_| {});
-    wait_until("honest nodes provisioned", Duration::from_secs(30), || {
-        fleet.progress().provisioned == 20
-    });
+    wait_provisioned(&fleet, 20, Duration::from_secs(30));
     let took = started.elapsed();
     assert!(
         took < Duration::from_secs(15),
@@ -411,9 +403,7 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
     attacker.flush();
     let fleet = sim(&server.url(), 10, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
-    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 10
-    });
+    wait_provisioned(&fleet, 10, Duration::from_secs(60));
     assert_all_provisioned_once(&fleet);
     assert!(prov.counter("rejected_replies", &["wrong_sender"]) >= 1);
     // Which of the junk replies are read before the attempt ends is a race; some are.
@@ -745,9 +735,7 @@ fn hostile_jwts_csrs_and_keys_from_nodes_fail_those_nodes_with_their_own_error()
         ),
         fast(),
     );
-    wait_until("honest nodes provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 6
-    });
+    wait_provisioned(&fleet, 6, Duration::from_secs(60));
     for (identity, _, _, error) in &cases {
         wait_until(identity, Duration::from_secs(30), || {
             support::logs::lines_with(&format!("Provisioning {identity} failed:"))

@@ -46,6 +46,23 @@ pub fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until `fleet` counts `nodes` provisioned, failing the test after `within`
+/// with how many were.
+pub fn wait_provisioned(fleet: &Sim, nodes: u64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let provisioned = fleet.progress().provisioned;
+        if provisioned == nodes {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {within:?}: {provisioned} of {nodes} nodes provisioned"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Where the provisioners and nodes of a test meet.
 pub enum Meeting {
     /// A nats-server without accounts.

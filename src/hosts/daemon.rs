@@ -212,6 +212,11 @@ impl Daemon {
         self.trigger.take();
         if let Some(membership) = &self.membership {
             membership.leave();
+            // The queued nodes go straight to their new owners (who also discover).
+            for node in self.fleet.queued_identities() {
+                membership.hand_off(&node);
+            }
+            let _ = self.connector.bus().flush(Duration::from_secs(1));
             let deadline = std::time::Instant::now() + self.shutdown_timeout;
             while self.fleet.working() > 0 && std::time::Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));

@@ -70,6 +70,12 @@ impl MemberState {
     }
 }
 
+/// What the reader thread hands the membership thread.
+enum Inbox {
+    Beat(Heartbeat),
+    Handoff(Identity),
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Peer {
     incarnation: u64,
@@ -204,7 +210,9 @@ impl Membership {
         fleet: Arc<Fleet>,
         trigger: Sender<()>,
     ) -> Result<std::thread::JoinHandle<()>, String> {
-        let (beats_tx, beats) = bounded::<Heartbeat>(BACKLOG);
+        // One channel for both kinds, so that a handoff sent after a peer's `leaving`
+        // is taken after it (NATS keeps one publisher's order).
+        let (inbox_tx, inbox) = bounded::<Inbox>(BACKLOG);
         let refused = {
             let metrics = Arc::clone(&self.metrics);
             let warn = Arc::new(Throttle::default());
@@ -218,11 +226,11 @@ impl Membership {
                 }
             }
         };
-        let on_beat = refused.clone();
+        let (on_beat, beats_tx) = (refused.clone(), inbox_tx.clone());
         let beat_subscription =
             peers::subscribe_heartbeats(&self.bus, &self.site, move |m| match m {
                 Ok(b) => {
-                    let _ = beats_tx.try_send(b);
+                    let _ = beats_tx.try_send(Inbox::Beat(b));
                 }
                 Err(e) => on_beat(e),
             })
@@ -232,11 +240,10 @@ impl Membership {
                     self.site
                 )
             })?;
-        let (handoffs_tx, handoffs) = bounded::<Identity>(BACKLOG);
         let handoff_subscription =
             peers::subscribe_handoffs(&self.bus, &self.site, &self.me, move |m| match m {
                 Ok(h) => {
-                    let _ = handoffs_tx.try_send(h.node);
+                    let _ = inbox_tx.try_send(Inbox::Handoff(h.node));
                 }
                 Err(e) => refused(e),
             })
@@ -246,24 +253,18 @@ impl Membership {
             .name("membership".into())
             .spawn(move || {
                 let _subscriptions = (beat_subscription, handoff_subscription);
-                this.run(&fleet, &beats, &handoffs, &trigger);
+                this.run(&fleet, &inbox, &trigger);
             })
             .map_err(|e| format!("cannot start the membership thread: {e}"))
     }
 
-    fn run(
-        &self,
-        fleet: &Fleet,
-        beats: &Receiver<Heartbeat>,
-        handoffs: &Receiver<Identity>,
-        trigger: &Sender<()>,
-    ) {
+    fn run(&self, fleet: &Fleet, inbox: &Receiver<Inbox>, trigger: &Sender<()>) {
         let stopped = fleet.stopped();
         let ticker = tick(self.heartbeat);
         let started = Instant::now();
         let mut last_trigger: Option<Instant> = None;
         let mut pending_trigger = false;
-        let (mut beats, mut handoffs) = (beats.clone(), handoffs.clone());
+        let mut inbox = inbox.clone();
         self.beat(PeerState::Alive);
         log::info!(
             "Joining the active-active set of site {} as {}",
@@ -274,13 +275,10 @@ impl Membership {
             let mut changed = false;
             select! {
                 recv(stopped) -> _ => break,
-                recv(beats) -> msg => match msg {
-                    Ok(b) => changed = self.heard(b),
-                    Err(_) => beats = never(),
-                },
-                recv(handoffs) -> msg => match msg {
-                    Ok(node) => self.handed(fleet, &node),
-                    Err(_) => handoffs = never(),
+                recv(inbox) -> msg => match msg {
+                    Ok(Inbox::Beat(b)) => changed = self.heard(b),
+                    Ok(Inbox::Handoff(node)) => self.handed(fleet, &node),
+                    Err(_) => inbox = never(),
                 },
                 recv(ticker) -> _ => {
                     if !self.leaving.load(Ordering::Relaxed) {

@@ -221,6 +221,16 @@ impl Fleet {
         self.ownership.get().is_none_or(|o| o.ready())
     }
 
+    /// The identities waiting in the queue (not yet taken by a worker).
+    pub fn queued_identities(&self) -> Vec<Identity> {
+        self.hosts
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.state == State::Queued)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Entries being provisioned by a worker right now.
     pub fn working(&self) -> usize {
         self.hosts

@@ -14,6 +14,8 @@ use choria_provisioner::hosts::daemon::DaemonOptions;
 use choria_provisioner::hosts::membership::MemberState;
 use choria_provisioner::hosts::rendezvous::Members;
 use choria_provisioner::sim::{Phase, Summary};
+use support::broker::{ChoriaBroker, Network};
+use support::hostile::Hostile;
 use support::rig::*;
 use support::{NatsServer, TempDir};
 
@@ -287,4 +289,98 @@ fn servers_without_the_lock_are_provisioned_once_with_a_warning() {
         .nodes
         .iter()
         .all(|n| known.contains(n.restarted_by.as_deref().unwrap_or(""))));
+}
+
+#[test]
+fn two_instances_through_a_choria_broker() {
+    let meeting = Meeting::Choria(ChoriaBroker::start(Network::Issuer));
+    let ps: Vec<Provisioner> = ["a.lon", "b.lon"]
+        .iter()
+        .map(|n| meeting.provisioner(n, ACTIVE, active()))
+        .collect();
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    let fleet = meeting.fleet(60, |_| {});
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 60
+    });
+    let summary = fleet.summary();
+    assert_provisioned(&summary, |_| 1);
+    assert!(touched_twice(&summary).is_empty());
+    for p in &ps {
+        assert!(p.metrics.provisioned.get() >= 10, "{}", p.identity);
+    }
+    meeting.assert_let_in(2);
+}
+
+#[test]
+fn a_node_can_neither_fake_nor_silence_a_peer_and_bad_peer_messages_are_counted() {
+    let server = support::election_broker();
+    let url = server
+        .url()
+        .replace("nats://", "nats://provisioner:s3cret@");
+    let ps: Vec<Provisioner> = ["a.lon", "b.lon"]
+        .iter()
+        .map(|n| Provisioner::start(&url, n, ACTIVE, active()))
+        .collect();
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    let beat = |identity: &str, state: &str, site: &str| {
+        serde_json::json!({
+            "identity": identity, "site": site, "incarnation": 1, "sequence": 99,
+            "time": 0, "state": state,
+        })
+        .to_string()
+    };
+    // A provisioning-mode node: the broker refuses its publications there.
+    let node = Hostile::connect(&server.url().replace("nats://", "nats://node:n0de@"), None);
+    // Nor can it read them (heartbeats flow every 200 ms meanwhile).
+    let listening = node.nc().subscribe("provisioning.provisioner.>").unwrap();
+    for _ in 0..3 {
+        node.publish(
+            "provisioning.provisioner.peers.lon",
+            beat("ghost.lon", "alive", "lon").as_bytes(),
+        );
+        node.publish(
+            "provisioning.provisioner.peers.lon",
+            beat("a.lon", "leaving", "lon").as_bytes(),
+        );
+        node.flush();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        listening.next_timeout(Duration::from_millis(500)).is_err(),
+        "a node read a peer message"
+    );
+    for p in &ps {
+        let live = p.daemon().membership().unwrap().live();
+        assert_eq!(live.len(), 2, "{}: {live:?}", p.identity);
+        assert_eq!(p.metrics.peers.get(), 2);
+    }
+    // A misconfigured provisioner (it may publish there): refused and counted.
+    let other = Hostile::connect(&url, None);
+    other.publish("provisioning.provisioner.peers.lon", b"{not json");
+    other.publish(
+        "provisioning.provisioner.peers.lon",
+        beat("x.par", "alive", "par").as_bytes(),
+    );
+    other.publish(
+        "provisioning.provisioner.peers.lon",
+        beat("bad id", "alive", "lon").as_bytes(),
+    );
+    other.flush();
+    let refused = |p: &Provisioner, reason: &str| {
+        p.metrics
+            .peer_messages_refused
+            .with_label_values(&[reason])
+            .get()
+    };
+    wait_until("refusals counted", Duration::from_secs(5), || {
+        ps.iter().all(|p| {
+            refused(p, "undecodable") == 1
+                && refused(p, "foreign_site") == 1
+                && refused(p, "identity") == 1
+        })
+    });
+    for p in &ps {
+        assert_eq!(p.daemon().membership().unwrap().live().len(), 2);
+    }
 }

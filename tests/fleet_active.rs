@@ -23,16 +23,31 @@ const ACTIVE: &str = "site: lon\nactive_active: true\n";
 
 /// Heartbeats every 200 ms: a silent peer is dropped after 600 ms.
 fn active() -> DaemonOptions {
+    beating(200)
+}
+
+/// Heartbeats every `ms`: the tests that need a stable live set on a busy machine
+/// beat slower, so that a stalled thread is not taken for a dead peer.
+fn beating(ms: u64) -> DaemonOptions {
     DaemonOptions {
-        heartbeat: Duration::from_millis(200),
+        heartbeat: Duration::from_millis(ms),
         ..fast()
     }
 }
 
 fn start(server: &NatsServer, names: &[&str], yaml: &str) -> Vec<Provisioner> {
+    start_with(server, names, yaml, active)
+}
+
+fn start_with(
+    server: &NatsServer,
+    names: &[&str],
+    yaml: &str,
+    options: impl Fn() -> DaemonOptions,
+) -> Vec<Provisioner> {
     names
         .iter()
-        .map(|n| Provisioner::start(&server.url(), n, yaml, active()))
+        .map(|n| Provisioner::start(&server.url(), n, yaml, options()))
         .collect()
 }
 
@@ -85,7 +100,9 @@ fn touched_twice(summary: &Summary) -> Vec<String> {
 #[test]
 fn three_instances_provision_a_thousand_nodes_once_each_with_fair_shares() {
     let server = NatsServer::start();
-    let ps = start(&server, &["a.lon", "b.lon", "c.lon"], ACTIVE);
+    let ps = start_with(&server, &["a.lon", "b.lon", "c.lon"], ACTIVE, || {
+        beating(500)
+    });
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
     for p in &ps {
         assert_eq!(p.metrics.peers.get(), 3);
@@ -261,7 +278,9 @@ fn a_clean_stop_hands_the_share_over_at_once() {
 fn servers_without_the_lock_are_provisioned_once_with_a_warning() {
     support::logs::capture();
     let server = NatsServer::start();
-    let ps = start(&server, &["old-a.lon", "old-b.lon"], ACTIVE);
+    let ps = start_with(&server, &["old-a.lon", "old-b.lon"], ACTIVE, || {
+        beating(500)
+    });
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
     let fleet = sim(&server.url(), 200, |o| {
         o.lock_window = None;

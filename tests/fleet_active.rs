@@ -345,7 +345,7 @@ fn a_node_can_neither_fake_nor_silence_a_peer_and_bad_peer_messages_are_counted(
     let beat = |identity: &str, state: &str, site: &str| {
         serde_json::json!({
             "identity": identity, "site": site, "incarnation": 1, "sequence": 99,
-            "time": 0, "state": state,
+            "time": 0, "every_ms": 200, "state": state,
         })
         .to_string()
     };
@@ -385,6 +385,12 @@ fn a_node_can_neither_fake_nor_silence_a_peer_and_bad_peer_messages_are_counted(
         "provisioning.provisioner.peers.lon",
         beat("bad id", "alive", "lon").as_bytes(),
     );
+    other.publish(
+        "provisioning.provisioner.peers.lon",
+        beat("slow.lon", "alive", "lon")
+            .replace("\"every_ms\":200", "\"every_ms\":3600000")
+            .as_bytes(),
+    );
     other.flush();
     let refused = |p: &Provisioner, reason: &str| {
         p.metrics
@@ -397,9 +403,33 @@ fn a_node_can_neither_fake_nor_silence_a_peer_and_bad_peer_messages_are_counted(
             refused(p, "undecodable") == 1
                 && refused(p, "foreign_site") == 1
                 && refused(p, "identity") == 1
+                && refused(p, "period") == 1
         })
     });
     for p in &ps {
         assert_eq!(p.daemon().membership().unwrap().live().len(), 2);
     }
+}
+
+#[test]
+fn a_paused_instance_gives_its_share_away_until_resumed() {
+    let server = NatsServer::start();
+    let ps = start(&server, &["a.lon", "b.lon"], ACTIVE);
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    let (a, b) = (&ps[0], &ps[1]);
+    b.pause.pause();
+    wait_until("b out of the set", Duration::from_secs(3), || {
+        a.daemon().membership().unwrap().live().len() == 1
+            && b.daemon().membership().unwrap().state() == MemberState::Paused
+    });
+    assert_eq!(b.metrics.share.get(), 0.0);
+    let fleet = sim(&server.url(), 50, |_| {});
+    wait_until("a provisions them all", Duration::from_secs(20), || {
+        fleet.progress().provisioned == 50
+    });
+    assert_eq!(a.metrics.provisioned.get(), 50);
+    assert_eq!(b.metrics.provisioned.get(), 0);
+    b.pause.resume();
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    assert!((b.metrics.share.get() - 0.5).abs() < 1e-9);
 }

@@ -105,9 +105,15 @@ pub struct Heartbeat {
     pub sequence: u64,
     /// Unix seconds when sent (shown in logs, not trusted for expiry).
     pub time: u64,
+    /// The sender's heartbeat period in milliseconds (10 ms to 1 minute): a peer is
+    /// silent after three of its own periods, whatever the receiver's.
+    pub every_ms: u64,
     /// Alive or leaving.
     pub state: PeerState,
 }
+
+/// The shortest and longest heartbeat periods accepted, in milliseconds.
+pub const HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
 
 /// The wire form of [`Heartbeat`] and [`Handoff`] before validation.
 #[derive(Serialize, Deserialize)]
@@ -118,6 +124,7 @@ struct HeartbeatWire {
     incarnation: u64,
     sequence: u64,
     time: u64,
+    every_ms: u64,
     state: PeerState,
 }
 
@@ -149,16 +156,20 @@ pub enum PeerMessageError {
     Identity(IdentityError),
     /// From another site (a misconfigured instance on our subject).
     ForeignSite,
+    /// A heartbeat period outside [`HEARTBEAT_MS`].
+    Period(u64),
 }
 
 impl PeerMessageError {
-    /// `too_large`, `undecodable`, `identity` or `foreign_site`: the metric label.
+    /// `too_large`, `undecodable`, `identity`, `foreign_site` or `period`: the
+    /// metric label.
     pub fn reason(&self) -> &'static str {
         match self {
             PeerMessageError::TooLarge(_) => "too_large",
             PeerMessageError::Undecodable => "undecodable",
             PeerMessageError::Identity(_) => "identity",
             PeerMessageError::ForeignSite => "foreign_site",
+            PeerMessageError::Period(_) => "period",
         }
     }
 }
@@ -175,6 +186,12 @@ impl std::fmt::Display for PeerMessageError {
             PeerMessageError::Undecodable => f.write_str("an undecodable peer message"),
             PeerMessageError::Identity(e) => write!(f, "a peer message with a bad identity: {e}"),
             PeerMessageError::ForeignSite => f.write_str("a peer message from another site"),
+            PeerMessageError::Period(ms) => write!(
+                f,
+                "a heartbeat with a period of {ms} ms (allowed: {} to {} ms)",
+                HEARTBEAT_MS.start(),
+                HEARTBEAT_MS.end()
+            ),
         }
     }
 }
@@ -183,7 +200,7 @@ impl std::error::Error for PeerMessageError {}
 
 /// Every [`PeerMessageError::reason`]: the metrics layer's list, whose series start
 /// at 0 (a test checks every reason is in it).
-pub const PEER_REFUSALS: [&str; 4] = crate::metrics::PEER_REFUSALS;
+pub const PEER_REFUSALS: [&str; 5] = crate::metrics::PEER_REFUSALS;
 
 /// `provisioning.provisioner.peers.<site>`; `site` must be one subject token.
 pub fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {
@@ -210,6 +227,7 @@ impl Heartbeat {
             incarnation: self.incarnation,
             sequence: self.sequence,
             time: self.time,
+            every_ms: self.every_ms,
             state: self.state,
         })
         .unwrap_or_default()
@@ -226,12 +244,16 @@ impl Heartbeat {
         if wire.site != site {
             return Err(PeerMessageError::ForeignSite);
         }
+        if !HEARTBEAT_MS.contains(&wire.every_ms) {
+            return Err(PeerMessageError::Period(wire.every_ms));
+        }
         Ok(Heartbeat {
             identity,
             site: wire.site,
             incarnation: wire.incarnation,
             sequence: wire.sequence,
             time: wire.time,
+            every_ms: wire.every_ms,
             state: wire.state,
         })
     }
@@ -318,6 +340,7 @@ mod tests {
             incarnation: 7,
             sequence: 3,
             time: 1_700_000_000,
+            every_ms: 2000,
             state: PeerState::Alive,
         }
     }
@@ -367,6 +390,15 @@ mod tests {
             Heartbeat::parse(json.as_bytes(), "par"),
             Err(PeerMessageError::ForeignSite)
         );
+        for bad in ["0", "9", "60001"] {
+            let body = json.replace("\"every_ms\":2000", &format!("\"every_ms\":{bad}"));
+            assert_eq!(
+                Heartbeat::parse(body.as_bytes(), "lon")
+                    .unwrap_err()
+                    .reason(),
+                "period"
+            );
+        }
     }
 
     #[test]

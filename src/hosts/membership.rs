@@ -18,6 +18,10 @@
 //! at the next `interval`. Nodes a worker takes are checked again, so a node queued
 //! before the change is dropped by its old owner.
 //!
+//! The pause flag (`config::Pause`, set by whatever embeds the daemon) takes this
+//! instance out of the set as `leaving` does, until it is resumed: a paused
+//! instance's share goes to the others rather than waiting with it.
+//!
 //! Leaving: [`Membership::leave`] says `leaving` and owns nothing from then on; the
 //! daemon lets the nodes in flight finish (they hold the node's provisioning lock) and
 //! forgets the rest, which their new owners have already discovered.
@@ -55,16 +59,20 @@ pub enum MemberState {
     Joining,
     /// A member: provisions its share.
     Active,
+    /// Paused by the operator: out of the set (its share goes to the others) until
+    /// resumed.
+    Paused,
     /// Stopping: owns nothing.
     Leaving,
 }
 
 impl MemberState {
-    /// `joining`, `active` or `leaving`.
+    /// `joining`, `active`, `paused` or `leaving`.
     pub fn name(self) -> &'static str {
         match self {
             MemberState::Joining => "joining",
             MemberState::Active => "active",
+            MemberState::Paused => "paused",
             MemberState::Leaving => "leaving",
         }
     }
@@ -81,6 +89,8 @@ struct Peer {
     incarnation: u64,
     sequence: u64,
     seen: Instant,
+    /// Its own heartbeat period: it is silent after [`SILENT_BEATS`] of them.
+    every: Duration,
 }
 
 /// One instance's view of its site's live instances.
@@ -95,6 +105,7 @@ pub struct Membership {
     peers: Mutex<HashMap<Identity, Peer>>,
     sequence: Mutex<u64>,
     settled: AtomicBool,
+    away: AtomicBool,
     leaving: AtomicBool,
 }
 
@@ -126,20 +137,26 @@ impl Membership {
             me,
             site: site.to_string(),
             incarnation: random_u64(),
-            heartbeat: heartbeat.max(Duration::from_millis(10)),
+            heartbeat: heartbeat.clamp(
+                Duration::from_millis(*peers::HEARTBEAT_MS.start()),
+                Duration::from_millis(*peers::HEARTBEAT_MS.end()),
+            ),
             bus,
             metrics,
             peers: Mutex::new(HashMap::new()),
             sequence: Mutex::new(0),
             settled: AtomicBool::new(false),
+            away: AtomicBool::new(false),
             leaving: AtomicBool::new(false),
         })
     }
 
-    /// Joining, active or leaving.
+    /// Joining, active, paused or leaving.
     pub fn state(&self) -> MemberState {
         if self.leaving.load(Ordering::Relaxed) {
             MemberState::Leaving
+        } else if self.away.load(Ordering::Relaxed) {
+            MemberState::Paused
         } else if self.settled.load(Ordering::Relaxed) {
             MemberState::Active
         } else {
@@ -147,7 +164,12 @@ impl Membership {
         }
     }
 
-    /// The live instances, this one included unless it is leaving, sorted.
+    /// True while this instance is in its own live set (not paused, not leaving).
+    fn present(&self) -> bool {
+        !self.leaving.load(Ordering::Relaxed) && !self.away.load(Ordering::Relaxed)
+    }
+
+    /// The live instances, this one included unless it is paused or leaving, sorted.
     pub fn live(&self) -> Vec<Identity> {
         self.view.read().identities().cloned().collect()
     }
@@ -281,10 +303,11 @@ impl Membership {
                     Err(_) => inbox = never(),
                 },
                 recv(ticker) -> _ => {
-                    if !self.leaving.load(Ordering::Relaxed) {
+                    changed = self.follow_pause(fleet.pause().paused());
+                    if self.present() {
                         self.beat(PeerState::Alive);
                     }
-                    changed = self.expire();
+                    changed |= self.expire();
                     if !self.settled.load(Ordering::Relaxed)
                         && started.elapsed() >= self.heartbeat
                     {
@@ -310,6 +333,29 @@ impl Membership {
         }
         self.metrics.peers.set(0);
         self.metrics.share.set(0.0);
+    }
+
+    /// A paused instance leaves the set (its share goes to the others) and a resumed
+    /// one comes back; true when that changed.
+    fn follow_pause(&self, paused: bool) -> bool {
+        if self.leaving.load(Ordering::Relaxed)
+            || self.away.swap(paused, Ordering::Relaxed) == paused
+        {
+            return false;
+        }
+        if paused {
+            self.beat(PeerState::Leaving);
+            log::warn!(
+                "Paused: out of the active-active set of site {}, its share goes to the others",
+                self.site
+            );
+        } else {
+            log::warn!(
+                "Resumed: back in the active-active set of site {}",
+                self.site
+            );
+        }
+        true
     }
 
     /// A node another instance handed to us: queued if ours (never handed on again,
@@ -338,6 +384,7 @@ impl Membership {
             incarnation: self.incarnation,
             sequence,
             time: crate::clock::unix_now(),
+            every_ms: self.heartbeat.as_millis() as u64,
             state,
         };
         if let Err(e) = peers::publish_heartbeat(&self.bus, &heartbeat) {
@@ -375,6 +422,7 @@ impl Membership {
                     if b.sequence > p.sequence {
                         p.sequence = b.sequence;
                         p.seen = Instant::now();
+                        p.every = Duration::from_millis(b.every_ms);
                     }
                     false
                 }
@@ -385,12 +433,13 @@ impl Membership {
                             incarnation: b.incarnation,
                             sequence: b.sequence,
                             seen: Instant::now(),
+                            every: Duration::from_millis(b.every_ms),
                         },
                     );
                     drop(peers);
                     log::info!("Peer {} joined site {}", b.identity, self.site);
                     // Let the newcomer hear us now rather than at our next beat.
-                    if !self.leaving.load(Ordering::Relaxed) {
+                    if self.present() {
                         self.beat(PeerState::Alive);
                     }
                     true
@@ -399,12 +448,13 @@ impl Membership {
         }
     }
 
-    /// Drops the peers silent for [`SILENT_BEATS`] periods; true when any was.
+    /// Drops the peers silent for [`SILENT_BEATS`] of their periods; true when any
+    /// was.
     fn expire(&self) -> bool {
-        let limit = self.heartbeat * SILENT_BEATS;
         let mut peers = self.peers.lock();
         let before = peers.len();
         peers.retain(|id, p| {
+            let limit = p.every * SILENT_BEATS;
             let alive = p.seen.elapsed() < limit;
             if !alive {
                 log::warn!(
@@ -420,7 +470,7 @@ impl Membership {
     /// Recomputes the live set and the gauges.
     fn rebuild(&self) {
         let mut live: Vec<Identity> = self.peers.lock().keys().cloned().collect();
-        if !self.leaving.load(Ordering::Relaxed) {
+        if self.present() {
             live.push(self.me.clone());
         }
         let members = Members::new(live);

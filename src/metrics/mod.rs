@@ -104,8 +104,8 @@ pub struct Metrics {
     /// The fraction of the fleet this instance owns (`1/peers` while a member of the
     /// active-active set; 0 when active-active is off, joining or leaving).
     pub share: prometheus::Gauge,
-    /// Messages from other provisioners refused, by `reason` (`too_large`,
-    /// `undecodable`, `identity`, `foreign_site`).
+    /// Messages from other provisioners refused, by `reason` (one of
+    /// [`PEER_REFUSALS`]).
     pub peer_messages_refused: IntCounterVec,
 }
 
@@ -139,7 +139,13 @@ pub const OUTCOMES: [&str; 10] = [
 
 /// The `reason` label values of `choria_provisioner_peer_messages_refused`, each
 /// created at 0 (the same words as `choria::peers::PeerMessageError::reason`).
-pub const PEER_REFUSALS: [&str; 4] = ["too_large", "undecodable", "identity", "foreign_site"];
+pub const PEER_REFUSALS: [&str; 5] = [
+    "too_large",
+    "undecodable",
+    "identity",
+    "foreign_site",
+    "period",
+];
 
 /// Upper bounds (seconds) of the per-node duration histogram: 10 ms (a refusal or
 /// an unreachable node) to 5 minutes (a slow helper with retries).

@@ -433,3 +433,89 @@ fn a_paused_instance_gives_its_share_away_until_resumed() {
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
     assert!((b.metrics.share.get() - 0.5).abs() < 1e-9);
 }
+
+#[test]
+fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
+    use choria_provisioner::hosts::membership::{HEARTBEAT, SILENT_BEATS};
+    let server = NatsServer::start();
+    let dir = TempDir::new("active-sigkill");
+    let yaml = format!(
+        "{}workers: 4\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+        slow_helper(&dir, "0.05"),
+        hex(&public_of(&ISSUER_SEED))
+    );
+    // c is a real `choria-provisioner run` with the production heartbeat (2 s).
+    let port = support::free_port();
+    let c_yaml = dir.write(
+        "c.yaml",
+        &format!("{yaml}choria_insecure: true\nmonitor_port: {port}\nmonitor_host: 127.0.0.1\n"),
+    );
+    let c_cfg = dir.write(
+        "c.cfg",
+        &format!(
+            "identity = c.lon\nplugin.choria.middleware_hosts = {}\n",
+            server.url()
+        ),
+    );
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_choria-provisioner"))
+        .arg("run")
+        .arg("--config")
+        .arg(&c_yaml)
+        .arg("--choria-config")
+        .arg(&c_cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ps = start(&server, &["a.lon", "b.lon"], &yaml);
+    assert!(support::wait_for_port(port, Duration::from_secs(10)));
+    wait_until("c ready", Duration::from_secs(10), || {
+        support::http_get(port, "/readyz").0 == 200
+    });
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
+    let lock = Duration::from_secs(3);
+    let fleet = sim(&server.url(), 300, |o| {
+        o.lock_window = Some(lock);
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
+    });
+    wait_until("c is busy", Duration::from_secs(20), || {
+        restarted_by(&fleet.summary(), "c.lon") >= 10
+    });
+    c.kill().unwrap();
+    let _ = c.wait();
+    let died = Instant::now();
+    let silent = HEARTBEAT * SILENT_BEATS;
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    assert!(
+        died.elapsed() < silent + Duration::from_secs(1),
+        "c dropped after {:?}",
+        died.elapsed()
+    );
+    wait_until("all provisioned", Duration::from_secs(30), || {
+        fleet.progress().provisioned == 300
+    });
+    let summary = fleet.summary();
+    assert_provisioned(&summary, |_| 1);
+    let by_c = restarted_by(&summary, "c.lon");
+    let survivors = ps.iter().map(|p| p.metrics.provisioned.get()).sum::<u64>();
+    assert_eq!(survivors as usize + by_c, 300);
+    // c's nodes in flight waited for its silence to be noticed and their lock to
+    // expire, then one discovery: no longer.
+    for n in summary
+        .nodes
+        .iter()
+        .filter(|n| n.callers.first().map(String::as_str) == Some("c.lon"))
+        .filter(|n| n.restarted_by.as_deref() != Some("c.lon"))
+    {
+        let took = Duration::from_millis(n.provisioning_ms.unwrap());
+        assert!(
+            took < silent + lock + Duration::from_secs(2 + 3),
+            "{} finished {took:?} after c first touched it",
+            n.identity
+        );
+    }
+    for p in &ps {
+        assert_eq!(p.metrics.provision_errors.get(), 0, "{}", p.identity);
+    }
+}

@@ -206,7 +206,8 @@ impl Daemon {
     /// Stops: no new nodes, in-flight nodes finish their current step within the
     /// shutdown timeout, a leader resigns, the connection closes. An active-active
     /// member first says it is leaving (its peers take its share at once) and lets
-    /// the nodes in flight finish whole, since they hold the nodes' provisioning locks.
+    /// the nodes in flight finish whole, since they hold the nodes' provisioning locks
+    /// (within the shutdown timeout, before the fleet's own wait for its threads).
     /// True if everything stopped within the bound.
     pub fn stop(mut self) -> bool {
         self.trigger.take();

@@ -282,8 +282,9 @@ impl Membership {
 
     fn run(&self, fleet: &Fleet, inbox: &Receiver<Inbox>, trigger: &Sender<()>) {
         let stopped = fleet.stopped();
-        let ticker = tick(self.heartbeat);
+        // Before the ticker, so that its first tick ends the joining.
         let started = Instant::now();
+        let ticker = tick(self.heartbeat);
         let mut last_trigger: Option<Instant> = None;
         let mut pending_trigger = false;
         let mut inbox = inbox.clone();

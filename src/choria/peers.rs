@@ -103,7 +103,7 @@ pub struct Heartbeat {
     pub incarnation: u64,
     /// Counts up from 1 within one incarnation; an older or repeated one is ignored.
     pub sequence: u64,
-    /// Unix seconds when sent (shown in logs, not trusted for expiry).
+    /// Unix seconds when sent (informational: expiry uses the receiver's own clock).
     pub time: u64,
     /// The sender's heartbeat period in milliseconds (10 ms to 1 minute): a peer is
     /// silent after three of its own periods, whatever the receiver's.

@@ -108,29 +108,17 @@ mod tests {
 
     #[test]
     fn the_hash_is_the_specified_one() {
-        // Pinned: instances built apart must agree, so the function must never change.
-        assert_eq!(hash(b""), mix(0xcbf2_9ce4_8422_2325));
-        assert_eq!(hash(b"a"), mix(0xaf63_dc4c_8601_ec8c));
+        // Instances built apart must agree, so the function must never change: these
+        // values come from an independent implementation of the formula in the
+        // module comment (a few lines of Python), not from this code.
+        assert_eq!(hash(b"a"), 0x5f29_c2aa_dd9b_8527);
+        assert_eq!(hash(b"sim-1.example.net"), 0x644c_11df_d509_e5da);
         let m = Members::new([id("p1"), id("p2"), id("p3")]);
-        let owners: Vec<&str> = ["n1", "n2", "n3", "n4"]
+        let owners: Vec<&str> = ["n1", "n2", "n3", "n4", "n5", "n6"]
             .iter()
             .map(|n| m.owner(n).unwrap().as_str())
             .collect();
-        assert_eq!(owners, m_owners(&m, &["n1", "n2", "n3", "n4"]));
-    }
-
-    /// The same answer computed the long way, from the documented formula.
-    fn m_owners<'a>(m: &'a Members, nodes: &[&str]) -> Vec<&'a str> {
-        nodes
-            .iter()
-            .map(|n| {
-                let nh = hash(n.as_bytes());
-                m.identities()
-                    .max_by_key(|p| (mix(hash(p.as_str().as_bytes()) ^ nh), (*p).clone()))
-                    .unwrap()
-                    .as_str()
-            })
-            .collect()
+        assert_eq!(owners, ["p2", "p2", "p1", "p3", "p2", "p3"]);
     }
 
     #[test]

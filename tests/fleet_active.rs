@@ -111,7 +111,7 @@ fn three_instances_provision_a_thousand_nodes_once_each_with_fair_shares() {
     // Booted after the provisioners: found through startup events (one queue group,
     // handed to their owners) and discovery.
     let fleet = sim(&server.url(), 1000, |_| {});
-    wait_until("all provisioned", Duration::from_secs(40), || {
+    wait_until("all provisioned", Duration::from_secs(90), || {
         fleet.progress().provisioned == 1000
     });
     let summary = fleet.summary();
@@ -164,8 +164,9 @@ fn the_nodes_of_an_instance_that_dies_are_finished_by_the_others() {
     let died = Instant::now();
     let c_done_at_death = c.metrics.provisioned.get();
     wait_for_members(&[&ps[0], &ps[1]], 2);
+    // Three silent heartbeats (600 ms), and a little for a busy machine.
     assert!(
-        died.elapsed() < Duration::from_secs(2),
+        died.elapsed() < Duration::from_secs(3),
         "c dropped after {:?}",
         died.elapsed()
     );

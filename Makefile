@@ -12,6 +12,7 @@ help:
 	@echo "make demo      provision 200 simulated nodes on a local nats-server"
 	@echo "               (BROKER=issuer or BROKER=mtls: through a Choria broker front end)"
 	@echo "make bench     provision 10,000 simulated nodes and report speed and memory"
+	@echo "               (INSTANCES=N: N active-active provisioners share the fleet)"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make fuzz      every cargo-fuzz target (10 min network-facing, 2 min others)"
 	@echo "make dist      source tarball with vendored crates (air-gapped builds)"

@@ -21,6 +21,7 @@ use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use crate::choria::client_config::{broker_host_port, parse_lines, ClientConfig};
 use crate::choria::kv::{parse_bucket_ttl, parse_pub_ack};
 use crate::choria::lifecycle::{self, Event};
+use crate::choria::peers::{Handoff, Heartbeat, PeerState, HEARTBEAT_MS, PEER_REFUSALS};
 use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
 use crate::choria::protocol::{self, Credentials, Filter, Protocol, RequestSpec};
 use crate::config::{format_duration, parse_duration, shell_words, Config, Secret};
@@ -51,6 +52,7 @@ pub const NETWORK_TARGETS: &[&str] = &[
     "provisioning_jwt",
     "helper_output",
     "nonce_ecdh",
+    "peer_messages",
 ];
 
 /// Targets whose input is the operator's configuration or our own values.
@@ -88,6 +90,7 @@ pub fn run(target: &str, data: &[u8]) -> bool {
         "duration" => duration,
         "shell_words" => shell_words,
         "election_replies" => election_replies,
+        "peer_messages" => peer_messages,
         _ => return false,
     };
     f(data);
@@ -955,6 +958,29 @@ pub fn election_replies(data: &[u8]) {
     }
 }
 
+/// Another provisioner's heartbeat or handoff (`choria::peers`), read as hostile:
+/// whatever parses is valid (identities by the identity rule, the site ours, the
+/// period in range) and round-trips through its own encoding; every refusal has a
+/// known metric label and a message.
+pub fn peer_messages(data: &[u8]) {
+    match Heartbeat::parse(data, "lon") {
+        Ok(b) => {
+            assert_eq!(b.site, "lon");
+            assert!(HEARTBEAT_MS.contains(&b.every_ms));
+            assert!(crate::choria::identity::Identity::parse(b.identity.as_str()).is_ok());
+            assert_eq!(Heartbeat::parse(&b.to_json(), "lon"), Ok(b));
+        }
+        Err(e) => {
+            assert!(PEER_REFUSALS.contains(&e.reason()));
+            assert!(!e.to_string().is_empty());
+        }
+    }
+    match Handoff::parse(data) {
+        Ok(h) => assert_eq!(Handoff::parse(&h.to_json()), Ok(h)),
+        Err(e) => assert!(PEER_REFUSALS.contains(&e.reason())),
+    }
+}
+
 // ------------------------------------------------------------------------ seeds
 
 /// One starting input of a target's corpus.
@@ -1345,6 +1371,36 @@ pub fn seeds() -> Vec<Seed> {
         "election_replies",
         "stream_info",
         br#"{"config":{"name":"KV_CHORIA_LEADER_ELECTION","max_age":10000000000,"max_msgs_per_subject":1}}"#.to_vec(),
+    );
+    let beat = Heartbeat {
+        identity: crate::choria::identity::Identity::parse("p1.lon.example.net")
+            .expect("a valid identity"),
+        site: "lon".into(),
+        incarnation: 42,
+        sequence: 7,
+        time: NOW as u64,
+        every_ms: 2000,
+        state: PeerState::Alive,
+    };
+    add("peer_messages", "heartbeat", beat.to_json());
+    add(
+        "peer_messages",
+        "leaving",
+        Heartbeat {
+            state: PeerState::Leaving,
+            ..beat.clone()
+        }
+        .to_json(),
+    );
+    add(
+        "peer_messages",
+        "handoff",
+        Handoff {
+            from: beat.identity.clone(),
+            node: crate::choria::identity::Identity::parse("node-1.example.net")
+                .expect("a valid identity"),
+        }
+        .to_json(),
     );
     add(
         "election_replies",

@@ -604,3 +604,55 @@ fn an_undecodable_jwt_verify_cert_is_refused_at_start() {
         "{e}"
     );
 }
+
+#[test]
+fn check_shows_active_active_and_refuses_it_with_leader_election() {
+    let check = |yaml: &str| {
+        let rig = Rig::new(yaml);
+        let mut args = vec!["check".to_string()];
+        args.extend(rig.args());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&args)
+    };
+    let o = check("active_active: true\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("active_active: true"), "{}", stdout(&o));
+    let o = check("active_active: true\nleader_election: true\n");
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("active_active: cannot be used with leader_election"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_active_active_instance_is_ready_once_it_has_joined_and_says_so() {
+    let (_rig, mut child, port) = monitored(true, "active_active: true\n");
+    // Joining for one heartbeat (2 s) before it owns anything.
+    let (status, body) = readyz_until(port, 200, Duration::from_secs(10));
+    assert_eq!(status, 200, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ready["role"], "active", "{ready}");
+    let (_, body) = http_get(port, "/healthz");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["active_active"]["state"], "active", "{health}");
+    assert_eq!(
+        health["active_active"]["peers"],
+        serde_json::json!(["provisioner.test.local"]),
+        "{health}"
+    );
+    assert_eq!(health["active_active"]["share"], 1.0, "{health}");
+    let (_, body) = http_get(port, "/metrics");
+    assert!(
+        body.contains("choria_provisioner_peers{site=\"testsite\"} 1\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("choria_provisioner_share{site=\"testsite\"} 1\n"),
+        "{body}"
+    );
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(10)).expect("exits after SIGTERM");
+    assert_eq!(status.code(), Some(0));
+}

@@ -101,7 +101,8 @@ struct Args {
     /// public key then verifies server JWTs
     #[argh(option)]
     issuer_seed: Option<String>,
-    /// node features, comma separated: v2 (protocol v2 only), upgrades (release_update allowed)
+    /// node features, comma separated: v2 (protocol v2 only), upgrades (release_update
+    /// allowed), no-lock (no provisioning lock, as servers older than go-choria v0.29)
     #[argh(option, default = "String::new()")]
     features: String,
     /// a directory written by `choria-fleet-sim keys`: its provisioning.jwt, issuer.public and ca.pem (TLS to the broker)
@@ -237,6 +238,7 @@ fn run(args: Args) -> i32 {
         },
     };
     let (mut v2, mut upgradable) = (false, args.upgradable);
+    let mut lock_window = SimOptions::default().lock_window;
     for feature in args
         .features
         .split(',')
@@ -246,9 +248,10 @@ fn run(args: Args) -> i32 {
         match feature {
             "v2" => v2 = true,
             "upgrades" => upgradable = true,
+            "no-lock" => lock_window = None,
             other => {
                 eprintln!(
-                    "choria-fleet-sim: --features: unknown feature {other:?} (known: v2, upgrades)"
+                    "choria-fleet-sim: --features: unknown feature {other:?} (known: v2, upgrades, no-lock)"
                 );
                 return 1;
             }
@@ -305,6 +308,7 @@ fn run(args: Args) -> i32 {
             garbage: args.fault_garbage,
             reboot: args.fault_reboot,
         },
+        lock_window,
         ..SimOptions::default()
     };
     let sim = match Sim::start(&args.nats, options) {

@@ -7,13 +7,25 @@
 //! provisioning account. So a message on this prefix can only come from another
 //! provisioner: a node can neither fake one nor read one. Nothing that decides who
 //! leads or who provisions what is ever read from `choria.lifecycle.>`.
+//!
+//! Two kinds of messages live here: the election handover ([`Resignation`]) and the
+//! active-active membership of one site: [`Heartbeat`]s on
+//! `provisioning.provisioner.peers.<site>` and startup events handed to the instance
+//! that owns the node ([`Handoff`]) on `provisioning.provisioner.peers.<site>.node.
+//! <md5(owner)>`. Every message is read as hostile all the same (a misconfigured or
+//! buggy provisioner is possible): bounded in size, decoded strictly, identities
+//! checked with [`Identity::parse`], the site compared; a refusal is reported with a
+//! [`PeerMessageError`] whose [`reason`](PeerMessageError::reason) is a metric label.
 
 use std::sync::Arc;
 
+use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 
 use super::bus::{Bus, Subscription};
+use super::identity::{Identity, IdentityError};
 use super::subject::{Subject, SubjectError, SubjectFilter};
+use crate::crypto::ids;
 
 /// The subject space of provisioner-to-provisioner messages.
 pub const PEER_PREFIX: &str = "provisioning.provisioner";
@@ -67,4 +79,362 @@ pub fn subscribe_resignations(
             deliver(r);
         }
     })
+}
+
+/// What an active-active instance says about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeerState {
+    /// Alive and taking its share.
+    Alive,
+    /// Stopping cleanly: its share belongs to the others from now on.
+    Leaving,
+}
+
+/// One heartbeat of an active-active instance, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The instance (its Choria identity).
+    pub identity: Identity,
+    /// Its `site`.
+    pub site: String,
+    /// Random per process start: a restarted instance is a new incarnation, and an
+    /// old incarnation's messages never remove the new one.
+    pub incarnation: u64,
+    /// Counts up from 1 within one incarnation; an older or repeated one is ignored.
+    pub sequence: u64,
+    /// Unix seconds when sent (informational: expiry uses the receiver's own clock).
+    pub time: u64,
+    /// The sender's heartbeat period in milliseconds (10 ms to 1 minute): a peer is
+    /// silent after three of its own periods, whatever the receiver's.
+    pub every_ms: u64,
+    /// Alive or leaving.
+    pub state: PeerState,
+}
+
+/// The shortest and longest heartbeat periods accepted, in milliseconds.
+pub const HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
+
+/// The wire form of [`Heartbeat`] and [`Handoff`] before validation.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeartbeatWire {
+    identity: String,
+    site: String,
+    incarnation: u64,
+    sequence: u64,
+    time: u64,
+    every_ms: u64,
+    state: PeerState,
+}
+
+/// A startup event read by an instance that does not own the node, handed to the
+/// owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    /// The instance handing the node over.
+    pub from: Identity,
+    /// The node.
+    pub node: Identity,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HandoffWire {
+    from: String,
+    node: String,
+}
+
+/// Why a peer message was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerMessageError {
+    /// Larger than the 4 KiB a peer message may be.
+    TooLarge(usize),
+    /// Not the expected JSON document.
+    Undecodable,
+    /// An identity in it breaks the identity rule.
+    Identity(IdentityError),
+    /// From another site (a misconfigured instance on our subject).
+    ForeignSite,
+    /// A heartbeat period outside [`HEARTBEAT_MS`].
+    Period(u64),
+}
+
+impl PeerMessageError {
+    /// `too_large`, `undecodable`, `identity`, `foreign_site` or `period`: the
+    /// metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PeerMessageError::TooLarge(_) => "too_large",
+            PeerMessageError::Undecodable => "undecodable",
+            PeerMessageError::Identity(_) => "identity",
+            PeerMessageError::ForeignSite => "foreign_site",
+            PeerMessageError::Period(_) => "period",
+        }
+    }
+}
+
+impl std::fmt::Display for PeerMessageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerMessageError::TooLarge(n) => {
+                write!(
+                    f,
+                    "a peer message of {n} bytes, more than {MAX_PEER_MESSAGE}"
+                )
+            }
+            PeerMessageError::Undecodable => f.write_str("an undecodable peer message"),
+            PeerMessageError::Identity(e) => write!(f, "a peer message with a bad identity: {e}"),
+            PeerMessageError::ForeignSite => f.write_str("a peer message from another site"),
+            PeerMessageError::Period(ms) => write!(
+                f,
+                "a heartbeat with a period of {ms} ms (allowed: {} to {} ms)",
+                HEARTBEAT_MS.start(),
+                HEARTBEAT_MS.end()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PeerMessageError {}
+
+/// Every [`PeerMessageError::reason`]: the metrics layer's list, whose series start
+/// at 0 (a test checks every reason is in it).
+pub const PEER_REFUSALS: [&str; 5] = crate::metrics::PEER_REFUSALS;
+
+/// `provisioning.provisioner.peers.<site>`; `site` must be one subject token.
+pub fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {
+    if site.contains('.') {
+        return Err(SubjectError::NotOneToken);
+    }
+    Subject::new(format!("{PEER_PREFIX}.peers.{site}"))
+}
+
+/// `provisioning.provisioner.peers.<site>.node.<md5hex(owner)>`: where nodes are
+/// handed to `owner`.
+pub fn handoff_subject(site: &str, owner: &Identity) -> Result<Subject, SubjectError> {
+    heartbeat_subject(site)?
+        .child("node")?
+        .child(&ids::hex(&Md5::digest(owner.as_str().as_bytes())))
+}
+
+impl Heartbeat {
+    /// The JSON body.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&HeartbeatWire {
+            identity: self.identity.to_string(),
+            site: self.site.clone(),
+            incarnation: self.incarnation,
+            sequence: self.sequence,
+            time: self.time,
+            every_ms: self.every_ms,
+            state: self.state,
+        })
+        .unwrap_or_default()
+    }
+
+    /// Reads and checks a heartbeat body for `site`.
+    pub fn parse(body: &[u8], site: &str) -> Result<Heartbeat, PeerMessageError> {
+        if body.len() > MAX_PEER_MESSAGE {
+            return Err(PeerMessageError::TooLarge(body.len()));
+        }
+        let wire: HeartbeatWire =
+            serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)?;
+        let identity = Identity::parse(&wire.identity).map_err(PeerMessageError::Identity)?;
+        if wire.site != site {
+            return Err(PeerMessageError::ForeignSite);
+        }
+        if !HEARTBEAT_MS.contains(&wire.every_ms) {
+            return Err(PeerMessageError::Period(wire.every_ms));
+        }
+        Ok(Heartbeat {
+            identity,
+            site: wire.site,
+            incarnation: wire.incarnation,
+            sequence: wire.sequence,
+            time: wire.time,
+            every_ms: wire.every_ms,
+            state: wire.state,
+        })
+    }
+}
+
+impl Handoff {
+    /// The JSON body.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&HandoffWire {
+            from: self.from.to_string(),
+            node: self.node.to_string(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// Reads and checks a handoff body.
+    pub fn parse(body: &[u8]) -> Result<Handoff, PeerMessageError> {
+        if body.len() > MAX_PEER_MESSAGE {
+            return Err(PeerMessageError::TooLarge(body.len()));
+        }
+        let wire: HandoffWire =
+            serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)?;
+        Ok(Handoff {
+            from: Identity::parse(&wire.from).map_err(PeerMessageError::Identity)?,
+            node: Identity::parse(&wire.node).map_err(PeerMessageError::Identity)?,
+        })
+    }
+}
+
+fn invalid(e: SubjectError) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
+}
+
+/// Publishes `heartbeat` on its site's subject.
+pub fn publish_heartbeat(bus: &Bus, heartbeat: &Heartbeat) -> std::io::Result<()> {
+    let subject = heartbeat_subject(&heartbeat.site).map_err(invalid)?;
+    bus.publish(&subject, &heartbeat.to_json())
+}
+
+/// Calls `deliver` (on the reader thread: it must return at once) with every
+/// heartbeat of `site`, or why one was refused.
+pub fn subscribe_heartbeats(
+    bus: &Bus,
+    site: &str,
+    deliver: impl Fn(Result<Heartbeat, PeerMessageError>) + Send + Sync + 'static,
+) -> std::io::Result<Subscription> {
+    let filter: SubjectFilter = heartbeat_subject(site).map_err(invalid)?.into();
+    let site = site.to_string();
+    bus.subscribe(&filter, None, move |msg| {
+        deliver(Heartbeat::parse(&msg.data, &site))
+    })
+}
+
+/// Hands `node` from `from` to `owner` in `site`.
+pub fn publish_handoff(
+    bus: &Bus,
+    site: &str,
+    owner: &Identity,
+    handoff: &Handoff,
+) -> std::io::Result<()> {
+    let subject = handoff_subject(site, owner).map_err(invalid)?;
+    bus.publish(&subject, &handoff.to_json())
+}
+
+/// Calls `deliver` (on the reader thread) with every node handed to `me` in `site`.
+pub fn subscribe_handoffs(
+    bus: &Bus,
+    site: &str,
+    me: &Identity,
+    deliver: impl Fn(Result<Handoff, PeerMessageError>) + Send + Sync + 'static,
+) -> std::io::Result<Subscription> {
+    let filter: SubjectFilter = handoff_subject(site, me).map_err(invalid)?.into();
+    bus.subscribe(&filter, None, move |msg| deliver(Handoff::parse(&msg.data)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn beat() -> Heartbeat {
+        Heartbeat {
+            identity: Identity::parse("p1.example.net").unwrap(),
+            site: "lon".into(),
+            incarnation: 7,
+            sequence: 3,
+            time: 1_700_000_000,
+            every_ms: 2000,
+            state: PeerState::Alive,
+        }
+    }
+
+    #[test]
+    fn a_heartbeat_round_trips() {
+        let b = beat();
+        assert_eq!(Heartbeat::parse(&b.to_json(), "lon"), Ok(b.clone()));
+        let leaving = Heartbeat {
+            state: PeerState::Leaving,
+            ..b
+        };
+        let json = leaving.to_json();
+        assert!(String::from_utf8_lossy(&json).contains("\"state\":\"leaving\""));
+        assert_eq!(Heartbeat::parse(&json, "lon"), Ok(leaving));
+    }
+
+    #[test]
+    fn bad_heartbeats_are_refused_with_their_reason() {
+        let json = String::from_utf8(beat().to_json()).unwrap();
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (vec![b' '; MAX_PEER_MESSAGE + 1], "too_large"),
+            (b"{".to_vec(), "undecodable"),
+            (b"[]".to_vec(), "undecodable"),
+            (
+                json.replace("\"alive\"", "\"dead\"").into_bytes(),
+                "undecodable",
+            ),
+            (json.replace("}", ",\"x\":1}").into_bytes(), "undecodable"),
+            (
+                json.replace("\"sequence\":3", "\"sequence\":-3")
+                    .into_bytes(),
+                "undecodable",
+            ),
+            (
+                json.replace("p1.example.net", "p1 x").into_bytes(),
+                "identity",
+            ),
+            (json.replace("p1.example.net", "").into_bytes(), "identity"),
+        ];
+        for (body, reason) in cases {
+            let e = Heartbeat::parse(&body, "lon").unwrap_err();
+            assert_eq!(e.reason(), reason, "{}", String::from_utf8_lossy(&body));
+            assert!(PEER_REFUSALS.contains(&e.reason()));
+        }
+        assert_eq!(
+            Heartbeat::parse(json.as_bytes(), "par"),
+            Err(PeerMessageError::ForeignSite)
+        );
+        for bad in ["0", "9", "60001"] {
+            let body = json.replace("\"every_ms\":2000", &format!("\"every_ms\":{bad}"));
+            assert_eq!(
+                Heartbeat::parse(body.as_bytes(), "lon")
+                    .unwrap_err()
+                    .reason(),
+                "period"
+            );
+        }
+    }
+
+    #[test]
+    fn handoffs_round_trip_and_check_both_identities() {
+        let h = Handoff {
+            from: Identity::parse("p1").unwrap(),
+            node: Identity::parse("n1.example.net").unwrap(),
+        };
+        assert_eq!(Handoff::parse(&h.to_json()), Ok(h));
+        for body in [
+            &br#"{"from":"p1","node":"n1 x"}"#[..],
+            br#"{"from":"*","node":"n1"}"#,
+        ] {
+            assert_eq!(Handoff::parse(body).unwrap_err().reason(), "identity");
+        }
+        assert_eq!(
+            Handoff::parse(br#"{"from":"p1"}"#).unwrap_err().reason(),
+            "undecodable"
+        );
+    }
+
+    #[test]
+    fn subjects_stay_in_the_provisioner_space() {
+        assert_eq!(
+            heartbeat_subject("lon").unwrap().as_str(),
+            "provisioning.provisioner.peers.lon"
+        );
+        assert!(heartbeat_subject("lon.x").is_err());
+        assert!(heartbeat_subject("l*").is_err());
+        let owner = Identity::parse("p1.example.net").unwrap();
+        let s = handoff_subject("lon", &owner).unwrap();
+        assert!(
+            s.as_str()
+                .starts_with("provisioning.provisioner.peers.lon.node."),
+            "{s}"
+        );
+        assert_eq!(s.as_str().rsplit('.').next().unwrap().len(), 32);
+    }
 }

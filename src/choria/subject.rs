@@ -33,6 +33,8 @@ pub enum SubjectError {
     Wildcard,
     /// A header name or value that would break the header block.
     Header(&'static str),
+    /// Several tokens where one is expected (a name with a `.`).
+    NotOneToken,
 }
 
 impl fmt::Display for SubjectError {
@@ -49,6 +51,7 @@ impl fmt::Display for SubjectError {
             SubjectError::EmptyToken => f.write_str("subject has an empty token"),
             SubjectError::Wildcard => f.write_str("subject has a misplaced wildcard"),
             SubjectError::Header(why) => write!(f, "invalid header: {why}"),
+            SubjectError::NotOneToken => f.write_str("a subject token contains a '.'"),
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::choria::client_config::ClientConfig;
 use crate::config::{Config, Pause};
 use crate::hosts::daemon::{Daemon, DaemonOptions};
 use crate::hosts::election::ElectionState;
+use crate::hosts::membership::{MemberState, Membership};
 use crate::metrics::{Metrics, MetricsServer, Readiness, Role};
 
 use super::args::Invocation;
@@ -89,6 +90,7 @@ pub fn run(inv: &Invocation) -> i32 {
 struct Health {
     connection: Mutex<Option<Arc<crate::choria::connector::ConnectionState>>>,
     election: Mutex<Option<Arc<Mutex<ElectionState>>>>,
+    membership: Mutex<Option<Arc<Membership>>>,
 }
 
 impl Health {
@@ -102,6 +104,7 @@ impl Health {
             pause,
             site: config.site.clone(),
             leader_election: config.leader_election,
+            active_active: config.active_active,
         })
     }
 }
@@ -112,6 +115,7 @@ struct HealthView {
     pause: Arc<Pause>,
     site: String,
     leader_election: bool,
+    active_active: bool,
 }
 
 impl HealthView {
@@ -130,6 +134,21 @@ impl HealthView {
             .as_ref()
             .map(|e| e.lock().clone())
     }
+
+    /// `null` unless active-active: then the state, the live peers and the share.
+    fn active_active(&self) -> serde_json::Value {
+        if !self.active_active {
+            return serde_json::Value::Null;
+        }
+        match self.state.membership.lock().as_ref() {
+            Some(m) => serde_json::json!({
+                "state": m.state().name(),
+                "peers": m.live().iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+                "share": m.share(),
+            }),
+            None => serde_json::json!({"state": "starting", "peers": [], "share": 0.0}),
+        }
+    }
 }
 
 impl crate::metrics::Health for HealthView {
@@ -140,11 +159,18 @@ impl crate::metrics::Health for HealthView {
             "paused": self.pause.paused(),
             "connected": self.connected(),
             "leader": self.election_state().map(|e| e.name()),
+            "active_active": self.active_active(),
         })
     }
 
     fn readiness(&self) -> Readiness {
+        let member = self.state.membership.lock().as_ref().map(|m| m.state());
         let role = match (self.leader_election, self.election_state()) {
+            (false, _) if self.active_active => match member {
+                Some(MemberState::Active) => Role::Active,
+                Some(state) => Role::Waiting(state.name().to_string()),
+                None => Role::Waiting("starting".to_string()),
+            },
             (false, _) => Role::Alone,
             (true, Some(ElectionState::Leader)) => Role::Leader,
             (true, Some(state)) => Role::Waiting(state.name().to_string()),
@@ -180,6 +206,7 @@ fn serve(
     };
     *health.connection.lock() = Some(daemon.connection());
     *health.election.lock() = daemon.election();
+    *health.membership.lock() = daemon.membership();
     let _ = shutdown.recv();
     log::warn!("Stopping: no new nodes are taken, in-flight nodes finish their current step");
     if !daemon.stop() {
@@ -205,6 +232,7 @@ mod tests {
             pause: Arc::new(Pause::new(prometheus::IntGauge::new("p", "p").unwrap())),
             site: "lon".into(),
             leader_election,
+            active_active: false,
         }
     }
 
@@ -234,6 +262,15 @@ mod tests {
                 v.health()["leader"],
                 serde_json::json!(state.map(|s| s.name()))
             );
+            assert_eq!(v.health()["active_active"], serde_json::Value::Null);
         }
+    }
+
+    #[test]
+    fn an_active_active_member_waits_until_it_has_a_membership() {
+        let mut v = view(false, None);
+        v.active_active = true;
+        assert_eq!(v.readiness().role, Role::Waiting("starting".into()));
+        assert_eq!(v.health()["active_active"]["state"], "starting");
     }
 }

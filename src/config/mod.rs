@@ -144,6 +144,9 @@ pub struct Config {
     pub server_jwt_validity: Duration,
     /// Run active/standby through Choria Streams leader election.
     pub leader_election: bool,
+    /// Every instance of this `site` provisions its share of the fleet at once
+    /// (new key; refused together with `leader_election`).
+    pub active_active: bool,
     /// go-updater repository for `release_update`.
     pub upgrades_repository: String,
     /// Upgrade failures are logged and provisioning continues.
@@ -190,6 +193,7 @@ impl Config {
             jwt_signing_token: String::new(),
             server_jwt_validity: Duration::from_secs(365 * 24 * 3600),
             leader_election: false,
+            active_active: false,
             upgrades_repository: String::new(),
             upgrades_optional: false,
             shutdown_timeout: Duration::from_secs(10),

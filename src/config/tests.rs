@@ -470,3 +470,36 @@ fn effective_yaml_hides_secrets() {
     let reparsed: serde_yaml::Value = serde_yaml::from_str(&out).unwrap();
     assert_eq!(reparsed["site"], serde_yaml::Value::String("x".into()));
 }
+
+#[test]
+fn active_active_is_read_and_shown() {
+    let c = config("site: lon-1\nactive_active: true\n");
+    assert!(c.active_active && !c.leader_election);
+    assert!(c.effective_yaml().contains("active_active: true"));
+    assert!(!config("").active_active);
+    assert!(config("").effective_yaml().contains("active_active: false"));
+}
+
+#[test]
+fn active_active_is_refused_with_leader_election() {
+    assert_problem(
+        "site: lon\nactive_active: true\nleader_election: true\n",
+        "active_active: cannot be used with leader_election",
+    );
+}
+
+#[test]
+fn active_active_needs_a_site_that_is_one_subject_token() {
+    assert_problem(
+        "active_active: true\n",
+        "site: is required with active_active",
+    );
+    for bad in ["lon.1", "lon*", "a b", "l>", &"x".repeat(65)] {
+        assert_problem(
+            &format!("site: '{bad}'\nactive_active: true\n"),
+            "must be at most 64 letters, digits",
+        );
+    }
+    // Without active_active the site is only a label, as in Go.
+    assert_eq!(config("site: lon.1\n").site, "lon.1");
+}

@@ -21,6 +21,41 @@ pub(crate) fn validate(c: &Config, problems: &mut Vec<Problem>, warnings: &mut V
     upgrades(c, problems);
     monitor(c, problems);
     logfile(c, problems);
+    active_active(c, problems);
+}
+
+/// Active-active shares the fleet among the instances of one `site`, which names
+/// their heartbeat subject (`provisioning.provisioner.peers.<site>`): one token.
+fn active_active(c: &Config, problems: &mut Vec<Problem>) {
+    if !c.active_active {
+        return;
+    }
+    if c.leader_election {
+        problems.push(Problem::new(
+            "active_active",
+            "cannot be used with leader_election: with active_active every instance \
+             provisions its share, with leader_election one instance provisions and the \
+             others wait; choose one",
+        ));
+    }
+    if c.site.is_empty() {
+        problems.push(Problem::new(
+            "site",
+            "is required with active_active: the instances of one site share its fleet",
+        ));
+    } else if c.site.len() > 64
+        || !c
+            .site
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        problems.push(Problem::with_value(
+            "site",
+            &c.site,
+            "must be at most 64 letters, digits, '-' or '_' with active_active \
+             (it names the instances' heartbeat subject)",
+        ));
+    }
 }
 
 fn lifecycle_component(c: &Config, problems: &mut Vec<Problem>) {

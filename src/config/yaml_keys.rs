@@ -35,6 +35,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "server_jwt_validity",
     "rego_policy",
     "leader_election",
+    "active_active",
     "upgrades_repository",
     "upgrades_optional",
     "shutdown_timeout",
@@ -182,6 +183,7 @@ fn apply_top(
             duration(key, v).map(|d| c.server_jwt_validity = d.unwrap_or(c.server_jwt_validity))
         }
         "leader_election" => boolean(key, v).map(|b| c.leader_election = b),
+        "active_active" => boolean(key, v).map(|b| c.active_active = b),
         "upgrades_repository" => string(key, v).map(|s| c.upgrades_repository = s),
         "upgrades_optional" => boolean(key, v).map(|b| c.upgrades_optional = b),
         "shutdown_timeout" => {
@@ -450,6 +452,7 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
         s(&format_duration(c.server_jwt_validity)),
     );
     put("leader_election", Value::Bool(c.leader_election));
+    put("active_active", Value::Bool(c.active_active));
     put("upgrades_repository", s(&c.upgrades_repository));
     put("upgrades_optional", Value::Bool(c.upgrades_optional));
     put("shutdown_timeout", s(&format_duration(c.shutdown_timeout)));

@@ -53,7 +53,12 @@ pub struct NodeSequence {
     helper: Helper,
     timeouts: Timeouts,
     keys: KeyMaterial,
+    /// Warns (once a minute) about active-active nodes older than go-choria v0.29.
+    lockless: crate::throttle::Throttle,
 }
+
+/// The first go-choria release whose provisioning agent has the provisioning lock.
+pub const LOCK_SINCE: &str = "0.29.0";
 
 /// What one attempt learnt from the node so far.
 #[derive(Default)]
@@ -90,6 +95,7 @@ impl NodeSequence {
             pause,
             timeouts,
             keys,
+            lockless: crate::throttle::Throttle::default(),
         })
     }
 
@@ -247,6 +253,31 @@ impl NodeSequence {
         Ok(())
     }
 
+    /// Active-active relies on ownership first and on the node's provisioning lock
+    /// (go-choria v0.29 and later) only while instances join or leave: an older node
+    /// is provisioned all the same, with a warning that churn may configure it twice.
+    fn warn_if_lockless(&self, identity: &Identity, version: &str) {
+        if !self.config.active_active
+            || version.is_empty()
+            || super::version::compare(version, LOCK_SINCE) != std::cmp::Ordering::Less
+        {
+            return;
+        }
+        if let Some(more) = self.lockless.ready() {
+            let more = if more > 0 {
+                format!(" ({more} similar warnings suppressed)")
+            } else {
+                String::new()
+            };
+            log::warn!(
+                "{identity} runs Choria {}, older than {LOCK_SINCE}: it has no provisioning \
+                 lock, so while active-active instances join or leave two of them may \
+                 configure it at once{more}",
+                crate::untrusted::shown(version)
+            );
+        }
+    }
+
     fn fetch_inventory<'r>(
         &self,
         w: &Retrier<'r>,
@@ -274,6 +305,7 @@ impl NodeSequence {
         a.watches.push(watch);
         a.version = data["version"].as_str().unwrap_or_default().to_string();
         a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
+        self.warn_if_lockless(identity, &a.version);
         // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added.
         let mut sorted: std::collections::BTreeMap<String, Value> = data
             .as_object()

@@ -1,6 +1,7 @@
 //! One provisioner assembled from its parts: the connection, the RPC client, the
 //! provisioning sequence, the fleet, the lifecycle listener, discovery and (when
-//! configured) the election. `cli::run` starts one; tests start two in one process.
+//! configured) the election or the active-active membership. `cli::run` starts one;
+//! tests start several in one process.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -11,11 +12,14 @@ use parking_lot::Mutex;
 
 use super::discovery::BroadcastDiscovery;
 use super::election::{Callbacks, Election, ElectionOptions, ElectionState};
+use super::membership::{Membership, HEARTBEAT};
 use super::{Fleet, FleetOptions, Provision, COOLDOWN, QUEUE_CAPACITY};
 use crate::choria::client_config::ClientConfig;
 use crate::choria::connector::{ConnectError, ConnectionState, Connector};
+use crate::choria::identity::Identity;
 use crate::choria::lifecycle::{self, Event};
 use crate::choria::rpc::RpcClient;
+use crate::choria::subject::QueueGroup;
 use crate::config::{Config, Pause};
 use crate::host::sequence::{NodeSequence, Timeouts, REPLY_GRACE};
 use crate::metrics::Metrics;
@@ -36,6 +40,8 @@ pub struct DaemonOptions {
     pub election: ElectionOptions,
     /// How long a second reply in a node's name still stops its attempt.
     pub reply_grace: Duration,
+    /// Active-active heartbeat period (a peer silent for three is dropped).
+    pub heartbeat: Duration,
 }
 
 impl Default for DaemonOptions {
@@ -46,6 +52,7 @@ impl Default for DaemonOptions {
             interval: None,
             election: ElectionOptions::default(),
             reply_grace: REPLY_GRACE,
+            heartbeat: HEARTBEAT,
         }
     }
 }
@@ -57,7 +64,9 @@ pub struct Daemon {
     rpc: Arc<RpcClient>,
     threads: Vec<JoinHandle<()>>,
     election: Option<Arc<Mutex<ElectionState>>>,
+    membership: Option<Arc<Membership>>,
     trigger: Option<Sender<()>>,
+    shutdown_timeout: Duration,
 }
 
 impl Daemon {
@@ -115,17 +124,36 @@ impl Daemon {
             rpc: Arc::clone(&rpc),
             threads: Vec::new(),
             election: None,
+            membership: None,
             trigger: Some(trigger_tx.clone()),
+            shutdown_timeout: config.shutdown_timeout,
         };
         if config.leader_election {
             pause.pause();
             let (thread, state) =
-                daemon.start_election(client, metrics, options.election, trigger_tx)?;
+                daemon.start_election(client, metrics, options.election, trigger_tx.clone())?;
             daemon.election = Some(state);
             daemon.threads.push(thread);
         }
+        if config.active_active {
+            let me = Identity::parse(&client.identity).map_err(|e| {
+                format!("active_active needs a valid identity for this instance: {e}")
+            })?;
+            let membership = Membership::new(
+                me,
+                &config.site,
+                options.heartbeat,
+                daemon.connector.bus().clone(),
+                Arc::clone(metrics),
+            );
+            fleet.set_ownership(Arc::clone(&membership) as Arc<dyn super::Ownership>);
+            daemon
+                .threads
+                .push(membership.start(Arc::clone(&fleet), trigger_tx.clone())?);
+            daemon.membership = Some(membership);
+        }
         fleet.start();
-        let listener = daemon.listen_for_events(&config.lifecycle_component, metrics)?;
+        let listener = daemon.listen_for_events(config, metrics)?;
         daemon.threads.push(listener);
         let discoverer = BroadcastDiscovery {
             rpc,
@@ -165,16 +193,36 @@ impl Daemon {
         self.election.clone()
     }
 
+    /// The active-active membership, when `active_active` is on.
+    pub fn membership(&self) -> Option<Arc<Membership>> {
+        self.membership.clone()
+    }
+
     /// The broker connection (tests kill it to simulate a crash).
     pub fn connector(&self) -> &Connector {
         &self.connector
     }
 
     /// Stops: no new nodes, in-flight nodes finish their current step within the
-    /// shutdown timeout, a leader resigns, the connection closes. True if everything
-    /// stopped within the bound.
+    /// shutdown timeout, a leader resigns, the connection closes. An active-active
+    /// member first says it is leaving (its peers take its share at once) and lets
+    /// the nodes in flight finish whole, since they hold the nodes' provisioning locks
+    /// (within the shutdown timeout, before the fleet's own wait for its threads).
+    /// True if everything stopped within the bound.
     pub fn stop(mut self) -> bool {
         self.trigger.take();
+        if let Some(membership) = &self.membership {
+            membership.leave();
+            // The queued nodes go straight to their new owners (who also discover).
+            for node in self.fleet.queued_identities() {
+                membership.hand_off(&node);
+            }
+            let _ = self.connector.bus().flush(Duration::from_secs(1));
+            let deadline = std::time::Instant::now() + self.shutdown_timeout;
+            while self.fleet.working() > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let clean = self.fleet.stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -183,25 +231,42 @@ impl Daemon {
         clean
     }
 
+    /// The startup-event listener. Active-active members read the events in one
+    /// queue group per site, so each event reaches one of them; a node it does not
+    /// own is handed to its owner (`Membership::hand_off`).
     fn listen_for_events(
         &self,
-        component: &str,
+        config: &Config,
         metrics: &Arc<Metrics>,
     ) -> Result<JoinHandle<()>, String> {
+        let component = &config.lifecycle_component;
+        let queue = match &self.membership {
+            Some(_) => Some(
+                QueueGroup::new(format!("provisioner.{}", config.site))
+                    .map_err(|e| format!("invalid site for a queue group: {e}"))?,
+            ),
+            None => None,
+        };
         let (subscription, identities) = lifecycle::subscribe_startups(
             self.connector.bus(),
             component,
-            None,
+            queue.as_ref(),
             Arc::clone(metrics),
         )
         .map_err(|e| format!("Could not subscribe to startup events of {component}: {e}"))?;
         let fleet = Arc::clone(&self.fleet);
+        let membership = self.membership.clone();
         std::thread::Builder::new()
             .name("events".into())
             .spawn(move || {
                 // Held for as long as the listener runs.
                 let _subscription = subscription;
-                super::events::run(&fleet, &identities)
+                match membership {
+                    Some(m) => {
+                        super::events::run_with(&fleet, &identities, &|node| m.hand_off(node))
+                    }
+                    None => super::events::run(&fleet, &identities),
+                }
             })
             .map_err(|e| format!("cannot start the events thread: {e}"))
     }

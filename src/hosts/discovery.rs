@@ -41,6 +41,10 @@ pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) {
         log::warn!("Skipping discovery while paused");
         return;
     }
+    if !fleet.owns_any() {
+        log::debug!("Skipping discovery: this active-active instance owns no nodes now");
+        return;
+    }
     let metrics = fleet.metrics();
     metrics.discover_cycles.inc();
     let identities = match discoverer.discover() {
@@ -56,7 +60,7 @@ pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) {
         match fleet.add(identity, Source::Discovery) {
             AddResult::Added => added += 1,
             AddResult::QueueFull => full += 1,
-            AddResult::Known | AddResult::Stopping => {}
+            AddResult::Known | AddResult::Stopping | AddResult::NotOurs => {}
         }
     }
     fleet.take_queue_full();

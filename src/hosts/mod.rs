@@ -13,11 +13,13 @@ pub mod discovery;
 pub mod election;
 pub mod events;
 mod finisher;
+pub mod membership;
+pub mod rendezvous;
 mod workers;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -48,6 +50,19 @@ pub trait Provision: Send + Sync {
     ) -> Outcome;
 }
 
+/// Which nodes this instance provisions (active-active: the nodes it owns among the
+/// live instances). Asked when a node is offered and again when a worker takes it.
+pub trait Ownership: Send + Sync {
+    /// True when this instance should provision `identity` now.
+    fn owns(&self, identity: &Identity) -> bool;
+
+    /// False while this instance owns nothing yet (joining) or any more (leaving):
+    /// discovery is skipped then.
+    fn ready(&self) -> bool {
+        true
+    }
+}
+
 /// Where an identity came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
@@ -68,6 +83,8 @@ pub enum AddResult {
     QueueFull,
     /// The fleet is stopping.
     Stopping,
+    /// Another instance owns the node (active-active); nothing queued.
+    NotOurs,
 }
 
 /// Scheduler settings.
@@ -143,6 +160,7 @@ pub struct Fleet {
     provisioner: Arc<dyn Provision>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     queue_full: AtomicU64,
+    ownership: OnceLock<Arc<dyn Ownership>>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -183,7 +201,43 @@ impl Fleet {
             provisioner,
             threads: Mutex::new(Vec::new()),
             queue_full: AtomicU64::new(0),
+            ownership: OnceLock::new(),
         })
+    }
+
+    /// Provisions only the nodes `ownership` says are ours (set once, before
+    /// [`Fleet::start`]); without it every node is ours.
+    pub fn set_ownership(&self, ownership: Arc<dyn Ownership>) {
+        let _ = self.ownership.set(ownership);
+    }
+
+    /// True unless an [`Ownership`] says another instance owns `identity`.
+    pub fn owns(&self, identity: &Identity) -> bool {
+        self.ownership.get().is_none_or(|o| o.owns(identity))
+    }
+
+    /// False while an [`Ownership`] says this instance owns nothing.
+    pub fn owns_any(&self) -> bool {
+        self.ownership.get().is_none_or(|o| o.ready())
+    }
+
+    /// The identities waiting in the queue (not yet taken by a worker).
+    pub fn queued_identities(&self) -> Vec<Identity> {
+        self.hosts
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.state == State::Queued)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Entries being provisioned by a worker right now.
+    pub fn working(&self) -> usize {
+        self.hosts
+            .lock()
+            .values()
+            .filter(|e| e.state == State::Working)
+            .count()
     }
 
     /// Starts the workers and the finisher.
@@ -212,6 +266,9 @@ impl Fleet {
     pub fn add(&self, identity: &Identity, source: Source) -> AddResult {
         if self.stopping.load(Ordering::Relaxed) {
             return AddResult::Stopping;
+        }
+        if !self.owns(identity) {
+            return AddResult::NotOurs;
         }
         let result = {
             let mut hosts = self.hosts.lock();

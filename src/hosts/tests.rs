@@ -434,3 +434,62 @@ fn the_release_profile_unwinds_so_that_workers_can_catch_panics() {
         "panic = \"abort\" would turn a caught panic into a dead daemon:\n{release}"
     );
 }
+
+/// Owns the identities in its set (active-active's question, answered by the test).
+struct Owns(Mutex<std::collections::HashSet<String>>);
+
+impl Ownership for Owns {
+    fn owns(&self, identity: &Identity) -> bool {
+        self.0.lock().contains(identity.as_str())
+    }
+}
+
+#[test]
+fn another_instance_s_node_is_not_queued_and_a_disowned_one_is_dropped_by_its_worker() {
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    let owns = Arc::new(Owns(Mutex::new(
+        ["n1", "n2"].iter().map(|s| s.to_string()).collect(),
+    )));
+    r.fleet
+        .set_ownership(Arc::clone(&owns) as Arc<dyn Ownership>);
+    assert_eq!(
+        r.fleet.add(&id("n9"), Source::Discovery),
+        AddResult::NotOurs
+    );
+    assert!(!r.fleet.is_known("n9"));
+    assert_eq!(r.fleet.metrics().discovered.get(), 0, "not counted");
+    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(r.fleet.working(), 1);
+    assert_eq!(r.fleet.add(&id("n2"), Source::Event), AddResult::Added);
+    assert_eq!(r.fleet.queued_identities(), vec![id("n2")]);
+    // The live set changes while n2 waits: it is another instance's now.
+    owns.0.lock().remove("n2");
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("n2 dropped", || !r.fleet.is_known("n2"));
+    assert_eq!(*r.recorder.calls.lock(), ["n1"]);
+    assert_eq!(r.fleet.metrics().provision_errors.get(), 0);
+    r.fleet.stop();
+}
+
+#[test]
+fn a_locked_node_is_forgotten_without_an_error() {
+    let r = rig(1, 10, Duration::from_secs(60), false);
+    r.recorder.outcomes.lock().insert(
+        "n1".into(),
+        Outcome::Locked("n1: Could not obtain provisioning lock".into()),
+    );
+    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    let m = Arc::clone(r.fleet.metrics());
+    wait_until("locked outcome", || {
+        m.outcomes.with_label_values(&["locked"]).get() == 1
+    });
+    wait_until("forgotten", || !r.fleet.is_known("n1"));
+    assert_eq!(m.provision_errors.get(), 0);
+    assert_eq!(m.provisioned.get(), 0);
+    // Found again later (by its owner, or by anyone once the lock is over).
+    r.recorder.outcomes.lock().remove("n1");
+    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    wait_until("provisioned", || m.provisioned.get() == 1);
+    r.fleet.stop();
+}

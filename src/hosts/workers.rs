@@ -33,6 +33,12 @@ pub(super) fn run(fleet: &Fleet) {
         if fleet.is_stopping() {
             return;
         }
+        if !fleet.owns(&job.identity) {
+            // Active-active: the live set changed while it waited; its owner has it.
+            log::debug!("Dropping {}: another instance owns it now", job.identity);
+            fleet.remove(&job.identity, job.generation);
+            continue;
+        }
         let Some(since) = fleet.begin(&job) else {
             continue;
         };

@@ -98,6 +98,15 @@ pub struct Metrics {
     /// Helper runs stopped because they took longer than `helper_timeout` (also
     /// counted in `helper_errors`).
     pub helper_timeouts: IntCounter,
+    /// Live active-active instances of this site, this one included (0 when
+    /// active-active is off).
+    pub peers: IntGauge,
+    /// The fraction of the fleet this instance owns (`1/peers` while a member of the
+    /// active-active set; 0 when active-active is off, joining or leaving).
+    pub share: prometheus::Gauge,
+    /// Messages from other provisioners refused, by `reason` (one of
+    /// [`PEER_REFUSALS`]).
+    pub peer_messages_refused: IntCounterVec,
 }
 
 /// The `outcome` label values of `choria_provisioner_outcomes`, each created at 0 on
@@ -126,6 +135,16 @@ pub const OUTCOMES: [&str; 10] = [
     "unreachable",
     "contested",
     "locked",
+];
+
+/// The `reason` label values of `choria_provisioner_peer_messages_refused`, each
+/// created at 0 (the same words as `choria::peers::PeerMessageError::reason`).
+pub const PEER_REFUSALS: [&str; 5] = [
+    "too_large",
+    "undecodable",
+    "identity",
+    "foreign_site",
+    "period",
 ];
 
 /// Upper bounds (seconds) of the per-node duration histogram: 10 ms (a refusal or
@@ -230,6 +249,17 @@ impl Metrics {
             "How many lifecycle events were dropped before use",
             &["reason"],
         )?;
+        let peer_messages_refused = site_vec(
+            "choria_provisioner_peer_messages_refused",
+            "How many messages from other provisioners were refused",
+            &["reason"],
+        )?;
+        let share = prometheus::Gauge::with_opts(site_opts(
+            "choria_provisioner_share",
+            "The fraction of the fleet this active-active instance owns",
+            site,
+        ))?;
+        registry.register(Box::new(share.clone()))?;
         let outcomes = site_vec(
             "choria_provisioner_outcomes",
             "How many provisioning attempts ended, by outcome",
@@ -362,6 +392,12 @@ impl Metrics {
                 "choria_provisioner_discovery_overflow",
                 "How many discovery replies came beyond the cap of distinct senders",
             )?,
+            peers: gauge(
+                "choria_provisioner_peers",
+                "How many active-active instances of this site are live, this one included",
+            )?,
+            share,
+            peer_messages_refused,
             refused_identities,
             rejected_replies,
             contested_replies,
@@ -382,6 +418,9 @@ impl Metrics {
             metrics.contested_replies.with_label_values(&[rpc]);
         }
         metrics.helper_time.touch(&[]);
+        for reason in PEER_REFUSALS {
+            metrics.peer_messages_refused.with_label_values(&[reason]);
+        }
         for outcome in OUTCOMES {
             metrics.outcomes.with_label_values(&[outcome]);
         }
@@ -462,6 +501,9 @@ mod tests {
             "choria_provisioner_helper_timeouts{site=\"lon\"} 0",
             "choria_provisioner_connected{site=\"lon\"} 0",
             "choria_provisioner_ready{site=\"lon\"} 0",
+            "choria_provisioner_peers{site=\"lon\"} 0",
+            "choria_provisioner_share{site=\"lon\"} 0",
+            "choria_provisioner_peer_messages_refused{reason=\"foreign_site\",site=\"lon\"} 0",
             "choria_provisioner_contested_replies{rpc=\"choria_provision#configure\",site=\"lon\"} 0",
         ] {
             assert!(text.contains(series), "{series} missing from\n{text}");

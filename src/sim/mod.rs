@@ -82,6 +82,9 @@ pub struct SimOptions {
     /// CA certificate to verify the broker with; the connection then requires TLS,
     /// as provisioning-mode servers always use it.
     pub tls_ca: Option<std::path::PathBuf>,
+    /// The nodes' provisioning lock window (go-choria v0.29 and later: 2 minutes);
+    /// `None` plays older servers, which have no lock.
+    pub lock_window: Option<Duration>,
 }
 
 impl Default for SimOptions {
@@ -105,6 +108,7 @@ impl Default for SimOptions {
             v2: false,
             csr_key: CsrKey::default(),
             tls_ca: None,
+            lock_window: Some(node::LOCK),
         }
     }
 }
@@ -177,6 +181,10 @@ pub struct NodeSummary {
     pub version: String,
     /// Milliseconds from the first request to the last restart request.
     pub provisioning_ms: Option<u64>,
+    /// The distinct provisioners (sender ids) that sent it a request, in order.
+    pub callers: Vec<String>,
+    /// The provisioner whose `restart` succeeded last.
+    pub restarted_by: Option<String>,
     /// The certificate written, when one was sent.
     pub certificate: Option<String>,
     /// Why the node ended where it is, when that is not plain (e.g. a refused
@@ -299,6 +307,7 @@ impl Sim {
             let mut node = Node::new(&id, &options.version, &options.token, jwt.clone());
             node.upgradable = options.upgradable;
             node.csr_key = options.csr_key;
+            node.lock_window = options.lock_window;
             if faults::fraction_pick(n, 0x5eed, options.comeback) {
                 node.after_restart = AfterRestart::ComeBack;
             }
@@ -409,6 +418,8 @@ impl Sim {
                     },
                     certificate: n.certificate.clone(),
                     note: n.note.clone(),
+                    callers: n.callers.clone(),
+                    restarted_by: n.restarted_by.clone(),
                 }
             })
             .collect();
@@ -651,6 +662,7 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
         ),
         Ok(body) => {
             let owner = format!("{}.{}", request.sender_id, request.caller_id);
+            node.touched_by(&request.sender_id);
             let (reply, effect) = node.handle(
                 &request.agent,
                 &body.action,
@@ -666,6 +678,7 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
                     }
                     "restart" => {
                         shared.counters.restarted.fetch_add(1, Ordering::Relaxed);
+                        node.restarted_by = Some(request.sender_id.clone());
                     }
                     _ => {}
                 }

@@ -118,6 +118,14 @@ pub struct Node {
     pub note: Option<String>,
     /// The key `gencsr` makes.
     pub csr_key: CsrKey,
+    /// go-choria's provisioning lock window (two minutes, extended on each locked
+    /// call); `None` plays a server older than v0.29, which has no lock.
+    pub lock_window: Option<Duration>,
+    /// The distinct senders (provisioner identities) that sent it an agent request,
+    /// in order of their first one.
+    pub callers: Vec<String>,
+    /// The sender whose `restart` succeeded last.
+    pub restarted_by: Option<String>,
     lock: Option<(String, Instant)>,
     ecdh: Option<[u8; 32]>,
     seed: Option<[u8; 32]>,
@@ -178,6 +186,9 @@ impl Node {
             ca: None,
             note: None,
             csr_key: CsrKey::default(),
+            lock_window: Some(LOCK),
+            callers: Vec::new(),
+            restarted_by: None,
             lock: None,
             ecdh: None,
             seed: None,
@@ -190,14 +201,25 @@ impl Node {
         self.ecdh = None;
     }
 
-    /// Takes or extends the provisioning lock for `owner`.
+    /// Takes or extends the provisioning lock for `owner` (always granted without a
+    /// lock, as an old server does).
     fn lock(&mut self, owner: &str, now: Instant) -> bool {
+        let Some(window) = self.lock_window else {
+            return true;
+        };
         match &self.lock {
             Some((held, until)) if held != owner && *until > now => false,
             _ => {
-                self.lock = Some((owner.to_string(), now + LOCK));
+                self.lock = Some((owner.to_string(), now + window));
                 true
             }
+        }
+    }
+
+    /// Notes that `sender` sent this node a request.
+    pub fn touched_by(&mut self, sender: &str) {
+        if !self.callers.iter().any(|c| c == sender) {
+            self.callers.push(sender.to_string());
         }
     }
 

@@ -1,0 +1,504 @@
+//! Active-active membership: the live instances of one `site` and which nodes this
+//! one owns.
+//!
+//! Each instance publishes a [`Heartbeat`] every `heartbeat` on
+//! `provisioning.provisioner.peers.<site>` (`choria::peers`), a subject
+//! provisioning-mode nodes can neither publish to nor read, so no node can fake a
+//! peer or silence one. A peer silent for [`SILENT_BEATS`] heartbeats is dropped; a
+//! peer that stops cleanly says `leaving` and is dropped at once. The live set
+//! (this instance included) decides ownership by rendezvous hashing
+//! ([`super::rendezvous`]): every instance sees the same set and agrees without
+//! talking.
+//!
+//! Timing: an instance owns nothing until it has listened for one heartbeat period
+//! (`joining`): by then it has heard every live peer, and every peer has heard it (it
+//! beats at once, and a peer answers a newcomer with a beat of its own). It then
+//! triggers a discovery. Every change of the live set triggers one too (at most one
+//! per heartbeat period), so nodes that changed hands are found at once rather than
+//! at the next `interval`. Nodes a worker takes are checked again, so a node queued
+//! before the change is dropped by its old owner.
+//!
+//! The pause flag (`config::Pause`, set by whatever embeds the daemon) takes this
+//! instance out of the set as `leaving` does, until it is resumed: a paused
+//! instance's share goes to the others rather than waiting with it.
+//!
+//! Leaving: [`Membership::leave`] says `leaving` and owns nothing from then on; the
+//! daemon lets the nodes in flight finish (they hold the node's provisioning lock) and
+//! forgets the rest, which their new owners have already discovered.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, never, select, tick, Receiver, Sender};
+use parking_lot::{Mutex, RwLock};
+
+use super::rendezvous::Members;
+use super::{AddResult, Fleet, Ownership, Source};
+use crate::backoff::random_u64;
+use crate::choria::bus::Bus;
+use crate::choria::identity::Identity;
+use crate::choria::peers::{self, Handoff, Heartbeat, PeerMessageError, PeerState};
+use crate::metrics::Metrics;
+use crate::throttle::Throttle;
+
+/// The heartbeat period in production.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// A peer silent for this many heartbeat periods is dropped.
+pub const SILENT_BEATS: u32 = 3;
+
+/// Heartbeats and handoffs waiting for the membership thread.
+const BACKLOG: usize = 1024;
+
+/// Where this instance stands among its peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberState {
+    /// Listening for peers before owning anything.
+    Joining,
+    /// A member: provisions its share.
+    Active,
+    /// Paused by the operator: out of the set (its share goes to the others) until
+    /// resumed.
+    Paused,
+    /// Stopping: owns nothing.
+    Leaving,
+}
+
+impl MemberState {
+    /// `joining`, `active`, `paused` or `leaving`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Joining => "joining",
+            MemberState::Active => "active",
+            MemberState::Paused => "paused",
+            MemberState::Leaving => "leaving",
+        }
+    }
+}
+
+/// What the reader thread hands the membership thread.
+enum Inbox {
+    Beat(Heartbeat),
+    Handoff(Identity),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    incarnation: u64,
+    sequence: u64,
+    seen: Instant,
+    /// Its own heartbeat period: it is silent after [`SILENT_BEATS`] of them.
+    every: Duration,
+}
+
+/// One instance's view of its site's live instances.
+pub struct Membership {
+    me: Identity,
+    site: String,
+    incarnation: u64,
+    heartbeat: Duration,
+    bus: Bus,
+    metrics: Arc<Metrics>,
+    view: RwLock<Arc<Members>>,
+    peers: Mutex<HashMap<Identity, Peer>>,
+    sequence: Mutex<u64>,
+    settled: AtomicBool,
+    away: AtomicBool,
+    leaving: AtomicBool,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("me", &self.me)
+            .field("site", &self.site)
+            .field("state", &self.state())
+            .field("live", &self.live())
+            .finish()
+    }
+}
+
+impl Membership {
+    /// The membership of `me` in `site` (one subject token, checked by the
+    /// configuration), beating every `heartbeat` on `bus`.
+    pub fn new(
+        me: Identity,
+        site: &str,
+        heartbeat: Duration,
+        bus: Bus,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Membership> {
+        metrics.peers.set(0);
+        metrics.share.set(0.0);
+        Arc::new(Membership {
+            view: RwLock::new(Arc::new(Members::new([me.clone()]))),
+            me,
+            site: site.to_string(),
+            incarnation: random_u64(),
+            heartbeat: heartbeat.clamp(
+                Duration::from_millis(*peers::HEARTBEAT_MS.start()),
+                Duration::from_millis(*peers::HEARTBEAT_MS.end()),
+            ),
+            bus,
+            metrics,
+            peers: Mutex::new(HashMap::new()),
+            sequence: Mutex::new(0),
+            settled: AtomicBool::new(false),
+            away: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
+        })
+    }
+
+    /// Joining, active, paused or leaving.
+    pub fn state(&self) -> MemberState {
+        if self.leaving.load(Ordering::Relaxed) {
+            MemberState::Leaving
+        } else if self.away.load(Ordering::Relaxed) {
+            MemberState::Paused
+        } else if self.settled.load(Ordering::Relaxed) {
+            MemberState::Active
+        } else {
+            MemberState::Joining
+        }
+    }
+
+    /// True while this instance is in its own live set (not paused, not leaving).
+    fn present(&self) -> bool {
+        !self.leaving.load(Ordering::Relaxed) && !self.away.load(Ordering::Relaxed)
+    }
+
+    /// The live instances, this one included unless it is paused or leaving, sorted.
+    pub fn live(&self) -> Vec<Identity> {
+        self.view.read().identities().cloned().collect()
+    }
+
+    /// The fraction of the nodes this instance owns: `1/live` while active, else 0.
+    pub fn share(&self) -> f64 {
+        let view = self.view.read();
+        if self.state() == MemberState::Active && view.contains(&self.me) {
+            1.0 / view.len() as f64
+        } else {
+            0.0
+        }
+    }
+
+    /// The live instance that owns `node` (this one while joining, too).
+    pub fn owner(&self, node: &Identity) -> Option<Identity> {
+        self.view.read().owner(node.as_str()).cloned()
+    }
+
+    /// Says `leaving` to the peers (best effort: flushed within 1 s) and owns nothing
+    /// from now on.
+    pub fn leave(&self) {
+        if self.leaving.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.rebuild();
+        self.beat(PeerState::Leaving);
+        let _ = self.bus.flush(Duration::from_secs(1));
+        log::info!(
+            "Left the active-active set of site {}: its nodes belong to the others",
+            self.site
+        );
+    }
+
+    /// Hands the node of a startup event this instance does not own to its owner.
+    /// Nothing is sent while joining or when this instance is the owner (the
+    /// discovery that ends the joining finds the node).
+    pub fn hand_off(&self, node: &Identity) {
+        match self.owner(node) {
+            Some(owner) if owner != self.me => {
+                let handoff = Handoff {
+                    from: self.me.clone(),
+                    node: node.clone(),
+                };
+                match peers::publish_handoff(&self.bus, &self.site, &owner, &handoff) {
+                    Ok(()) => log::debug!("Handed {node} to its owner {owner}"),
+                    Err(e) => log::debug!("Could not hand {node} to {owner}: {e}"),
+                }
+            }
+            _ => log::debug!("Dropping the startup event of {node} while joining"),
+        }
+    }
+
+    /// Runs the heartbeats until `stop` disconnects: listens for peers and handoffs,
+    /// beats, drops silent peers, and asks `trigger` for a discovery when the live
+    /// set changes. Subscribes before returning, so that a peer heard from at once is
+    /// not missed.
+    pub fn start(
+        self: &Arc<Self>,
+        fleet: Arc<Fleet>,
+        trigger: Sender<()>,
+    ) -> Result<std::thread::JoinHandle<()>, String> {
+        // One channel for both kinds, so that a handoff sent after a peer's `leaving`
+        // is taken after it (NATS keeps one publisher's order).
+        let (inbox_tx, inbox) = bounded::<Inbox>(BACKLOG);
+        let refused = {
+            let metrics = Arc::clone(&self.metrics);
+            let warn = Arc::new(Throttle::default());
+            move |e: PeerMessageError| {
+                metrics
+                    .peer_messages_refused
+                    .with_label_values(&[e.reason()])
+                    .inc();
+                if warn.ready().is_some() {
+                    log::warn!("Refused {e} (counted in peer_messages_refused)");
+                }
+            }
+        };
+        let (on_beat, beats_tx) = (refused.clone(), inbox_tx.clone());
+        let beat_subscription =
+            peers::subscribe_heartbeats(&self.bus, &self.site, move |m| match m {
+                Ok(b) => {
+                    let _ = beats_tx.try_send(Inbox::Beat(b));
+                }
+                Err(e) => on_beat(e),
+            })
+            .map_err(|e| {
+                format!(
+                    "cannot subscribe to the heartbeats of site {}: {e}",
+                    self.site
+                )
+            })?;
+        let handoff_subscription =
+            peers::subscribe_handoffs(&self.bus, &self.site, &self.me, move |m| match m {
+                Ok(h) => {
+                    let _ = inbox_tx.try_send(Inbox::Handoff(h.node));
+                }
+                Err(e) => refused(e),
+            })
+            .map_err(|e| format!("cannot subscribe to node handoffs: {e}"))?;
+        let this = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("membership".into())
+            .spawn(move || {
+                let _subscriptions = (beat_subscription, handoff_subscription);
+                this.run(&fleet, &inbox, &trigger);
+            })
+            .map_err(|e| format!("cannot start the membership thread: {e}"))
+    }
+
+    fn run(&self, fleet: &Fleet, inbox: &Receiver<Inbox>, trigger: &Sender<()>) {
+        let stopped = fleet.stopped();
+        // Before the ticker, so that its first tick ends the joining.
+        let started = Instant::now();
+        let ticker = tick(self.heartbeat);
+        let mut last_trigger: Option<Instant> = None;
+        let mut pending_trigger = false;
+        let mut inbox = inbox.clone();
+        self.beat(PeerState::Alive);
+        log::info!(
+            "Joining the active-active set of site {} as {}",
+            self.site,
+            self.me
+        );
+        loop {
+            let mut changed = false;
+            select! {
+                recv(stopped) -> _ => break,
+                recv(inbox) -> msg => match msg {
+                    Ok(Inbox::Beat(b)) => changed = self.heard(b),
+                    Ok(Inbox::Handoff(node)) => self.handed(fleet, &node),
+                    Err(_) => inbox = never(),
+                },
+                recv(ticker) -> _ => {
+                    changed = self.follow_pause(fleet.pause().paused());
+                    if self.present() {
+                        self.beat(PeerState::Alive);
+                    }
+                    changed |= self.expire();
+                    if !self.settled.load(Ordering::Relaxed)
+                        && started.elapsed() >= self.heartbeat
+                    {
+                        self.settled.store(true, Ordering::Relaxed);
+                        changed = true;
+                    }
+                },
+            }
+            if changed {
+                self.rebuild();
+                pending_trigger = true;
+            }
+            if pending_trigger
+                && self.state() == MemberState::Active
+                && last_trigger.is_none_or(|t| t.elapsed() >= self.heartbeat)
+            {
+                pending_trigger = false;
+                last_trigger = Some(Instant::now());
+                if trigger.try_send(()).is_ok() {
+                    log::debug!("Triggered a discovery after the live set changed");
+                }
+            }
+        }
+        self.metrics.peers.set(0);
+        self.metrics.share.set(0.0);
+    }
+
+    /// A paused instance leaves the set (its share goes to the others) and a resumed
+    /// one comes back; true when that changed.
+    fn follow_pause(&self, paused: bool) -> bool {
+        if self.leaving.load(Ordering::Relaxed)
+            || self.away.swap(paused, Ordering::Relaxed) == paused
+        {
+            return false;
+        }
+        if paused {
+            self.beat(PeerState::Leaving);
+            log::warn!(
+                "Paused: out of the active-active set of site {}, its share goes to the others",
+                self.site
+            );
+        } else {
+            log::warn!(
+                "Resumed: back in the active-active set of site {}",
+                self.site
+            );
+        }
+        true
+    }
+
+    /// A node another instance handed to us: queued if ours (never handed on again,
+    /// so a node cannot bounce between instances; discovery finds it otherwise).
+    fn handed(&self, fleet: &Fleet, node: &Identity) {
+        if fleet.pause().paused() {
+            return;
+        }
+        match fleet.add(node, Source::Event) {
+            AddResult::Added => log::debug!("Queued {node}, handed over by a peer"),
+            AddResult::NotOurs => log::debug!("Dropping {node}, handed over but not ours"),
+            AddResult::Known | AddResult::QueueFull | AddResult::Stopping => {}
+        }
+    }
+
+    /// Publishes one heartbeat.
+    fn beat(&self, state: PeerState) {
+        let sequence = {
+            let mut s = self.sequence.lock();
+            *s += 1;
+            *s
+        };
+        let heartbeat = Heartbeat {
+            identity: self.me.clone(),
+            site: self.site.clone(),
+            incarnation: self.incarnation,
+            sequence,
+            time: crate::clock::unix_now(),
+            every_ms: self.heartbeat.as_millis() as u64,
+            state,
+        };
+        if let Err(e) = peers::publish_heartbeat(&self.bus, &heartbeat) {
+            log::debug!("Could not publish a heartbeat: {e}");
+        }
+    }
+
+    /// Takes one heartbeat in; true when the live set changed.
+    fn heard(&self, b: Heartbeat) -> bool {
+        if b.identity == self.me {
+            if b.incarnation != self.incarnation {
+                log::warn!(
+                    "Another provisioner of site {} uses this instance's identity {}: \
+                     both provision the same share",
+                    self.site,
+                    self.me
+                );
+            }
+            return false;
+        }
+        let mut peers = self.peers.lock();
+        match b.state {
+            PeerState::Leaving => {
+                let known = peers
+                    .get(&b.identity)
+                    .is_some_and(|p| p.incarnation == b.incarnation);
+                if known {
+                    peers.remove(&b.identity);
+                    log::info!("Peer {} left site {}", b.identity, self.site);
+                }
+                known
+            }
+            PeerState::Alive => match peers.get_mut(&b.identity) {
+                Some(p) if p.incarnation == b.incarnation => {
+                    if b.sequence > p.sequence {
+                        p.sequence = b.sequence;
+                        p.seen = Instant::now();
+                        p.every = Duration::from_millis(b.every_ms);
+                    }
+                    false
+                }
+                _ => {
+                    peers.insert(
+                        b.identity.clone(),
+                        Peer {
+                            incarnation: b.incarnation,
+                            sequence: b.sequence,
+                            seen: Instant::now(),
+                            every: Duration::from_millis(b.every_ms),
+                        },
+                    );
+                    drop(peers);
+                    log::info!("Peer {} joined site {}", b.identity, self.site);
+                    // Let the newcomer hear us now rather than at our next beat.
+                    if self.present() {
+                        self.beat(PeerState::Alive);
+                    }
+                    true
+                }
+            },
+        }
+    }
+
+    /// Drops the peers silent for [`SILENT_BEATS`] of their periods; true when any
+    /// was.
+    fn expire(&self) -> bool {
+        let mut peers = self.peers.lock();
+        let before = peers.len();
+        peers.retain(|id, p| {
+            let limit = p.every * SILENT_BEATS;
+            let alive = p.seen.elapsed() < limit;
+            if !alive {
+                log::warn!(
+                    "Peer {id} of site {} is silent for {limit:?}: its nodes belong to the others",
+                    self.site
+                );
+            }
+            alive
+        });
+        peers.len() != before
+    }
+
+    /// Recomputes the live set and the gauges.
+    fn rebuild(&self) {
+        let mut live: Vec<Identity> = self.peers.lock().keys().cloned().collect();
+        if self.present() {
+            live.push(self.me.clone());
+        }
+        let members = Members::new(live);
+        let names: Vec<&str> = members.identities().map(Identity::as_str).collect();
+        log::info!(
+            "Active-active set of site {} is now {} ({})",
+            self.site,
+            names.len(),
+            names.join(", ")
+        );
+        *self.view.write() = Arc::new(members);
+        self.metrics.peers.set(self.view.read().len() as i64);
+        self.metrics.share.set(self.share());
+    }
+}
+
+impl Ownership for Membership {
+    fn owns(&self, identity: &Identity) -> bool {
+        self.state() == MemberState::Active
+            && self
+                .view
+                .read()
+                .owner(identity.as_str())
+                .is_some_and(|o| *o == self.me)
+    }
+
+    fn ready(&self) -> bool {
+        self.state() == MemberState::Active
+    }
+}

@@ -1,0 +1,522 @@
+//! Active-active (issue #14): several provisioners of one site provisioning one
+//! simulated fleet at once over a real nats-server, all in this process: each node
+//! exactly once, fair shares, an instance that dies, one that stops cleanly, and
+//! servers older than go-choria v0.29 (no provisioning lock).
+#![cfg(feature = "sim")]
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use choria_provisioner::choria::identity::Identity;
+use choria_provisioner::hosts::daemon::DaemonOptions;
+use choria_provisioner::hosts::membership::MemberState;
+use choria_provisioner::hosts::rendezvous::Members;
+use choria_provisioner::sim::{Phase, Summary};
+use support::broker::{ChoriaBroker, Network};
+use support::hostile::Hostile;
+use support::rig::*;
+use support::{NatsServer, TempDir};
+
+const ACTIVE: &str = "site: lon\nactive_active: true\n";
+
+/// Heartbeats every 200 ms: a silent peer is dropped after 600 ms.
+fn active() -> DaemonOptions {
+    beating(200)
+}
+
+/// Heartbeats every `ms`: the tests that need a stable live set on a busy machine
+/// beat slower, so that a stalled thread is not taken for a dead peer.
+fn beating(ms: u64) -> DaemonOptions {
+    DaemonOptions {
+        heartbeat: Duration::from_millis(ms),
+        ..fast()
+    }
+}
+
+fn start(server: &NatsServer, names: &[&str], yaml: &str) -> Vec<Provisioner> {
+    start_with(server, names, yaml, active)
+}
+
+fn start_with(
+    server: &NatsServer,
+    names: &[&str],
+    yaml: &str,
+    options: impl Fn() -> DaemonOptions,
+) -> Vec<Provisioner> {
+    names
+        .iter()
+        .map(|n| Provisioner::start(&server.url(), n, yaml, options()))
+        .collect()
+}
+
+/// Waits until every provisioner is active and sees `n` live instances.
+fn wait_for_members(ps: &[&Provisioner], n: usize) {
+    wait_until(
+        &format!("{n} active members"),
+        Duration::from_secs(10),
+        || {
+            ps.iter().all(|p| {
+                let m = p.daemon().membership().expect("active-active");
+                m.state() == MemberState::Active && m.live().len() == n
+            })
+        },
+    );
+}
+
+/// A helper that takes `delay` seconds before answering as the example helper does.
+fn slow_helper(dir: &TempDir, delay: &str) -> String {
+    let script = dir.script(
+        "slow-helper.sh",
+        &format!(
+            "#!/bin/sh\nsleep {delay}\nexec {}\n",
+            support::daemon::example_helper().display()
+        ),
+    );
+    format!(
+        "{ACTIVE}helper: {}\nhelper_timeout: 20s\n",
+        script.display()
+    )
+}
+
+fn restarted_by(summary: &Summary, who: &str) -> usize {
+    summary
+        .nodes
+        .iter()
+        .filter(|n| n.restarted_by.as_deref() == Some(who))
+        .count()
+}
+
+fn touched_twice(summary: &Summary) -> Vec<String> {
+    summary
+        .nodes
+        .iter()
+        .filter(|n| n.callers.len() > 1)
+        .map(|n| format!("{} {:?}", n.identity, n.callers))
+        .collect()
+}
+
+#[test]
+fn three_instances_provision_a_thousand_nodes_once_each_with_fair_shares() {
+    let server = NatsServer::start();
+    let ps = start_with(&server, &["a.lon", "b.lon", "c.lon"], ACTIVE, || {
+        beating(500)
+    });
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
+    for p in &ps {
+        assert_eq!(p.metrics.peers.get(), 3);
+        assert!((p.metrics.share.get() - 1.0 / 3.0).abs() < 1e-9);
+    }
+    // Booted after the provisioners: found through startup events (one queue group,
+    // handed to their owners) and discovery.
+    let fleet = sim(&server.url(), 1000, |_| {});
+    wait_until("all provisioned", Duration::from_secs(90), || {
+        fleet.progress().provisioned == 1000
+    });
+    let summary = fleet.summary();
+    assert_provisioned(&summary, |_| 1);
+    let mut total = 0;
+    for p in &ps {
+        let done = p.metrics.provisioned.get() as usize;
+        assert_eq!(done, restarted_by(&summary, &p.identity), "{}", p.identity);
+        assert!(done >= 200, "{} did only {done} of 1000", p.identity);
+        assert_eq!(p.metrics.provision_errors.get(), 0, "{}", p.identity);
+        total += done;
+    }
+    assert_eq!(total, 1000);
+    let twice = touched_twice(&summary);
+    assert!(
+        twice.len() <= 5,
+        "{} nodes touched twice: {twice:?}",
+        twice.len()
+    );
+    let events: u64 = ps.iter().map(|p| p.metrics.event_discovered.get()).sum();
+    assert!(events > 0, "startup events reached the owners");
+}
+
+#[test]
+fn the_nodes_of_an_instance_that_dies_are_finished_by_the_others() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("active-kill");
+    // With the jwt feature the first RPC (`jwt`) takes the node's provisioning lock,
+    // so every node c has in flight (in its slow helper) is locked when it dies.
+    let yaml = format!(
+        "{}workers: 4\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+        slow_helper(&dir, "0.05"),
+        hex(&public_of(&ISSUER_SEED))
+    );
+    let ps = start(&server, &["a.lon", "b.lon", "c.lon"], &yaml);
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
+    let lock = Duration::from_secs(3);
+    let fleet = sim(&server.url(), 240, |o| {
+        o.lock_window = Some(lock);
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
+    });
+    let c = &ps[2];
+    wait_until("c is busy", Duration::from_secs(20), || {
+        c.metrics.provisioned.get() >= 10
+    });
+    // c dies: its connection drops without a word, its nodes in flight keep their
+    // provisioning locks until the window ends.
+    c.daemon().connector().close(Duration::from_millis(100));
+    let died = Instant::now();
+    let c_done_at_death = c.metrics.provisioned.get();
+    wait_for_members(&[&ps[0], &ps[1]], 2);
+    // Three silent heartbeats (600 ms), and a little for a busy machine.
+    assert!(
+        died.elapsed() < Duration::from_secs(3),
+        "c dropped after {:?}",
+        died.elapsed()
+    );
+    let (a, b) = (&ps[0], &ps[1]);
+    let mut last = (fleet.progress().provisioned, Instant::now());
+    let mut longest = Duration::ZERO;
+    wait_until("all provisioned", Duration::from_secs(30), || {
+        let now = fleet.progress().provisioned;
+        if now != last.0 {
+            longest = longest.max(last.1.elapsed());
+            last = (now, Instant::now());
+        }
+        now == 240
+    });
+    assert!(
+        longest <= lock,
+        "provisioning paused for {longest:?}, longer than the lock window"
+    );
+    let summary = fleet.summary();
+    assert_provisioned(&summary, |_| 1);
+    // The nodes c held: refused to the others while locked (not an error), finished
+    // after the lock window and at most one discovery interval.
+    let held: Vec<_> = summary
+        .nodes
+        .iter()
+        .filter(|n| n.callers.first().map(String::as_str) == Some("c.lon"))
+        .filter(|n| n.restarted_by.as_deref() != Some("c.lon"))
+        .collect();
+    assert!(!held.is_empty(), "c held nodes when it died");
+    let locked: u64 = [a, b]
+        .iter()
+        .map(|p| p.metrics.outcomes.with_label_values(&["locked"]).get())
+        .sum();
+    assert!(locked > 0, "the others met c's locks");
+    for n in &held {
+        let took = Duration::from_millis(n.provisioning_ms.unwrap());
+        assert!(
+            took < lock + Duration::from_secs(2) + Duration::from_secs(3),
+            "{} finished {took:?} after c first touched it",
+            n.identity
+        );
+    }
+    assert!(c.metrics.provisioned.get() <= c_done_at_death + 4);
+    let survivors = a.metrics.provisioned.get() + b.metrics.provisioned.get();
+    assert_eq!(
+        survivors as usize + restarted_by(&summary, "c.lon"),
+        240,
+        "a and b finished every node c did not"
+    );
+    for p in [a, b] {
+        assert_eq!(p.metrics.provision_errors.get(), 0, "{}", p.identity);
+    }
+}
+
+#[test]
+fn a_clean_stop_hands_the_share_over_at_once() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("active-stop");
+    let yaml = format!("{}workers: 2\n", slow_helper(&dir, "0.1"));
+    let mut ps = start(&server, &["a.lon", "b.lon"], &yaml);
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    let fleet = sim(&server.url(), 200, |_| {});
+    wait_until("b is busy", Duration::from_secs(20), || {
+        ps[1].metrics.provisioned.get() >= 5
+    });
+    let two = Members::new([
+        Identity::parse("a.lon").unwrap(),
+        Identity::parse("b.lon").unwrap(),
+    ]);
+    let mut b = ps.pop().unwrap();
+    let a = &ps[0];
+    let stopped = Instant::now();
+    let stopper = std::thread::spawn(move || {
+        assert!(b.stop(), "b stopped in time");
+        b
+    });
+    // Within 2 s, a owns everything and has queued b's unprovisioned nodes.
+    wait_until("a took b's share", Duration::from_secs(2), || {
+        let m = a.daemon().membership().unwrap();
+        let left: Vec<String> = fleet
+            .summary()
+            .nodes
+            .into_iter()
+            .filter(|n| n.phase != Phase::Provisioned && n.callers.is_empty())
+            .filter(|n| two.owner(&n.identity).map(|o| o.as_str()) == Some("b.lon"))
+            .map(|n| n.identity)
+            .collect();
+        m.live().len() == 1
+            && a.metrics.share.get() == 1.0
+            && !left.is_empty()
+            && left.iter().all(|n| a.daemon().fleet().is_known(n))
+    });
+    let took = stopped.elapsed();
+    assert!(took < Duration::from_secs(2), "handover took {took:?}");
+    let b = stopper.join().unwrap();
+    wait_until("all provisioned", Duration::from_secs(40), || {
+        fleet.progress().provisioned == 200
+    });
+    let summary = fleet.summary();
+    assert_provisioned(&summary, |_| 1);
+    assert_eq!(
+        a.metrics.provisioned.get() + b.metrics.provisioned.get(),
+        200
+    );
+    let twice = touched_twice(&summary);
+    assert!(twice.is_empty(), "touched twice: {twice:?}");
+}
+
+#[test]
+fn servers_without_the_lock_are_provisioned_once_with_a_warning() {
+    support::logs::capture();
+    let server = NatsServer::start();
+    let ps = start_with(&server, &["old-a.lon", "old-b.lon"], ACTIVE, || {
+        beating(500)
+    });
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    let fleet = sim(&server.url(), 200, |o| {
+        o.lock_window = None;
+        o.version = "0.28.0".into();
+        o.prefix = "old-".into();
+    });
+    wait_until("all provisioned", Duration::from_secs(30), || {
+        fleet.progress().provisioned == 200
+    });
+    let summary = fleet.summary();
+    assert_provisioned(&summary, |_| 1);
+    assert!(touched_twice(&summary).is_empty());
+    for p in &ps {
+        assert!(p.metrics.provisioned.get() >= 60, "{}", p.identity);
+    }
+    let warned = support::logs::lines_with("older than 0.29.0: it has no provisioning lock");
+    assert!(
+        warned
+            .iter()
+            .any(|l| l.contains(".example.net runs Choria 0.28.0")),
+        "{warned:?}"
+    );
+    let known: HashSet<&str> = ["old-a.lon", "old-b.lon"].into();
+    assert!(summary
+        .nodes
+        .iter()
+        .all(|n| known.contains(n.restarted_by.as_deref().unwrap_or(""))));
+}
+
+#[test]
+fn two_instances_through_a_choria_broker() {
+    let meeting = Meeting::Choria(ChoriaBroker::start(Network::Issuer));
+    let ps: Vec<Provisioner> = ["a.lon", "b.lon"]
+        .iter()
+        .map(|n| meeting.provisioner(n, ACTIVE, active()))
+        .collect();
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    let fleet = meeting.fleet(60, |_| {});
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 60
+    });
+    let summary = fleet.summary();
+    assert_provisioned(&summary, |_| 1);
+    assert!(touched_twice(&summary).is_empty());
+    for p in &ps {
+        assert!(p.metrics.provisioned.get() >= 10, "{}", p.identity);
+    }
+    meeting.assert_let_in(2);
+}
+
+#[test]
+fn a_node_can_neither_fake_nor_silence_a_peer_and_bad_peer_messages_are_counted() {
+    let server = support::election_broker();
+    let url = server
+        .url()
+        .replace("nats://", "nats://provisioner:s3cret@");
+    let ps: Vec<Provisioner> = ["a.lon", "b.lon"]
+        .iter()
+        .map(|n| Provisioner::start(&url, n, ACTIVE, active()))
+        .collect();
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    let beat = |identity: &str, state: &str, site: &str| {
+        serde_json::json!({
+            "identity": identity, "site": site, "incarnation": 1, "sequence": 99,
+            "time": 0, "every_ms": 200, "state": state,
+        })
+        .to_string()
+    };
+    // A provisioning-mode node: the broker refuses its publications there.
+    let node = Hostile::connect(&server.url().replace("nats://", "nats://node:n0de@"), None);
+    // Nor can it read them (heartbeats flow every 200 ms meanwhile).
+    let listening = node.nc().subscribe("provisioning.provisioner.>").unwrap();
+    for _ in 0..3 {
+        node.publish(
+            "provisioning.provisioner.peers.lon",
+            beat("ghost.lon", "alive", "lon").as_bytes(),
+        );
+        node.publish(
+            "provisioning.provisioner.peers.lon",
+            beat("a.lon", "leaving", "lon").as_bytes(),
+        );
+        node.flush();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        listening.next_timeout(Duration::from_millis(500)).is_err(),
+        "a node read a peer message"
+    );
+    for p in &ps {
+        let live = p.daemon().membership().unwrap().live();
+        assert_eq!(live.len(), 2, "{}: {live:?}", p.identity);
+        assert_eq!(p.metrics.peers.get(), 2);
+    }
+    // A misconfigured provisioner (it may publish there): refused and counted.
+    let other = Hostile::connect(&url, None);
+    other.publish("provisioning.provisioner.peers.lon", b"{not json");
+    other.publish(
+        "provisioning.provisioner.peers.lon",
+        beat("x.par", "alive", "par").as_bytes(),
+    );
+    other.publish(
+        "provisioning.provisioner.peers.lon",
+        beat("bad id", "alive", "lon").as_bytes(),
+    );
+    other.publish(
+        "provisioning.provisioner.peers.lon",
+        beat("slow.lon", "alive", "lon")
+            .replace("\"every_ms\":200", "\"every_ms\":3600000")
+            .as_bytes(),
+    );
+    other.flush();
+    let refused = |p: &Provisioner, reason: &str| {
+        p.metrics
+            .peer_messages_refused
+            .with_label_values(&[reason])
+            .get()
+    };
+    wait_until("refusals counted", Duration::from_secs(5), || {
+        ps.iter().all(|p| {
+            refused(p, "undecodable") == 1
+                && refused(p, "foreign_site") == 1
+                && refused(p, "identity") == 1
+                && refused(p, "period") == 1
+        })
+    });
+    for p in &ps {
+        assert_eq!(p.daemon().membership().unwrap().live().len(), 2);
+    }
+}
+
+#[test]
+fn a_paused_instance_gives_its_share_away_until_resumed() {
+    let server = NatsServer::start();
+    let ps = start(&server, &["a.lon", "b.lon"], ACTIVE);
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    let (a, b) = (&ps[0], &ps[1]);
+    b.pause.pause();
+    wait_until("b out of the set", Duration::from_secs(3), || {
+        a.daemon().membership().unwrap().live().len() == 1
+            && b.daemon().membership().unwrap().state() == MemberState::Paused
+    });
+    assert_eq!(b.metrics.share.get(), 0.0);
+    let fleet = sim(&server.url(), 50, |_| {});
+    wait_until("a provisions them all", Duration::from_secs(20), || {
+        fleet.progress().provisioned == 50
+    });
+    assert_eq!(a.metrics.provisioned.get(), 50);
+    assert_eq!(b.metrics.provisioned.get(), 0);
+    b.pause.resume();
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    assert!((b.metrics.share.get() - 0.5).abs() < 1e-9);
+}
+
+#[test]
+fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
+    use choria_provisioner::hosts::membership::{HEARTBEAT, SILENT_BEATS};
+    let server = NatsServer::start();
+    let dir = TempDir::new("active-sigkill");
+    let yaml = format!(
+        "{}workers: 4\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+        slow_helper(&dir, "0.05"),
+        hex(&public_of(&ISSUER_SEED))
+    );
+    // c is a real `choria-provisioner run` with the production heartbeat (2 s).
+    let port = support::free_port();
+    let c_yaml = dir.write(
+        "c.yaml",
+        &format!("{yaml}choria_insecure: true\nmonitor_port: {port}\nmonitor_host: 127.0.0.1\n"),
+    );
+    let c_cfg = dir.write(
+        "c.cfg",
+        &format!(
+            "identity = c.lon\nplugin.choria.middleware_hosts = {}\n",
+            server.url()
+        ),
+    );
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_choria-provisioner"))
+        .arg("run")
+        .arg("--config")
+        .arg(&c_yaml)
+        .arg("--choria-config")
+        .arg(&c_cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ps = start(&server, &["a.lon", "b.lon"], &yaml);
+    assert!(support::wait_for_port(port, Duration::from_secs(10)));
+    wait_until("c ready", Duration::from_secs(10), || {
+        support::http_get(port, "/readyz").0 == 200
+    });
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
+    let lock = Duration::from_secs(3);
+    let fleet = sim(&server.url(), 300, |o| {
+        o.lock_window = Some(lock);
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
+    });
+    wait_until("c is busy", Duration::from_secs(20), || {
+        restarted_by(&fleet.summary(), "c.lon") >= 10
+    });
+    c.kill().unwrap();
+    let _ = c.wait();
+    let died = Instant::now();
+    let silent = HEARTBEAT * SILENT_BEATS;
+    wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
+    assert!(
+        died.elapsed() < silent + Duration::from_secs(1),
+        "c dropped after {:?}",
+        died.elapsed()
+    );
+    wait_until("all provisioned", Duration::from_secs(30), || {
+        fleet.progress().provisioned == 300
+    });
+    let summary = fleet.summary();
+    assert_provisioned(&summary, |_| 1);
+    let by_c = restarted_by(&summary, "c.lon");
+    let survivors = ps.iter().map(|p| p.metrics.provisioned.get()).sum::<u64>();
+    assert_eq!(survivors as usize + by_c, 300);
+    // c's nodes in flight waited for its silence to be noticed and their lock to
+    // expire, then one discovery: no longer.
+    for n in summary
+        .nodes
+        .iter()
+        .filter(|n| n.callers.first().map(String::as_str) == Some("c.lon"))
+        .filter(|n| n.restarted_by.as_deref() != Some("c.lon"))
+    {
+        let took = Duration::from_millis(n.provisioning_ms.unwrap());
+        assert!(
+            took < silent + lock + Duration::from_secs(2 + 3),
+            "{} finished {took:?} after c first touched it",
+            n.identity
+        );
+    }
+    for p in &ps {
+        assert_eq!(p.metrics.provision_errors.get(), 0, "{}", p.identity);
+    }
+}

@@ -33,6 +33,10 @@ pub enum Outcome {
     /// request): nothing secret was sent. Kept for the cool-down so that it is tried
     /// again only later.
     Contested(String),
+    /// The helper asked for an upgrade but `upgrades_max_in_flight` nodes are already
+    /// upgrading: not an error; the node waits its turn and is tried again when it is
+    /// next found.
+    UpgradeWaiting(String),
 }
 
 impl Outcome {
@@ -54,7 +58,8 @@ impl Outcome {
     }
 
     /// The `outcome` label: `provisioned`, `shut_down`, `upgraded`, `deferred`,
-    /// `failed`, `stale`, `refused_csr`, `unreachable`, `contested` or `locked`.
+    /// `failed`, `stale`, `refused_csr`, `unreachable`, `contested`, `locked` or
+    /// `upgrade_waiting`.
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Done => "provisioned",
@@ -67,6 +72,7 @@ impl Outcome {
             Outcome::Unreachable(_) => "unreachable",
             Outcome::Contested(_) => "contested",
             Outcome::Locked(_) => "locked",
+            Outcome::UpgradeWaiting(_) => "upgrade_waiting",
         }
     }
 
@@ -91,7 +97,8 @@ impl fmt::Display for Outcome {
             | Outcome::RefusedCsr(msg)
             | Outcome::Locked(msg)
             | Outcome::Unreachable(msg)
-            | Outcome::Contested(msg) => f.write_str(msg),
+            | Outcome::Contested(msg)
+            | Outcome::UpgradeWaiting(msg) => f.write_str(msg),
         }
     }
 }

@@ -8,11 +8,13 @@
 //! reported as such (not as "added"), the gauges are exact, and shutdown waits for
 //! in-flight nodes within a bound.
 
+pub mod audit;
 pub mod daemon;
 pub mod discovery;
 pub mod election;
 pub mod events;
 mod finisher;
+pub mod status;
 mod workers;
 
 use std::collections::HashMap;
@@ -46,6 +48,26 @@ pub trait Provision: Send + Sync {
         waiting_since: Instant,
         stopping: &AtomicBool,
     ) -> Outcome;
+
+    /// [`Provision::provision`], keeping `progress` up to date with the step the
+    /// attempt is at and the facts it learns (for `/nodes` and the audit trail).
+    /// By default only the start is shown.
+    fn provision_with(
+        &self,
+        identity: &Identity,
+        waiting_since: Instant,
+        stopping: &AtomicBool,
+        progress: &crate::host::progress::Progress,
+    ) -> Outcome {
+        let _ = progress;
+        self.provision(identity, waiting_since, stopping)
+    }
+
+    /// The nodes away upgrading (holding an `upgrades_max_in_flight` slot) and
+    /// since when; none by default.
+    fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        Vec::new()
+    }
 }
 
 /// Where an identity came from.
@@ -143,6 +165,7 @@ pub struct Fleet {
     provisioner: Arc<dyn Provision>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     queue_full: AtomicU64,
+    board: status::Board,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -183,6 +206,7 @@ impl Fleet {
             provisioner,
             threads: Mutex::new(Vec::new()),
             queue_full: AtomicU64::new(0),
+            board: status::Board::default(),
         })
     }
 
@@ -297,6 +321,11 @@ impl Fleet {
         &self.pause
     }
 
+    /// What is known of each node (in flight, history, audit trail).
+    pub fn board(&self) -> &status::Board {
+        &self.board
+    }
+
     /// The metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -394,6 +423,26 @@ impl Provision for crate::host::sequence::NodeSequence {
         stopping: &AtomicBool,
     ) -> Outcome {
         crate::host::sequence::NodeSequence::provision(self, identity, waiting_since, stopping)
+    }
+
+    fn provision_with(
+        &self,
+        identity: &Identity,
+        waiting_since: Instant,
+        stopping: &AtomicBool,
+        progress: &crate::host::progress::Progress,
+    ) -> Outcome {
+        crate::host::sequence::NodeSequence::provision_with(
+            self,
+            identity,
+            waiting_since,
+            stopping,
+            progress,
+        )
+    }
+
+    fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        crate::host::sequence::NodeSequence::upgrading(self)
     }
 }
 

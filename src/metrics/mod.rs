@@ -14,7 +14,10 @@ use prometheus::{
 };
 
 pub use process::{ProcessCollector, ProcessStats};
-pub use server::{Health, HealthSource, MetricsServer, Readiness, Role, ServeError};
+pub use server::{
+    Health, HealthSource, LateNodes, MetricsServer, NodeLookup, NodeSource, NodeStatus, Readiness,
+    Role, ServeError,
+};
 pub use summary::SumCountVec;
 
 /// The metric families of one provisioner, all labelled `site`.
@@ -98,6 +101,13 @@ pub struct Metrics {
     /// Helper runs stopped because they took longer than `helper_timeout` (also
     /// counted in `helper_errors`).
     pub helper_timeouts: IntCounter,
+    /// Audit trail lines that could not be written (`audit_file`).
+    pub audit_write_errors: IntCounter,
+    /// Helper configurations that would bring the node back into provisioning or
+    /// leave it without a broker, by the `key` at fault.
+    pub looping_configurations: IntCounterVec,
+    /// Nodes holding an upgrade slot (`upgrades_max_in_flight`).
+    pub upgrades_in_flight: IntGauge,
 }
 
 /// The `outcome` label values of `choria_provisioner_outcomes`, each created at 0 on
@@ -115,7 +125,8 @@ pub struct Metrics {
 /// | `unreachable` | no server subscribes to the node's subject |
 /// | `contested` | two different replies came in the node's name |
 /// | `locked` | another provisioner holds the node's provisioning lock |
-pub const OUTCOMES: [&str; 10] = [
+/// | `upgrade_waiting` | an upgrade must wait: `upgrades_max_in_flight` nodes are upgrading |
+pub const OUTCOMES: [&str; 11] = [
     "provisioned",
     "deferred",
     "shut_down",
@@ -126,6 +137,7 @@ pub const OUTCOMES: [&str; 10] = [
     "unreachable",
     "contested",
     "locked",
+    "upgrade_waiting",
 ];
 
 /// Upper bounds (seconds) of the per-node duration histogram: 10 ms (a refusal or
@@ -229,6 +241,11 @@ impl Metrics {
             "choria_provisioner_dropped_events",
             "How many lifecycle events were dropped before use",
             &["reason"],
+        )?;
+        let looping_configurations = site_vec(
+            "choria_provisioner_looping_configurations",
+            "How many helper configurations would bring the node back into provisioning, by key",
+            &["key"],
         )?;
         let outcomes = site_vec(
             "choria_provisioner_outcomes",
@@ -362,6 +379,15 @@ impl Metrics {
                 "choria_provisioner_discovery_overflow",
                 "How many discovery replies came beyond the cap of distinct senders",
             )?,
+            audit_write_errors: counter(
+                "choria_provisioner_audit_write_errors",
+                "How many audit trail lines could not be written",
+            )?,
+            upgrades_in_flight: gauge(
+                "choria_provisioner_upgrades_in_flight",
+                "How many nodes hold an upgrade slot (upgrades_max_in_flight)",
+            )?,
+            looping_configurations,
             refused_identities,
             rejected_replies,
             contested_replies,

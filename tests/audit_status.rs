@@ -454,31 +454,16 @@ fn sighup_reopens_the_audit_file_of_the_binary() {
     let first = sim(&server.url(), 3, |o| o.prefix = "first-".into());
     let dir = TempDir::new("audit-hup");
     let audit = dir.path().join("audit.log");
-    let cfg = dir.write(
-        "choria.cfg",
+    let mut child = support::daemon::spawn_with(
+        env!("CARGO_BIN_EXE_choria-provisioner"),
+        &dir,
+        &server.url(),
+        &support::daemon::example_helper(),
         &format!(
-            "identity = p1.test\nplugin.choria.middleware_hosts = {}\n",
-            server.url()
-        ),
-    );
-    let yaml = dir.write(
-        "p.yaml",
-        &format!(
-            "workers: 4\nhelper: {}\nchoria_insecure: true\nshutdown_timeout: 3s\nlogfile: {}\naudit_file: {}\n",
-            support::daemon::example_helper().display(),
-            dir.path().join("p.log").display(),
+            "workers: 4\nshutdown_timeout: 3s\naudit_file: {}\n",
             audit.display()
         ),
     );
-    let mut child = std::process::Command::new(BIN)
-        .args([
-            "--config",
-            &yaml.display().to_string(),
-            "--choria-config",
-            &cfg.display().to_string(),
-        ])
-        .spawn()
-        .unwrap();
     wait_until("first audited", Duration::from_secs(60), || {
         audit_lines(&audit).len() >= 3
     });

@@ -11,29 +11,16 @@ use support::daemon::spawn_with;
 use support::rig::*;
 use support::{NatsServer, TempDir};
 
-/// The provisioner binary against `url`, logging to a file in `dir`.
+/// The provisioner binary against `url` with the example helper, logging to a file in
+/// `dir`.
 fn spawn_binary(dir: &TempDir, url: &str) -> std::process::Child {
-    let cfg = dir.write(
-        "choria.cfg",
-        &format!("identity = p1.test\nplugin.choria.middleware_hosts = {url}\n"),
-    );
-    let yaml = dir.write(
-        "p.yaml",
-        &format!(
-            "workers: 4\nhelper: {}\nchoria_insecure: true\nshutdown_timeout: 3s\nlogfile: {}\n",
-            support::daemon::example_helper().display(),
-            dir.path().join("p.log").display()
-        ),
-    );
-    std::process::Command::new(env!("CARGO_BIN_EXE_choria-provisioner"))
-        .args([
-            "--config",
-            &yaml.display().to_string(),
-            "--choria-config",
-            &cfg.display().to_string(),
-        ])
-        .spawn()
-        .unwrap()
+    spawn_with(
+        env!("CARGO_BIN_EXE_choria-provisioner"),
+        dir,
+        url,
+        &support::daemon::example_helper(),
+        "workers: 4\nshutdown_timeout: 3s\n",
+    )
 }
 
 #[test]

@@ -338,3 +338,77 @@ impl crate::metrics::NodeStatus for FleetStatus {
         NodeLookup::Found(doc)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> Identity {
+        Identity::parse(s).unwrap()
+    }
+
+    fn attempt(board: &Board, identity: &Identity, outcome: &Outcome) -> u64 {
+        let progress = Arc::new(Progress::new());
+        let n = board.begin(identity, Arc::clone(&progress));
+        progress.rpc_try("inventory", 2);
+        board.finish(identity, outcome, Duration::from_millis(1500));
+        n
+    }
+
+    #[test]
+    fn attempts_are_numbered_and_the_history_is_bounded_per_node_and_in_all() {
+        let board = Board::default();
+        board.set_instance("p1.test");
+        let flappy = id("flappy.example.net");
+        for n in 1..=PER_IDENTITY as u64 + 5 {
+            let failed = Outcome::Failed(format!("try {n}"));
+            assert_eq!(attempt(&board, &flappy, &failed), n);
+        }
+        let mine = board.history_of(flappy.as_str());
+        assert_eq!(
+            mine.len(),
+            PER_IDENTITY,
+            "one node keeps at most {PER_IDENTITY}"
+        );
+        assert_eq!(mine[0].attempt, PER_IDENTITY as u64 + 5, "newest first");
+        assert_eq!(mine[0].error.as_deref(), Some("try 25"));
+        assert_eq!(
+            (mine[0].step.as_str(), mine[0].instance.as_str()),
+            ("inventory", "p1.test")
+        );
+        assert_eq!(mine[0].duration_seconds, 1.5);
+        for n in 0..HISTORY {
+            attempt(&board, &id(&format!("n{n}.example.net")), &Outcome::Done);
+        }
+        assert_eq!(board.history.lock().len(), HISTORY, "bounded in all");
+        assert!(
+            board.history_of(flappy.as_str()).is_empty(),
+            "the oldest went first"
+        );
+        assert!(board.in_flight.lock().is_empty());
+    }
+
+    #[test]
+    fn records_say_error_reason_or_message_by_outcome() {
+        let board = Board::default();
+        let n1 = id("n1.example.net");
+        attempt(&board, &n1, &Outcome::Deferred("not \"yet\"".into()));
+        attempt(&board, &n1, &Outcome::UpgradeWaiting("waits".into()));
+        attempt(&board, &n1, &Outcome::Failed("x".repeat(5000)));
+        let h = board.history_of("n1.example.net");
+        let json: Vec<Value> = h
+            .iter()
+            .map(|r| serde_json::to_value(&**r).unwrap())
+            .collect();
+        assert_eq!(json[2]["outcome"], "deferred");
+        assert_eq!(json[2]["helper_msg"], "not \\\"yet\\\"");
+        assert!(json[2].get("error").is_none());
+        assert_eq!(json[1]["reason"], "waits");
+        assert!(json[1].get("error").is_none());
+        let error = json[0]["error"].as_str().unwrap();
+        assert!(
+            error.ends_with("…(5000 bytes)") && error.len() < 1100,
+            "cut"
+        );
+    }
+}

@@ -521,6 +521,68 @@ mod tests {
         }
     }
 
+    struct TwoNodes;
+
+    impl NodeStatus for TwoNodes {
+        fn nodes(&self) -> serde_json::Value {
+            serde_json::json!({"queued": [{"identity": "a"}]})
+        }
+        fn node(&self, raw: &str) -> NodeLookup {
+            match raw {
+                "a" => NodeLookup::Found(serde_json::json!({"identity": "a"})),
+                "b" => NodeLookup::Unknown,
+                _ => NodeLookup::Invalid("not an identity".into()),
+            }
+        }
+    }
+
+    #[test]
+    fn nodes_answers_200_404_and_400_and_waits_for_its_source() {
+        let metrics = Arc::new(Metrics::new("lon").unwrap());
+        let late = Arc::new(LateNodes::default());
+        let server = MetricsServer::start_with_nodes(
+            Some("127.0.0.1"),
+            0,
+            metrics,
+            Arc::new(|| serde_json::json!({})),
+            Arc::clone(&late) as NodeSource,
+        )
+        .unwrap();
+        let addr = server.local_addr();
+        assert_eq!(
+            get(addr, "/nodes"),
+            (200, get(addr, "/nodes").1, r#"{"starting":true}"#.into())
+        );
+        assert_eq!(
+            get(addr, "/nodes/a").0,
+            404,
+            "nothing known before the daemon runs"
+        );
+        late.set(Arc::new(TwoNodes));
+        let (status, head, body) = get(addr, "/nodes");
+        assert_eq!(
+            (status, body.as_str()),
+            (200, r#"{"queued":[{"identity":"a"}]}"#)
+        );
+        assert!(head.contains("application/json"), "{head}");
+        assert_eq!(get(addr, "/nodes/a").2, r#"{"identity":"a"}"#);
+        assert_eq!(
+            get(addr, "/nodes/b"),
+            (
+                404,
+                get(addr, "/nodes/b").1,
+                r#"{"error":"no such node is known"}"#.into()
+            )
+        );
+        let (status, _, body) = get(addr, "/nodes/%2e%0a");
+        assert_eq!(
+            (status, body.as_str()),
+            (400, r#"{"error":"not an identity"}"#)
+        );
+        assert_eq!(request(addr, "POST", "/nodes").0, 404, "read-only");
+        server.stop();
+    }
+
     #[test]
     fn other_paths_and_methods_are_404() {
         let server = serve_with(Arc::new(|| serde_json::json!({"connected": true})));

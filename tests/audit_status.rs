@@ -234,6 +234,7 @@ fn deferrals_and_failures_are_audited_with_the_helper_s_msg_or_the_error() {
 
 #[test]
 fn an_audit_file_that_cannot_be_written_is_counted_and_provisioning_goes_on() {
+    support::logs::capture();
     let server = NatsServer::start();
     let fleet = sim(&server.url(), 5, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", "audit_file: /dev/full\n", fast());
@@ -247,6 +248,10 @@ fn an_audit_file_that_cannot_be_written_is_counted_and_provisioning_goes_on() {
         .metrics
         .render()
         .contains("choria_provisioner_audit_write_errors{site=\"test\"}"));
+    // Warned about at most once a minute, not once per line.
+    let warnings = support::logs::lines_with("Could not write the audit file /dev/full");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("provisioning goes on"), "{warnings:?}");
 }
 
 #[test]
@@ -409,7 +414,8 @@ fn upgrades_max_in_flight_caps_the_nodes_away_upgrading() {
 #[test]
 fn a_helper_configuration_that_loops_is_counted_and_still_sent() {
     let server = NatsServer::start();
-    let fleet = sim(&server.url(), 3, |_| {});
+    support::logs::capture();
+    let fleet = sim(&server.url(), 3, |o| o.prefix = "loop-".into());
     let dir = TempDir::new("loop");
     let h = helper_answering(
         &dir,
@@ -446,6 +452,18 @@ fn a_helper_configuration_that_loops_is_counted_and_still_sent() {
             .get(),
         0
     );
+    // Warned once per helper version and key, naming the node and the key.
+    let warned = |key: &str| {
+        support::logs::lines_with("will not keep it out of provisioning")
+            .into_iter()
+            .filter(|l| l.contains(".example.net") && l.contains("loop-") && l.contains(key))
+            .count()
+    };
+    assert_eq!(
+        warned("plugin.choria.server.provision is not set to false"),
+        1
+    );
+    assert_eq!(warned("plugin.choria.middleware_hosts is not set"), 1);
 }
 
 #[test]

@@ -70,6 +70,10 @@ pub fn nodes(inv: &Invocation) -> i32 {
         let why = doc["error"].as_str().map(shown).unwrap_or_default();
         return fail(format!("{base}{path} answered {status}: {why}"));
     }
+    if doc["starting"] == Value::Bool(true) && !args.json {
+        println!("The provisioner at {base} is starting: it knows no node yet.");
+        return 0;
+    }
     if args.json {
         println!(
             "{}",

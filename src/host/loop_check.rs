@@ -18,8 +18,10 @@
 //!   and `plugin.security.choria.seed_file`; `= file` needs
 //!   `plugin.security.file.certificate`, `.key` and `.ca`.
 //!
-//! "Helper version": the helper program's path, size and modification time, so a
-//! fixed helper that is deployed is checked afresh without a restart.
+//! "Helper version": the path, size and modification time of every file the helper's
+//! command line names (the program, and a script given to an interpreter such as
+//! `python3 /etc/choria-provisioner/helper.py`), so a fixed helper that is deployed
+//! is checked afresh without a restart.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -118,22 +120,45 @@ pub fn findings(config: &BTreeMap<String, String>, identity: &str) -> Vec<Findin
     out
 }
 
-/// The helper program's identity as this check sees it.
+/// The helper's version as this check sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HelperStamp {
-    path: PathBuf,
-    size: u64,
-    modified: Option<SystemTime>,
+    files: Vec<(PathBuf, u64, Option<SystemTime>)>,
 }
 
 impl HelperStamp {
-    /// The stamp of `program` now (an unreadable program still has its path).
+    /// The stamp of one file now (an unreadable file still has its path).
     pub fn of(program: &std::path::Path) -> HelperStamp {
-        let meta = std::fs::metadata(program).ok();
+        HelperStamp::of_files([program.to_path_buf()])
+    }
+
+    /// The stamp of the helper command line `command`: its program (looked up on
+    /// `PATH` as it is run) and every other word that names a file.
+    pub fn of_command(command: &str) -> HelperStamp {
+        let words = crate::config::shell_words::split(command).unwrap_or_default();
+        let mut files = Vec::new();
+        for (n, word) in words.iter().enumerate() {
+            if n == 0 {
+                files.push(
+                    crate::config::shell_words::find_program(word).unwrap_or_else(|_| word.into()),
+                );
+            } else if std::path::Path::new(word).is_file() {
+                files.push(word.into());
+            }
+        }
+        HelperStamp::of_files(files)
+    }
+
+    fn of_files(paths: impl IntoIterator<Item = PathBuf>) -> HelperStamp {
         HelperStamp {
-            path: program.to_path_buf(),
-            size: meta.as_ref().map_or(0, |m| m.len()),
-            modified: meta.and_then(|m| m.modified().ok()),
+            files: paths
+                .into_iter()
+                .map(|path| {
+                    let meta = std::fs::metadata(&path).ok();
+                    let size = meta.as_ref().map_or(0, |m| m.len());
+                    (path, size, meta.and_then(|m| m.modified().ok()))
+                })
+                .collect(),
         }
     }
 }
@@ -248,6 +273,14 @@ mod tests {
         let v2 = HelperStamp::of(&helper);
         assert_ne!(v1, v2, "a new helper is a new version");
         assert!(w.first(&v2, "identity"));
+        // A script run by an interpreter: the script is the version.
+        let script = dir.join("h.py");
+        std::fs::write(&script, "print('{}')\n").unwrap();
+        let command = format!("sh {}", script.display());
+        let s1 = HelperStamp::of_command(&command);
+        assert_eq!(s1, HelperStamp::of_command(&command));
+        std::fs::write(&script, "print('{\"configuration\": {}}')\n").unwrap();
+        assert_ne!(s1, HelperStamp::of_command(&command), "the script changed");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -559,15 +559,7 @@ impl NodeSequence {
         if found.is_empty() {
             return;
         }
-        let stamp = crate::config::shell_words::split(&self.config.helper)
-            .ok()
-            .and_then(|words| words.into_iter().next())
-            .map(|program| {
-                let path = crate::config::shell_words::find_program(&program)
-                    .unwrap_or_else(|_| program.into());
-                HelperStamp::of(&path)
-            })
-            .unwrap_or_else(|| HelperStamp::of(std::path::Path::new("")));
+        let stamp = HelperStamp::of_command(&self.config.helper);
         for finding in found {
             self.metrics
                 .looping_configurations

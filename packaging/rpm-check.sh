@@ -48,7 +48,7 @@ drwxr-xr-x root root /etc/$name
 -rw-r----- root root /etc/$name/$name.yaml
 -rw-r----- root root /etc/$name/choria.cfg
 -rw-r--r-- root root /var/log/$name.log
-drwxr-x--- root root /var/log/$name
+drwxr-xr-x root root /var/log/$name
 drwxr-xr-x root root /var/lib/$name
 drwxr-xr-x root root /usr/share/doc/$name/examples
 -rw-r--r-- root root /usr/share/man/man8/$name.8.gz

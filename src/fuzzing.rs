@@ -568,7 +568,10 @@ pub fn helper_output(data: &[u8]) {
     };
     let claims = verify_jws(&signed.token, &verify_keys().0).expect("our server JWT verifies");
     let claims: ServerClaims = serde_json::from_slice(&claims).expect("our claims decode");
-    assert_eq!(claims, signed.claims, "the claims audited are the claims signed");
+    assert_eq!(
+        claims, signed.claims,
+        "the claims audited are the claims signed"
+    );
     assert_eq!(claims.identity, "n1.example.net");
     assert_eq!(claims.standard.public_key, node.public_key);
     assert!(!claims.collectives.is_empty());

@@ -344,6 +344,22 @@ fn nodes_shows_every_state_and_the_command_prints_it() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
+    // The address from the provisioner's own configuration.
+    let dir = TempDir::new("nodes-config");
+    let yaml = dir.write(
+        "p.yaml",
+        &format!(
+            "helper: {}\nmonitor_host: 127.0.0.1\nmonitor_port: {port}\n",
+            support::daemon::example_helper().display()
+        ),
+    );
+    let out = std::process::Command::new(BIN)
+        .args(["nodes", "--state", "recent", "--config"])
+        .arg(&yaml)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(&id), "{text}");
     let closed = format!("http://127.0.0.1:{}", support::free_port());
     let out = std::process::Command::new(BIN)
         .args(["nodes", "--monitor", &closed])

@@ -167,6 +167,26 @@ mod tests {
     }
 
     #[test]
+    fn a_certificate_s_serial_and_fingerprint_and_the_first_of_a_bundle() {
+        let pem = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/rsa2048-cert.pem"
+        ))
+        .unwrap();
+        use base64::Engine as _;
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(body)
+            .unwrap();
+        let want = hex::encode(ring::digest::digest(&ring::digest::SHA256, &der).as_ref());
+        let (serial, sha256) = certificate_facts(&pem).unwrap();
+        assert_eq!(sha256, want);
+        assert!(!serial.is_empty() && serial.bytes().all(|b| b.is_ascii_hexdigit()));
+        let bundle = format!("{pem}{pem}");
+        assert_eq!(certificate_facts(&bundle), Some((serial, sha256)));
+    }
+
+    #[test]
     fn no_certificate_no_facts() {
         assert_eq!(certificate_facts(""), None);
         assert_eq!(

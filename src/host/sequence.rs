@@ -119,8 +119,6 @@ impl NodeSequence {
         stopping: &AtomicBool,
         progress: &Progress,
     ) -> Outcome {
-        // A node found again is back from any upgrade it was sent to.
-        self.slots.release(identity);
         let outcome = self
             .attempt(identity, waiting_since, stopping, progress)
             .unwrap_or_else(AttemptError::into_outcome);
@@ -346,6 +344,8 @@ impl NodeSequence {
             w.progress
                 .record(|f| f.version_before = Some(crate::untrusted::shown(&a.version)));
         }
+        // Back from an upgrade on another version: its upgrade slot is free.
+        self.slots.seen(identity, &a.version);
         // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added.
         let mut sorted: std::collections::BTreeMap<String, Value> = data
             .as_object()
@@ -524,7 +524,7 @@ impl NodeSequence {
             return Ok(None);
         }
         progress.record(|f| f.version_after = Some(crate::untrusted::shown(target)));
-        if !self.slots.try_take(identity) {
+        if !self.slots.try_take(identity, &a.version) {
             return Ok(Some(Outcome::UpgradeWaiting(format!(
                 "{identity} waits to be upgraded to {}: upgrades_max_in_flight ({}) nodes are upgrading",
                 crate::untrusted::shown(target),

@@ -3,11 +3,13 @@
 //! down at once.
 //!
 //! A node takes a slot just before its `release_update` and holds it while it is
-//! away upgrading: the slot is given back when the node's next attempt starts (it
-//! came back and was found again), when the `release_update` failed, or after
-//! [`SLOT_TIMEOUT`] for a node that never came back. A node that finds no free slot
-//! ends its attempt as `upgrade_waiting` (not an error) and is tried again when it
-//! is next found.
+//! away upgrading: the slot is given back when a later inventory of the node reports
+//! another version than the one it was upgraded from (it came back upgraded), when
+//! the `release_update` failed, or after [`SLOT_TIMEOUT`] (a node that never came
+//! back, or came back on its old version). A node found again before it went down
+//! still reports its old version and keeps its slot, so the cap holds even then. A
+//! node that finds no free slot ends its attempt as `upgrade_waiting` (not an error)
+//! and is tried again when it is next found.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -24,7 +26,13 @@ pub const SLOT_TIMEOUT: Duration = Duration::from_secs(600);
 pub struct UpgradeSlots {
     max: Option<usize>,
     timeout: Duration,
-    held: Mutex<HashMap<Identity, Instant>>,
+    held: Mutex<HashMap<Identity, Held>>,
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    since: Instant,
+    from: String,
 }
 
 impl UpgradeSlots {
@@ -37,20 +45,39 @@ impl UpgradeSlots {
         }
     }
 
-    /// Takes a slot for `identity`; false when all are held by other nodes.
-    pub fn try_take(&self, identity: &Identity) -> bool {
+    /// Takes a slot for `identity`, upgrading from version `from`; false when all
+    /// are held by other nodes.
+    pub fn try_take(&self, identity: &Identity, from: &str) -> bool {
         let Some(max) = self.max else {
             return true;
         };
         let mut held = self.held.lock();
         let now = Instant::now();
         let timeout = self.timeout;
-        held.retain(|_, since| now.duration_since(*since) < timeout);
+        held.retain(|_, h| now.duration_since(h.since) < timeout);
         if held.contains_key(identity) || held.len() < max {
-            held.insert(identity.clone(), now);
+            held.insert(
+                identity.clone(),
+                Held {
+                    since: now,
+                    from: from.to_string(),
+                },
+            );
             true
         } else {
             false
+        }
+    }
+
+    /// The node reported `version` in its inventory: its slot is given back if it
+    /// holds one and now runs another version than it was upgraded from.
+    pub fn seen(&self, identity: &Identity, version: &str) {
+        if self.max.is_none() {
+            return;
+        }
+        let mut held = self.held.lock();
+        if held.get(identity).is_some_and(|h| h.from != version) {
+            held.remove(identity);
         }
     }
 
@@ -67,8 +94,8 @@ impl UpgradeSlots {
         self.held
             .lock()
             .iter()
-            .filter(|(_, since)| now.duration_since(**since) < self.timeout)
-            .map(|(i, s)| (i.clone(), *s))
+            .filter(|(_, h)| now.duration_since(h.since) < self.timeout)
+            .map(|(i, h)| (i.clone(), h.since))
             .collect()
     }
 }
@@ -84,26 +111,33 @@ mod tests {
     #[test]
     fn the_cap_holds_and_slots_come_back() {
         let slots = UpgradeSlots::new(Some(2), SLOT_TIMEOUT);
-        assert!(slots.try_take(&id("a")));
-        assert!(slots.try_take(&id("b")));
-        assert!(!slots.try_take(&id("c")), "the third waits");
-        assert!(slots.try_take(&id("a")), "a holder keeps its slot");
+        assert!(slots.try_take(&id("a"), "1.0"));
+        assert!(slots.try_take(&id("b"), "1.0"));
+        assert!(!slots.try_take(&id("c"), "1.0"), "the third waits");
+        assert!(slots.try_take(&id("a"), "1.0"), "a holder keeps its slot");
         slots.release(&id("a"));
-        assert!(slots.try_take(&id("c")));
+        assert!(slots.try_take(&id("c"), "1.0"));
         assert_eq!(slots.holders().len(), 2);
+        slots.seen(&id("b"), "1.0");
+        assert_eq!(slots.holders().len(), 2, "b is not back yet: still 1.0");
+        slots.seen(&id("b"), "2.0");
+        assert_eq!(slots.holders().len(), 1, "b came back upgraded");
+        slots.seen(&id("z"), "2.0");
+        assert!(slots.try_take(&id("a"), "1.0"));
+        assert!(!slots.try_take(&id("z"), "1.0"));
     }
 
     #[test]
     fn unlimited_by_default_and_a_node_that_never_returns_times_out() {
         let open = UpgradeSlots::new(None, SLOT_TIMEOUT);
         for n in 0..100 {
-            assert!(open.try_take(&id(&format!("n{n}"))));
+            assert!(open.try_take(&id(&format!("n{n}")), "1.0"));
         }
         assert!(open.holders().is_empty());
         let slots = UpgradeSlots::new(Some(1), Duration::from_millis(30));
-        assert!(slots.try_take(&id("a")));
-        assert!(!slots.try_take(&id("b")));
+        assert!(slots.try_take(&id("a"), "1.0"));
+        assert!(!slots.try_take(&id("b"), "1.0"));
         std::thread::sleep(Duration::from_millis(40));
-        assert!(slots.try_take(&id("b")), "a's slot timed out");
+        assert!(slots.try_take(&id("b"), "1.0"), "a's slot timed out");
     }
 }

@@ -102,14 +102,16 @@ nodes=("$bin/choria-provisioner" nodes --monitor "http://127.0.0.1:$monitor_port
 echo
 echo "demo: \$ choria-provisioner nodes --monitor http://127.0.0.1:$monitor_port"
 "${nodes[@]}" || true
-# One node that needed more than one attempt (a faulty one), as an operator would
-# look it up.
+# The node that was hardest to provision (most attempts, then the longest one: a
+# faulty one), as an operator would look it up.
 retried=$(python3 - "$out/audit.log" <<'PY'
-import json, sys, collections
-seen = collections.Counter()
+import json, sys
+worst = {}
 for line in open(sys.argv[1]):
-    seen[json.loads(line)["identity"]] += 1
-print(max(seen, key=seen.get) if seen else "")
+    r = json.loads(line)
+    n, took = worst.get(r["identity"], (0, 0.0))
+    worst[r["identity"]] = (n + 1, max(took, r["duration_seconds"]))
+print(max(worst, key=worst.get) if worst else "")
 PY
 )
 if [ -n "$retried" ]; then

@@ -333,20 +333,26 @@ pub fn node_table(doc: &Value) -> String {
         ));
         // The facts an auditor asks for, of the newest attempt that has any.
         for r in &recent {
-            let facts: Vec<String> = [
-                "provisioning_jwt_id",
-                "provisioning_jwt_expires",
-                "server_jwt_id",
-                "server_jwt_expires",
-                "certificate_serial",
-                "certificate_sha256",
-                "version_before",
-                "version_after",
-            ]
-            .iter()
-            .filter(|k| !r[**k].is_null())
-            .map(|k| format!("  {k}: {}", field(r, k)))
-            .collect();
+            let facts: Vec<String> =
+                [
+                    "provisioning_jwt_id",
+                    "provisioning_jwt_expires",
+                    "server_jwt_id",
+                    "server_jwt_expires",
+                    "certificate_serial",
+                    "certificate_sha256",
+                    "version_before",
+                    "version_after",
+                ]
+                .iter()
+                .filter(|k| !r[**k].is_null())
+                .map(|k| format!("  {k}: {}", field(r, k)))
+                .chain(
+                    r["retries"].as_array().into_iter().flatten().map(|t| {
+                        format!("  retried: {}", t.as_str().map(shown).unwrap_or_default())
+                    }),
+                )
+                .collect();
             if !facts.is_empty() {
                 out.push_str(&format!(
                     "\nFacts of attempt {} ({}):\n{}\n",

@@ -76,6 +76,21 @@ impl Outcome {
         }
     }
 
+    /// The outcome with its text (if it has one) passed through `f`.
+    pub fn map_text(self, f: impl FnOnce(&str) -> String) -> Outcome {
+        match self {
+            Outcome::Done | Outcome::ShutDown | Outcome::Upgraded => self,
+            Outcome::Deferred(m) => Outcome::Deferred(f(&m)),
+            Outcome::Failed(m) => Outcome::Failed(f(&m)),
+            Outcome::Stale(m) => Outcome::Stale(f(&m)),
+            Outcome::RefusedCsr(m) => Outcome::RefusedCsr(f(&m)),
+            Outcome::Locked(m) => Outcome::Locked(f(&m)),
+            Outcome::Unreachable(m) => Outcome::Unreachable(f(&m)),
+            Outcome::Contested(m) => Outcome::Contested(f(&m)),
+            Outcome::UpgradeWaiting(m) => Outcome::UpgradeWaiting(f(&m)),
+        }
+    }
+
     /// True when the identity should stay known for the cool-down period.
     pub fn needs_cooldown(&self) -> bool {
         matches!(

@@ -42,6 +42,26 @@ pub struct Facts {
     /// The helper's `msg` (defer, shutdown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub helper_msg: Option<String>,
+    /// The tries that failed and were retried, oldest first (at most
+    /// [`RETRIES_KEPT`]): why an attempt that ended well took long.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<String>,
+}
+
+/// Most failed tries kept in [`Facts::retries`].
+pub const RETRIES_KEPT: usize = 10;
+
+/// Most characters of one [`Facts::retries`] entry.
+const RETRY_TEXT_MAX: usize = 300;
+
+impl Facts {
+    /// Notes a failed try that is retried (bounded in count and length).
+    pub fn retried(&mut self, what: &str) {
+        if self.retries.len() < RETRIES_KEPT {
+            self.retries
+                .push(what.chars().take(RETRY_TEXT_MAX).collect());
+        }
+    }
 }
 
 /// Where an attempt is now.
@@ -161,6 +181,12 @@ mod tests {
             ("helper", 0)
         );
         p.record(|f| f.version_before = Some("0.30.2".into()));
+        for n in 0..RETRIES_KEPT + 3 {
+            p.record(|f| f.retried(&format!("try {n} {}", "x".repeat(400))));
+        }
+        assert_eq!(p.facts().retries.len(), RETRIES_KEPT);
+        assert_eq!(p.facts().retries[0].chars().count(), RETRY_TEXT_MAX);
+        p.record(|f| f.retries.clear());
         assert_eq!(p.facts().version_before.as_deref(), Some("0.30.2"));
         let json = serde_json::to_value(p.facts()).unwrap();
         assert_eq!(json, serde_json::json!({"version_before": "0.30.2"}));

@@ -186,6 +186,8 @@ impl<'r> Retrier<'r> {
                 call.tries,
                 call.identity
             );
+            self.progress
+                .record(|f| f.retried(&format!("{label} try {attempt}/{}: {why}", call.tries)));
             last = why;
         }
         self.metrics.rpc_errors.with_label_values(&[&label]).inc();

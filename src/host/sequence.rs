@@ -122,6 +122,19 @@ impl NodeSequence {
         let outcome = self
             .attempt(identity, waiting_since, stopping, progress)
             .unwrap_or_else(AttemptError::into_outcome);
+        // A node's words end up in these texts, and a node has the token: whatever it
+        // echoes, the log, `/nodes` and the audit trail never show our secrets.
+        let secrets = [
+            self.token(),
+            self.config.broker_provisioning_password.expose(),
+        ];
+        let scrub = |text: &str| super::redact::redact(text.as_bytes(), &secrets);
+        let outcome = outcome.map_text(scrub);
+        progress.record(|f| {
+            for text in f.retries.iter_mut().chain(f.helper_msg.as_mut()) {
+                *text = scrub(text);
+            }
+        });
         self.metrics
             .upgrades_in_flight
             .set(self.slots.holders().len() as i64);

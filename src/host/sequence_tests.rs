@@ -271,8 +271,54 @@ fn a_non_ok_status_is_retried_until_it_succeeds() {
         &[Answer::Status(5, "busy"), Answer::Ok(json!({}))],
     )]);
     let r = rig(node, CONFIGURED, |_| {});
-    assert_eq!(r.attempt(), Outcome::Done);
+    let progress = crate::host::progress::Progress::new();
+    let outcome =
+        r.sequence
+            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    assert_eq!(outcome, Outcome::Done);
     assert_eq!(r.node.count("inventory"), 2);
+    assert_eq!(
+        progress.facts().retries,
+        ["rpcutil#inventory try 1/5: invalid response from n1.example.net: busy (5)"],
+        "why it took long is kept"
+    );
+}
+
+#[test]
+fn a_node_echoing_the_token_does_not_get_it_into_texts_we_show() {
+    let node = FakeNode::answering(&[(
+        "inventory",
+        &[
+            Answer::Status(5, "busy, token was s3cret"),
+            Answer::Ok(json!({})),
+        ],
+    )]);
+    let r = rig(node, r#"{"defer": true, "msg": "s3cret is wrong"}"#, |_| {});
+    let progress = crate::host::progress::Progress::new();
+    let outcome =
+        r.sequence
+            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    assert_eq!(outcome, Outcome::Deferred("*** is wrong".into()));
+    let facts = progress.facts();
+    assert_eq!(facts.helper_msg.as_deref(), Some("*** is wrong"));
+    assert!(
+        facts.retries[0].ends_with("busy, token was *** (5)"),
+        "{facts:?}"
+    );
+    // A refusal no retry changes: failed at once, the node's words in the error.
+    let failing = FakeNode::answering(&[(
+        "configure",
+        &[Answer::Status(
+            1,
+            "Incorrect provision token supplied: s3cret",
+        )],
+    )]);
+    let r = rig(failing, CONFIGURED, |_| {});
+    let outcome = r.attempt().to_string();
+    assert!(
+        !outcome.contains("s3cret") && outcome.contains("token supplied: ***"),
+        "{outcome}"
+    );
 }
 
 #[test]

@@ -237,6 +237,7 @@ fn current_row(v: &Value) -> Vec<String> {
 }
 
 fn recent_row(r: &Value) -> Vec<String> {
+    let retried = r["retries"].as_array().map_or(0, Vec::len);
     let why = [
         field(r, "error"),
         field(r, "reason"),
@@ -244,7 +245,10 @@ fn recent_row(r: &Value) -> Vec<String> {
     ]
     .into_iter()
     .find(|s| !s.is_empty())
-    .unwrap_or_default();
+    .unwrap_or_else(|| match retried {
+        0 => String::new(),
+        n => format!("{n} tries retried (see the node)"),
+    });
     let versions = match (field(r, "version_before"), field(r, "version_after")) {
         (b, a) if !a.is_empty() => format!(" ({b} -> {a})"),
         _ => String::new(),
@@ -397,7 +401,10 @@ mod tests {
             "cooling_down": [], "upgrading": [],
             "recent": [{"time": "2026-12-04T05:59:00Z", "identity": "r1\u{1b}[2J", "outcome": "failed",
                         "step": "inventory", "attempt": 1, "duration_seconds": 1.5,
-                        "error": "rpcutil#inventory failed"}],
+                        "error": "rpcutil#inventory failed"},
+                       {"time": "2026-12-04T05:58:00Z", "identity": "r2", "outcome": "provisioned",
+                        "step": "restart", "attempt": 1, "duration_seconds": 22.7,
+                        "retries": ["choria_provision#restart try 1/3: no reply"]}],
         });
         let t = fleet_table(&doc, None);
         assert!(
@@ -410,10 +417,11 @@ mod tests {
             "{t}"
         );
         assert!(
-            t.contains("failed   inventory  1        1.5s  rpcutil#inventory failed"),
+            t.contains("failed       inventory  1        1.5s   rpcutil#inventory failed"),
             "{t}"
         );
         assert!(!t.contains('\u{1b}'), "no terminal escapes: {t}");
+        assert!(t.contains("22.7s  1 tries retried (see the node)"), "{t}");
         let only = fleet_table(&doc, Some("queued"));
         assert!(
             only.contains("q1") && !only.contains("f1") && !only.contains("Recent"),

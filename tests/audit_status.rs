@@ -392,7 +392,12 @@ fn upgrades_max_in_flight_caps_the_nodes_away_upgrading() {
                 "workers: 8\nhelper: {}\nfeatures: {{upgrades: true}}\nupgrades_repository: https://repo.example.net\n{cap}",
                 h.display()
             ),
-            fast(),
+            // No discovery after the first: nodes that waited are queued again when
+            // a slot is given back, not when discovery finds them.
+            choria_provisioner::hosts::daemon::DaemonOptions {
+                interval: Some(Duration::from_secs(600)),
+                ..fast()
+            },
         );
         wait_until(
             "all upgraded and provisioned",

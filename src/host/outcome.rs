@@ -34,8 +34,8 @@ pub enum Outcome {
     /// again only later.
     Contested(String),
     /// The helper asked for an upgrade but `upgrades_max_in_flight` nodes are already
-    /// upgrading: not an error; the node waits its turn and is tried again when it is
-    /// next found.
+    /// upgrading: not an error; the node waits its turn and is queued again when a
+    /// slot is given back (or when it is found again).
     UpgradeWaiting(String),
 }
 

@@ -147,6 +147,11 @@ impl NodeSequence {
         self.slots.holders()
     }
 
+    /// Nodes that waited for an upgrade slot and whose turn has come.
+    pub fn woken(&self) -> Vec<Identity> {
+        self.slots.take_woken()
+    }
+
     fn retrier<'a>(&'a self, stopping: &'a AtomicBool, progress: &'a Progress) -> Retrier<'a> {
         Retrier {
             rpc: &*self.rpc,

@@ -9,9 +9,12 @@
 //! back, or came back on its old version). A node found again before it went down
 //! still reports its old version and keeps its slot, so the cap holds even then. A
 //! node that finds no free slot ends its attempt as `upgrade_waiting` (not an error)
-//! and is tried again when it is next found.
+//! and waits its turn: the waiting nodes are kept first come, first served (at most
+//! [`WAITING_MAX`]), and each slot given back wakes the next one
+//! ([`UpgradeSlots::take_woken`]), which the fleet queues again at once; a node is
+//! also tried again whenever it is found.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -21,12 +24,38 @@ use crate::choria::identity::Identity;
 /// How long a node that never comes back holds its slot.
 pub const SLOT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// Most nodes remembered as waiting for a slot (the work queue's capacity); beyond
+/// it a node is tried again only when it is found again.
+pub const WAITING_MAX: usize = 50_000;
+
 /// The slots of one provisioner.
 #[derive(Debug)]
 pub struct UpgradeSlots {
     max: Option<usize>,
     timeout: Duration,
     held: Mutex<HashMap<Identity, Held>>,
+    queue: Mutex<Waiting>,
+}
+
+/// The nodes waiting for a slot, first come first served, and those woken.
+#[derive(Debug, Default)]
+struct Waiting {
+    order: VecDeque<Identity>,
+    members: HashSet<Identity>,
+    woken: Vec<Identity>,
+}
+
+impl Waiting {
+    /// Wakes up to `n` waiting nodes.
+    fn wake(&mut self, n: usize) {
+        for _ in 0..n {
+            let Some(identity) = self.order.pop_front() else {
+                return;
+            };
+            self.members.remove(&identity);
+            self.woken.push(identity);
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +71,7 @@ impl UpgradeSlots {
             max,
             timeout,
             held: Mutex::new(HashMap::new()),
+            queue: Mutex::new(Waiting::default()),
         }
     }
 
@@ -54,7 +84,9 @@ impl UpgradeSlots {
         let mut held = self.held.lock();
         let now = Instant::now();
         let timeout = self.timeout;
+        let before = held.len();
         held.retain(|_, h| now.duration_since(h.since) < timeout);
+        self.freed(before - held.len());
         if held.contains_key(identity) || held.len() < max {
             held.insert(
                 identity.clone(),
@@ -65,8 +97,25 @@ impl UpgradeSlots {
             );
             true
         } else {
+            let mut queue = self.queue.lock();
+            if queue.members.len() < WAITING_MAX && queue.members.insert(identity.clone()) {
+                queue.order.push_back(identity.clone());
+            }
             false
         }
+    }
+
+    /// `n` slots were given back: wake as many waiting nodes.
+    fn freed(&self, n: usize) {
+        if n > 0 {
+            self.queue.lock().wake(n);
+        }
+    }
+
+    /// The waiting nodes woken by slots given back since the last call, to be
+    /// queued again.
+    pub fn take_woken(&self) -> Vec<Identity> {
+        std::mem::take(&mut self.queue.lock().woken)
     }
 
     /// The node reported `version` in its inventory: its slot is given back if it
@@ -78,13 +127,15 @@ impl UpgradeSlots {
         let mut held = self.held.lock();
         if held.get(identity).is_some_and(|h| h.from != version) {
             held.remove(identity);
+            drop(held);
+            self.freed(1);
         }
     }
 
     /// Gives `identity`'s slot back, if it holds one.
     pub fn release(&self, identity: &Identity) {
-        if self.max.is_some() {
-            self.held.lock().remove(identity);
+        if self.max.is_some() && self.held.lock().remove(identity).is_some() {
+            self.freed(1);
         }
     }
 
@@ -125,6 +176,29 @@ mod tests {
         slots.seen(&id("z"), "2.0");
         assert!(slots.try_take(&id("a"), "1.0"));
         assert!(!slots.try_take(&id("z"), "1.0"));
+    }
+
+    #[test]
+    fn each_slot_given_back_wakes_the_next_waiting_node() {
+        let slots = UpgradeSlots::new(Some(1), SLOT_TIMEOUT);
+        assert!(slots.try_take(&id("a"), "1.0"));
+        for n in ["b", "c", "b", "d"] {
+            assert!(!slots.try_take(&id(n), "1.0"));
+        }
+        assert!(slots.take_woken().is_empty(), "nothing given back yet");
+        slots.seen(&id("a"), "2.0");
+        assert_eq!(slots.take_woken(), [id("b")], "first come, first served");
+        assert!(slots.take_woken().is_empty());
+        assert!(slots.try_take(&id("b"), "1.0"));
+        slots.release(&id("b"));
+        slots.release(&id("b"));
+        assert_eq!(slots.take_woken(), [id("c")], "one slot, one node");
+        let quick = UpgradeSlots::new(Some(1), Duration::from_millis(20));
+        assert!(quick.try_take(&id("a"), "1.0"));
+        assert!(!quick.try_take(&id("b"), "1.0"));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(quick.try_take(&id("c"), "1.0"), "a timed out");
+        assert_eq!(quick.take_woken(), [id("b")]);
     }
 
     #[test]

@@ -68,6 +68,12 @@ pub trait Provision: Send + Sync {
     fn upgrading(&self) -> Vec<(Identity, Instant)> {
         Vec::new()
     }
+
+    /// Nodes that ended an attempt waiting (`upgrade_waiting`) and whose turn has
+    /// come: the fleet queues them again. None by default.
+    fn woken(&self) -> Vec<Identity> {
+        Vec::new()
+    }
 }
 
 /// Where an identity came from.
@@ -77,6 +83,9 @@ pub enum Source {
     Discovery,
     /// A lifecycle startup event.
     Event,
+    /// A node that waited its turn (an upgrade slot) and is queued again; not
+    /// counted as discovered.
+    Retry,
 }
 
 /// What [`Fleet::add`] did.
@@ -276,6 +285,7 @@ impl Fleet {
             match source {
                 Source::Discovery => self.metrics.discovered.inc(),
                 Source::Event => self.metrics.event_discovered.inc(),
+                Source::Retry => {}
             }
             log::debug!(
                 "Adding {identity} to the work queue with {} entries",
@@ -443,6 +453,10 @@ impl Provision for crate::host::sequence::NodeSequence {
 
     fn upgrading(&self) -> Vec<(Identity, Instant)> {
         crate::host::sequence::NodeSequence::upgrading(self)
+    }
+
+    fn woken(&self) -> Vec<Identity> {
+        crate::host::sequence::NodeSequence::woken(self)
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crossbeam_channel::select;
 
-use super::{Fleet, Job};
+use super::{Fleet, Job, Source};
 use crate::host::outcome::Outcome;
 use crate::host::progress::Progress;
 
@@ -71,6 +71,10 @@ pub(super) fn run(fleet: &Fleet) {
             log::debug!("Dropping {}: {outcome}", job.identity);
         }
         fleet.finish(&job, &outcome);
+        // Nodes whose turn came (an upgrade slot was given back) are queued again.
+        for identity in fleet.provisioner.woken() {
+            fleet.add(&identity, Source::Retry);
+        }
     }
 }
 

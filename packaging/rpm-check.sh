@@ -48,6 +48,7 @@ drwxr-xr-x root root /etc/$name
 -rw-r----- root root /etc/$name/$name.yaml
 -rw-r----- root root /etc/$name/choria.cfg
 -rw-r--r-- root root /var/log/$name.log
+drwxr-xr-x root root /var/log/$name
 drwxr-xr-x root root /var/lib/$name
 drwxr-xr-x root root /usr/share/doc/$name/examples
 -rw-r--r-- root root /usr/share/man/man8/$name.8.gz
@@ -99,6 +100,7 @@ expect unit "$unit" "After=network-online.target"
 expect unit "$unit" "Wants=network-online.target"
 expect unit "$unit" "WantedBy=multi-user.target"
 expect logrotate "$root/etc/logrotate.d/$name" "/var/log/$name.log {"
+expect logrotate "$root/etc/logrotate.d/$name" "/var/log/$name/audit.log {"
 cmp -s "$root/etc/$name/$name.yaml" packaging/$name.yaml || fail "installed YAML is not packaging/$name.yaml"
 cmp -s "$root/etc/$name/choria.cfg" packaging/choria.cfg || fail "installed choria.cfg is not packaging/choria.cfg"
 for f in grafana-dashboard.json prometheus-alerts.yaml; do
@@ -164,7 +166,8 @@ if "$bin" check --help 2>&1 | grep -q -- '--config'; then
         || fail "openssl could not make a test certificate"
     cp "$etc/ssl/provisioner.mcollective.pem" "$etc/jwt-verify.pem"
     cp "$etc/ssl/provisioner.mcollective.pem" "$etc/ssl/ca.pem"
-    sed "s#/etc/$name/#$etc/#g" "$root/etc/$name/$name.yaml" > "$etc/$name.yaml"
+    sed -e "s#/etc/$name/#$etc/#g" -e "s#/var/log/$name/#$root/var/log/$name/#g" \
+        "$root/etc/$name/$name.yaml" > "$etc/$name.yaml"
     sed "s#/etc/$name/#$etc/#g" "$root/etc/$name/choria.cfg" > "$etc/choria.cfg"
     if "$bin" check --config "$etc/$name.yaml" --choria-config "$etc/choria.cfg" > "$work/check" 2>&1; then
         ok "check passes on the default YAML"

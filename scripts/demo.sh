@@ -6,6 +6,8 @@
 # BROKER=mtls (protocol v1, file provider, mutual TLS) puts the tests' Choria broker
 # front end (examples/choria_broker.rs) before the nats-server: provisioner and nodes
 # connect with TLS and the credentials `choria-fleet-sim keys` made for them.
+# Ends with `choria-provisioner nodes` for the fleet, one faulty node's history, and
+# the audit trail's path: what happened to node X, when and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/rig.sh
@@ -49,6 +51,7 @@ loglevel: info
 helper: $PWD/packaging/examples/provision-helper.sh
 $access
 site: demo
+audit_file: $out/audit.log
 monitor_port: $monitor_port
 monitor_host: 127.0.0.1
 YAML
@@ -95,5 +98,28 @@ faulty = [n for n in nodes if n["fault"]]
 print(f"demo: {done}/{len(nodes)} nodes provisioned; {sum(1 for n in faulty if n['phase']=='provisioned')}/{len(faulty)} faulty nodes recovered")
 print(f"demo: {sum(1 for n in nodes if n['restarts'] > 1)} nodes came back in provisioning mode and were provisioned again")
 PY
+nodes=("$bin/choria-provisioner" nodes --monitor "http://127.0.0.1:$monitor_port")
+echo
+echo "demo: \$ choria-provisioner nodes --monitor http://127.0.0.1:$monitor_port"
+"${nodes[@]}" || true
+# The node that was hardest to provision (most attempts, then the longest one: a
+# faulty one), as an operator would look it up.
+retried=$(python3 - "$out/audit.log" <<'PY'
+import json, sys
+worst = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    n, took = worst.get(r["identity"], (0, 0.0))
+    worst[r["identity"]] = (n + 1, max(took, r["duration_seconds"]))
+print(max(worst, key=worst.get) if worst else "")
+PY
+)
+if [ -n "$retried" ]; then
+  echo
+  echo "demo: \$ choria-provisioner nodes --monitor http://127.0.0.1:$monitor_port $retried"
+  "${nodes[@]}" "$retried" || true
+fi
+echo
+echo "demo: the audit trail (one JSON line per attempt) is $out/audit.log"
 echo "demo: provisioner metrics: provisioned $(metric choria_provisioner_provisioned), errors $(metric choria_provisioner_provision_errors), rpc errors $(metric choria_provisioner_rpc_errors)"
 echo "demo: logs and the per-node summary are in $out/"

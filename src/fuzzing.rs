@@ -562,15 +562,19 @@ pub fn helper_output(data: &[u8]) {
         directory: "/etc/choria".into(),
         signature: String::new(),
     };
-    let token = match server_keys().server_jwt("n1.example.net", Some(&node), &output) {
-        Ok(token) => token,
+    let signed = match server_keys().server_jwt("n1.example.net", Some(&node), &output) {
+        Ok(signed) => signed,
         Err(outcome) => {
             let _ = outcome.to_string();
             return;
         }
     };
-    let claims = verify_jws(&token, &verify_keys().0).expect("our server JWT verifies");
+    let claims = verify_jws(&signed.token, &verify_keys().0).expect("our server JWT verifies");
     let claims: ServerClaims = serde_json::from_slice(&claims).expect("our claims decode");
+    assert_eq!(
+        claims, signed.claims,
+        "the claims audited are the claims signed"
+    );
     assert_eq!(claims.identity, "n1.example.net");
     assert_eq!(claims.standard.public_key, node.public_key);
     assert!(!claims.collectives.is_empty());

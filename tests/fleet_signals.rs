@@ -7,32 +7,20 @@ mod support;
 use std::time::{Duration, Instant};
 
 use choria_provisioner::sim::{Faults, Phase};
+use support::daemon::spawn_with;
 use support::rig::*;
 use support::{NatsServer, TempDir};
 
-/// The provisioner binary against `url`, logging to a file in `dir`.
+/// The provisioner binary against `url` with the example helper, logging to a file in
+/// `dir`.
 fn spawn_binary(dir: &TempDir, url: &str) -> std::process::Child {
-    let cfg = dir.write(
-        "choria.cfg",
-        &format!("identity = p1.test\nplugin.choria.middleware_hosts = {url}\n"),
-    );
-    let yaml = dir.write(
-        "p.yaml",
-        &format!(
-            "workers: 4\nhelper: {}\nchoria_insecure: true\nshutdown_timeout: 3s\nlogfile: {}\n",
-            support::daemon::example_helper().display(),
-            dir.path().join("p.log").display()
-        ),
-    );
-    std::process::Command::new(env!("CARGO_BIN_EXE_choria-provisioner"))
-        .args([
-            "--config",
-            &yaml.display().to_string(),
-            "--choria-config",
-            &cfg.display().to_string(),
-        ])
-        .spawn()
-        .unwrap()
+    spawn_with(
+        env!("CARGO_BIN_EXE_choria-provisioner"),
+        dir,
+        url,
+        &support::daemon::example_helper(),
+        "workers: 4\nshutdown_timeout: 3s\n",
+    )
 }
 
 #[test]
@@ -86,6 +74,7 @@ fn a_second_signal_exits_at_once() {
     });
     let dir = TempDir::new("second-signal");
     let mut child = spawn_with(
+        env!("CARGO_BIN_EXE_choria-provisioner"),
         &dir,
         &server.url(),
         &support::daemon::example_helper(),
@@ -128,6 +117,7 @@ fn stopping_kills_a_running_helper_and_exits_0_within_the_bound() {
         ),
     );
     let mut child = spawn_with(
+        env!("CARGO_BIN_EXE_choria-provisioner"),
         &dir,
         &server.url(),
         &slow,
@@ -148,34 +138,4 @@ fn stopping_kills_a_running_helper_and_exits_0_within_the_bound() {
     );
     std::thread::sleep(Duration::from_secs(1));
     assert!(!marker.exists(), "the helper was killed, not left running");
-}
-
-/// The provisioner binary with `helper` and extra YAML, logging to a file in `dir`.
-fn spawn_with(
-    dir: &TempDir,
-    url: &str,
-    helper: &std::path::Path,
-    yaml: &str,
-) -> std::process::Child {
-    let cfg = dir.write(
-        "choria.cfg",
-        &format!("identity = p1.test\nplugin.choria.middleware_hosts = {url}\n"),
-    );
-    let yaml = dir.write(
-        "p.yaml",
-        &format!(
-            "helper: {}\nchoria_insecure: true\nlogfile: {}\n{yaml}",
-            helper.display(),
-            dir.path().join("p.log").display()
-        ),
-    );
-    std::process::Command::new(env!("CARGO_BIN_EXE_choria-provisioner"))
-        .args([
-            "--config",
-            &yaml.display().to_string(),
-            "--choria-config",
-            &cfg.display().to_string(),
-        ])
-        .spawn()
-        .unwrap()
 }

@@ -40,6 +40,8 @@ pub enum Command {
     Run(RunArgs),
     /// validate the configuration and print it
     Check(CheckArgs),
+    /// show the nodes a running provisioner knows
+    Nodes(NodesArgs),
 }
 
 /// Runs the provisioner (the default command).
@@ -76,6 +78,32 @@ pub struct CheckArgs {
     pub choria_config: Option<String>,
 }
 
+/// Shows what a running provisioner knows of each node, read from its monitoring
+/// port (/nodes): queued, in flight, cooling down, upgrading, and the recent
+/// attempts with their outcome and error. With an identity, that node's state and
+/// its recent attempts.
+#[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
+#[argh(subcommand, name = "nodes")]
+pub struct NodesArgs {
+    /// the monitoring address, http://host:port (default: from --config's
+    /// monitor_host and monitor_port)
+    #[argh(option)]
+    pub monitor: Option<String>,
+    /// only nodes in this state: queued, in_flight, cooling_down, upgrading or
+    /// recent
+    #[argh(option)]
+    pub state: Option<String>,
+    /// print the JSON document instead of a table
+    #[argh(switch)]
+    pub json: bool,
+    /// the provisioner configuration file (for its monitoring address)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// show only this node
+    #[argh(positional)]
+    pub identity: Option<String>,
+}
+
 /// What to do, with the top-level and subcommand flags merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
@@ -89,6 +117,8 @@ pub struct Invocation {
     pub choria_config: Option<String>,
     /// `--pid` (run only).
     pub pid: Option<String>,
+    /// The `nodes` command's flags.
+    pub nodes: Option<NodesArgs>,
 }
 
 /// The command chosen.
@@ -100,9 +130,17 @@ pub enum Action {
     Run,
     /// Validate and print the configuration.
     Check,
+    /// Show the nodes of a running provisioner.
+    Nodes,
 }
 
-const VALUE_FLAGS: [&str; 3] = ["--config", "--choria-config", "--pid"];
+const VALUE_FLAGS: [&str; 5] = [
+    "--config",
+    "--choria-config",
+    "--pid",
+    "--monitor",
+    "--state",
+];
 
 /// Splits `--config=x` into `--config x` for the flags that take a value.
 pub fn split_equals(args: &[String]) -> Vec<String> {
@@ -130,6 +168,7 @@ pub fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::EarlyEx
         config: top.config,
         choria_config: top.choria_config,
         pid: top.pid,
+        nodes: None,
     };
     match top.command {
         None | Some(Command::Run(_)) if top.version => inv.action = Action::Version,
@@ -145,6 +184,11 @@ pub fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::EarlyEx
             inv.debug |= check.debug;
             inv.config = check.config.or(inv.config);
             inv.choria_config = check.choria_config.or(inv.choria_config);
+        }
+        Some(Command::Nodes(nodes)) => {
+            inv.action = Action::Nodes;
+            inv.config = nodes.config.clone().or(inv.config);
+            inv.nodes = Some(nodes);
         }
     }
     if top.version {

@@ -3,6 +3,7 @@
 
 pub mod args;
 mod check;
+mod nodes;
 mod overrides;
 mod pidfile;
 mod prepare;
@@ -44,6 +45,7 @@ pub fn main() -> i32 {
         }
         Action::Check => check::check(&inv),
         Action::Run => run::run(&inv),
+        Action::Nodes => nodes::nodes(&inv),
     }
 }
 

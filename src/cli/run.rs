@@ -47,15 +47,16 @@ pub fn run(inv: &Invocation) -> i32 {
     let pause = Arc::new(Pause::new(metrics.paused.clone()));
     let health = Arc::new(Health::default());
     let _monitor = if config.monitor_port > 0 {
-        match MetricsServer::start(
+        match MetricsServer::start_with_nodes(
             config.monitor_host.as_deref(),
             config.monitor_port,
             Arc::clone(&metrics),
             health.source(Arc::clone(&pause), &config),
+            Arc::clone(&health.nodes) as crate::metrics::NodeSource,
         ) {
             Ok(server) => {
                 log::info!(
-                    "Serving /metrics, /healthz and /readyz on {}",
+                    "Serving /metrics, /healthz, /readyz and /nodes on {}",
                     server.local_addr()
                 );
                 Some(server)
@@ -65,7 +66,7 @@ pub fn run(inv: &Invocation) -> i32 {
     } else {
         None
     };
-    let shutdown = match signals::install(log) {
+    let shutdown = match signals::install(log, Arc::clone(&health.audit)) {
         Ok(rx) => rx,
         Err(e) => return fail(format!("Could not install signal handlers: {e}")),
     };
@@ -91,6 +92,8 @@ struct Health {
     connection: Mutex<Option<Arc<crate::choria::connector::ConnectionState>>>,
     election: Mutex<Option<Arc<Mutex<ElectionState>>>>,
     membership: Mutex<Option<Arc<Membership>>>,
+    nodes: Arc<crate::metrics::LateNodes>,
+    audit: signals::AuditSlot,
 }
 
 impl Health {
@@ -207,6 +210,8 @@ fn serve(
     *health.connection.lock() = Some(daemon.connection());
     *health.election.lock() = daemon.election();
     *health.membership.lock() = daemon.membership();
+    health.nodes.set(daemon.node_status());
+    *health.audit.lock() = daemon.audit();
     let _ = shutdown.recv();
     log::warn!("Stopping: no new nodes are taken, in-flight nodes finish their current step");
     if !daemon.stop() {

@@ -151,6 +151,10 @@ pub struct Config {
     pub upgrades_repository: String,
     /// Upgrade failures are logged and provisioning continues.
     pub upgrades_optional: bool,
+    /// Most nodes upgrading at once (new key; `None`: unlimited, as Go).
+    pub upgrades_max_in_flight: Option<usize>,
+    /// Where one JSON line per finished attempt is appended (new key; `None`: off).
+    pub audit_file: Option<PathBuf>,
     /// How long a stopping daemon waits for in-flight nodes (new key).
     pub shutdown_timeout: Duration,
     /// Optional features.
@@ -196,6 +200,8 @@ impl Config {
             active_active: false,
             upgrades_repository: String::new(),
             upgrades_optional: false,
+            upgrades_max_in_flight: None,
+            audit_file: None,
             shutdown_timeout: Duration::from_secs(10),
             features: Features::default(),
         }

@@ -472,6 +472,67 @@ fn effective_yaml_hides_secrets() {
 }
 
 #[test]
+fn audit_file_is_off_by_default_and_its_directory_must_exist() {
+    assert_eq!(config("").audit_file, None);
+    assert_eq!(config("audit_file: ''").audit_file, None);
+    let dir = scratch();
+    let path = dir.join("audit.log");
+    let c = config(&format!("audit_file: {}", path.display()));
+    assert_eq!(c.audit_file.as_deref(), Some(path.as_path()));
+    let out = c.effective_yaml();
+    assert!(
+        out.contains(&format!("audit_file: {}", path.display())),
+        "{out}"
+    );
+    assert!(!config("").effective_yaml().contains("audit_file: /"));
+    assert_problem(
+        "audit_file: /no/such/dir/audit.log",
+        "audit_file: \"/no/such/dir/audit.log\": directory /no/such/dir does not exist",
+    );
+    assert_problem(
+        &format!("audit_file: {}", dir.display()),
+        "is a directory; name the file",
+    );
+    let log = dir.join("p.log");
+    assert_problem(
+        &format!("logfile: {0}\naudit_file: {0}", log.display()),
+        "is the logfile; the audit trail needs a file of its own",
+    );
+    assert_problem(
+        "audit_file: [a]",
+        "audit_file: expected a string, got a list",
+    );
+}
+
+#[test]
+fn upgrades_max_in_flight_is_unlimited_by_default_and_not_negative() {
+    assert_eq!(config("").upgrades_max_in_flight, None);
+    assert_eq!(
+        config("upgrades_max_in_flight: 0").upgrades_max_in_flight,
+        None
+    );
+    let c = config(
+        "features: {upgrades: true}\nupgrades_repository: https://r\nupgrades_max_in_flight: 5",
+    );
+    assert_eq!(c.upgrades_max_in_flight, Some(5));
+    assert!(c.effective_yaml().contains("upgrades_max_in_flight: 5"));
+    assert!(config("")
+        .effective_yaml()
+        .contains("upgrades_max_in_flight: 0"));
+    assert_problem(
+        "upgrades_max_in_flight: -2",
+        "upgrades_max_in_flight: \"-2\": must not be negative",
+    );
+    assert_problem(
+        "upgrades_max_in_flight: many",
+        "upgrades_max_in_flight: expected a whole number",
+    );
+    assert!(warnings("upgrades_max_in_flight: 3")
+        .iter()
+        .any(|w| w.contains("only used with features.upgrades")));
+}
+
+#[test]
 fn active_active_is_read_and_shown() {
     let c = config("site: lon-1\nactive_active: true\n");
     assert!(c.active_active && !c.leader_election);

@@ -22,6 +22,7 @@ pub(crate) fn validate(c: &Config, problems: &mut Vec<Problem>, warnings: &mut V
     monitor(c, problems);
     logfile(c, problems);
     active_active(c, problems);
+    audit_file(c, problems, warnings);
 }
 
 /// Active-active shares the fleet among the instances of one `site`, which names
@@ -253,17 +254,49 @@ fn monitor(c: &Config, problems: &mut Vec<Problem>) {
 
 fn logfile(c: &Config, problems: &mut Vec<Problem>) {
     if let LogTarget::File(path) = &c.logfile {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        if !dir.is_dir() {
+        directory_exists("logfile", path, problems);
+    }
+}
+
+fn audit_file(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
+    if let Some(path) = &c.audit_file {
+        if path.is_dir() {
             problems.push(Problem::with_value(
-                "logfile",
+                "audit_file",
                 path.display().to_string(),
-                format!("directory {} does not exist", dir.display()),
+                "is a directory; name the file the audit lines are appended to",
+            ));
+        } else {
+            directory_exists("audit_file", path, problems);
+        }
+        if c.logfile == LogTarget::File(path.clone()) {
+            problems.push(Problem::with_value(
+                "audit_file",
+                path.display().to_string(),
+                "is the logfile; the audit trail needs a file of its own",
             ));
         }
+    }
+    if c.upgrades_max_in_flight.is_some() && !c.features.upgrades {
+        warnings.push(Problem::new(
+            "upgrades_max_in_flight",
+            "is only used with features.upgrades, which is off",
+        ));
+    }
+}
+
+/// The directory a file of `key` is created in must exist.
+fn directory_exists(key: &str, path: &Path, problems: &mut Vec<Problem>) {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        problems.push(Problem::with_value(
+            key,
+            path.display().to_string(),
+            format!("directory {} does not exist", dir.display()),
+        ));
     }
 }
 

@@ -38,6 +38,8 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "active_active",
     "upgrades_repository",
     "upgrades_optional",
+    "upgrades_max_in_flight",
+    "audit_file",
     "shutdown_timeout",
     "features",
 ];
@@ -186,6 +188,12 @@ fn apply_top(
         "active_active" => boolean(key, v).map(|b| c.active_active = b),
         "upgrades_repository" => string(key, v).map(|s| c.upgrades_repository = s),
         "upgrades_optional" => boolean(key, v).map(|b| c.upgrades_optional = b),
+        "upgrades_max_in_flight" => int(key, v)
+            .and_then(max_in_flight)
+            .map(|n| c.upgrades_max_in_flight = n),
+        "audit_file" => {
+            string(key, v).map(|s| c.audit_file = Some(s).filter(|s| !s.is_empty()).map(Into::into))
+        }
         "shutdown_timeout" => {
             duration(key, v).map(|d| c.shutdown_timeout = d.unwrap_or(c.shutdown_timeout))
         }
@@ -258,6 +266,19 @@ fn workers(n: Option<i64>) -> Result<Option<usize>, Problem> {
             "is more than 4096 worker threads; each holds one node at a time, a few hundred is plenty",
         )),
         Some(n) => Ok(Some(n as usize)),
+    }
+}
+
+/// `upgrades_max_in_flight`: absent or 0 is unlimited (as Go), negative is refused.
+fn max_in_flight(n: Option<i64>) -> Result<Option<usize>, Problem> {
+    match n {
+        None | Some(0) => Ok(None),
+        Some(n) if n < 0 => Err(Problem::with_value(
+            "upgrades_max_in_flight",
+            n.to_string(),
+            "must not be negative; use 0 (or leave it out) for no limit",
+        )),
+        Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
     }
 }
 
@@ -455,6 +476,17 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
     put("active_active", Value::Bool(c.active_active));
     put("upgrades_repository", s(&c.upgrades_repository));
     put("upgrades_optional", Value::Bool(c.upgrades_optional));
+    put(
+        "upgrades_max_in_flight",
+        Value::Number(c.upgrades_max_in_flight.unwrap_or(0).into()),
+    );
+    put(
+        "audit_file",
+        s(&c.audit_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()),
+    );
     put("shutdown_timeout", s(&format_duration(c.shutdown_timeout)));
     let mut features = Mapping::new();
     for (k, v) in [

@@ -15,7 +15,7 @@ use crate::crypto::csr::DenyList;
 use crate::crypto::ids;
 use crate::crypto::jwt::{
     sign_server_token, verify_provisioning_token_now, RequestedServerClaims, ServerClaimsInput,
-    SigningKey, SigningToken, VerifyKey,
+    SignedServerToken, SigningKey, SigningToken, VerifyKey,
 };
 
 /// Keys and checks shared by every attempt.
@@ -88,13 +88,13 @@ impl KeyMaterial {
 
     /// Signs the server JWT for the node (ed25519 feature), with the chain-issuer data
     /// when `jwt_signing_token` is set (re-read for every node, so rotating it needs no
-    /// restart, as in Go).
+    /// restart, as in Go). Returns the token with its claims (for the audit trail).
     pub fn server_jwt(
         &self,
         identity: &str,
         ed25519: Option<&Ed25519Info>,
         answer: &HelperOutput,
-    ) -> Result<String, AttemptError> {
+    ) -> Result<SignedServerToken, AttemptError> {
         let key = self
             .signing
             .as_ref()
@@ -135,10 +135,10 @@ impl KeyMaterial {
         };
         let signed = sign_server_token(&input, key, chain.as_ref())
             .map_err(|e| failed(format!("could not sign a server JWT for {identity}: {e}")))?;
-        if let Some(warning) = signed.warning {
+        if let Some(warning) = &signed.warning {
             log::warn!("{identity}: {warning}");
         }
-        Ok(signed.token)
+        Ok(signed)
     }
 
     /// Validates the node's CSR (pki feature): PKCS#10, CN equal to the identity,

@@ -3,11 +3,14 @@
 pub mod failure;
 pub mod helper;
 pub mod key_material;
+pub mod loop_check;
 pub mod node_rpc;
 pub mod outcome;
 pub mod pipes;
 mod proctree;
+pub mod progress;
 mod redact;
 pub mod retry;
 pub mod sequence;
+pub mod upgrade_slots;
 pub mod version;

@@ -33,6 +33,10 @@ pub enum Outcome {
     /// request): nothing secret was sent. Kept for the cool-down so that it is tried
     /// again only later.
     Contested(String),
+    /// The helper asked for an upgrade but `upgrades_max_in_flight` nodes are already
+    /// upgrading: not an error; the node waits its turn and is queued again when a
+    /// slot is given back (or when it is found again).
+    UpgradeWaiting(String),
 }
 
 impl Outcome {
@@ -54,7 +58,8 @@ impl Outcome {
     }
 
     /// The `outcome` label: `provisioned`, `shut_down`, `upgraded`, `deferred`,
-    /// `failed`, `stale`, `refused_csr`, `unreachable`, `contested` or `locked`.
+    /// `failed`, `stale`, `refused_csr`, `unreachable`, `contested`, `locked` or
+    /// `upgrade_waiting`.
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Done => "provisioned",
@@ -67,6 +72,22 @@ impl Outcome {
             Outcome::Unreachable(_) => "unreachable",
             Outcome::Contested(_) => "contested",
             Outcome::Locked(_) => "locked",
+            Outcome::UpgradeWaiting(_) => "upgrade_waiting",
+        }
+    }
+
+    /// The outcome with its text (if it has one) passed through `f`.
+    pub fn map_text(self, f: impl FnOnce(&str) -> String) -> Outcome {
+        match self {
+            Outcome::Done | Outcome::ShutDown | Outcome::Upgraded => self,
+            Outcome::Deferred(m) => Outcome::Deferred(f(&m)),
+            Outcome::Failed(m) => Outcome::Failed(f(&m)),
+            Outcome::Stale(m) => Outcome::Stale(f(&m)),
+            Outcome::RefusedCsr(m) => Outcome::RefusedCsr(f(&m)),
+            Outcome::Locked(m) => Outcome::Locked(f(&m)),
+            Outcome::Unreachable(m) => Outcome::Unreachable(f(&m)),
+            Outcome::Contested(m) => Outcome::Contested(f(&m)),
+            Outcome::UpgradeWaiting(m) => Outcome::UpgradeWaiting(f(&m)),
         }
     }
 
@@ -91,7 +112,8 @@ impl fmt::Display for Outcome {
             | Outcome::RefusedCsr(msg)
             | Outcome::Locked(msg)
             | Outcome::Unreachable(msg)
-            | Outcome::Contested(msg) => f.write_str(msg),
+            | Outcome::Contested(msg)
+            | Outcome::UpgradeWaiting(msg) => f.write_str(msg),
         }
     }
 }

@@ -80,6 +80,8 @@ pub struct Retrier<'a> {
     pub pause: &'a Pause,
     /// Set when the daemon is stopping.
     pub stopping: &'a AtomicBool,
+    /// The attempt's position, moved to each call's action and try.
+    pub progress: &'a super::progress::Progress,
 }
 
 /// Why a call gave up.
@@ -132,6 +134,7 @@ impl<'r> Retrier<'r> {
                     )));
                 }
             }
+            self.progress.rpc_try(call.action, attempt as u32);
             let started = Instant::now();
             let result = self.rpc.call(
                 call.identity,
@@ -183,6 +186,8 @@ impl<'r> Retrier<'r> {
                 call.tries,
                 call.identity
             );
+            self.progress
+                .record(|f| f.retried(&format!("{label} try {attempt}/{}: {why}", call.tries)));
             last = why;
         }
         self.metrics.rpc_errors.with_label_values(&[&label]).inc();

@@ -19,9 +19,12 @@ use serde_json::{json, Value};
 use super::failure::AttemptError;
 use super::helper::{CsrInfo, Ed25519Info, Helper, HelperError, HelperInput, HelperOutput};
 use super::key_material::KeyMaterial;
+use super::loop_check::{HelperStamp, LoopWarnings};
 use super::node_rpc::{NodeRpc, ReplyWatch};
 use super::outcome::Outcome;
+use super::progress::{certificate_facts, Progress};
 use super::retry::{Call, Check, Retrier};
+use super::upgrade_slots::{UpgradeSlots, SLOT_TIMEOUT};
 use crate::choria::identity::Identity;
 use crate::config::{Config, Pause};
 use crate::metrics::Metrics;
@@ -55,6 +58,8 @@ pub struct NodeSequence {
     keys: KeyMaterial,
     /// Warns (once a minute) about active-active nodes older than go-choria v0.29.
     lockless: crate::throttle::Throttle,
+    slots: UpgradeSlots,
+    loops: LoopWarnings,
 }
 
 /// The first go-choria release whose provisioning agent has the provisioning lock.
@@ -89,6 +94,8 @@ impl NodeSequence {
         let keys = KeyMaterial::load(&config)?;
         Ok(NodeSequence {
             helper: Helper::new(&config.helper, config.helper_timeout),
+            slots: UpgradeSlots::new(config.upgrades_max_in_flight, SLOT_TIMEOUT),
+            loops: LoopWarnings::default(),
             config,
             rpc,
             metrics,
@@ -106,16 +113,58 @@ impl NodeSequence {
         waiting_since: Instant,
         stopping: &AtomicBool,
     ) -> Outcome {
-        self.attempt(identity, waiting_since, stopping)
-            .unwrap_or_else(AttemptError::into_outcome)
+        self.provision_with(identity, waiting_since, stopping, &Progress::new())
     }
 
-    fn retrier<'a>(&'a self, stopping: &'a AtomicBool) -> Retrier<'a> {
+    /// Runs one attempt for `identity`, keeping `progress` up to date with the step
+    /// it is at and the facts it learns.
+    pub fn provision_with(
+        &self,
+        identity: &Identity,
+        waiting_since: Instant,
+        stopping: &AtomicBool,
+        progress: &Progress,
+    ) -> Outcome {
+        let outcome = self
+            .attempt(identity, waiting_since, stopping, progress)
+            .unwrap_or_else(AttemptError::into_outcome);
+        // A node's words end up in these texts, and a node has the token: whatever it
+        // echoes, the log, `/nodes` and the audit trail never show our secrets.
+        let secrets = [
+            self.token(),
+            self.config.broker_provisioning_password.expose(),
+        ];
+        let scrub = |text: &str| super::redact::redact(text.as_bytes(), &secrets);
+        let outcome = outcome.map_text(scrub);
+        progress.record(|f| {
+            for text in f.retries.iter_mut().chain(f.helper_msg.as_mut()) {
+                *text = scrub(text);
+            }
+        });
+        self.metrics
+            .upgrades_in_flight
+            .set(self.slots.holders().len() as i64);
+        outcome
+    }
+
+    /// The nodes away upgrading now (holding an `upgrades_max_in_flight` slot), with
+    /// when they were sent.
+    pub fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        self.slots.holders()
+    }
+
+    /// Nodes that waited for an upgrade slot and whose turn has come.
+    pub fn woken(&self) -> Vec<Identity> {
+        self.slots.take_woken()
+    }
+
+    fn retrier<'a>(&'a self, stopping: &'a AtomicBool, progress: &'a Progress) -> Retrier<'a> {
         Retrier {
             rpc: &*self.rpc,
             metrics: &self.metrics,
             pause: &self.pause,
             stopping,
+            progress,
         }
     }
 
@@ -133,7 +182,13 @@ impl NodeSequence {
         self.config.token.expose()
     }
 
-    fn attempt(&self, identity: &Identity, since: Instant, stopping: &AtomicBool) -> Step<Outcome> {
+    fn attempt(
+        &self,
+        identity: &Identity,
+        since: Instant,
+        stopping: &AtomicBool,
+        progress: &Progress,
+    ) -> Step<Outcome> {
         let waited = since.elapsed();
         if waited > self.config.stale_after() {
             return Err(AttemptError::Stale { waited });
@@ -146,7 +201,7 @@ impl NodeSequence {
             }
             Ok(())
         };
-        let w = self.retrier(stopping);
+        let w = self.retrier(stopping, progress);
         let mut a = Attempt::default();
         if self.config.features.jwt {
             self.fetch_jwt(&w, identity, &mut a)?;
@@ -162,7 +217,11 @@ impl NodeSequence {
             self.fetch_csr(&w, identity, &mut a)?;
             between()?;
         }
+        progress.step("helper");
         let answer = self.run_helper(identity, &a, stopping)?;
+        if (answer.defer || answer.shutdown) && !answer.msg.is_empty() {
+            progress.record(|f| f.helper_msg = Some(crate::untrusted::shown(&answer.msg)));
+        }
         if answer.defer {
             return Ok(Outcome::Deferred(answer.msg));
         }
@@ -173,17 +232,34 @@ impl NodeSequence {
         // Nothing secret is made or sent for a node someone else answers for.
         self.settle(identity, &a, self.timeouts.reply_grace)?;
         let server_jwt = if self.config.features.ed25519 {
-            self.keys
-                .server_jwt(identity, a.ed25519.as_ref(), &answer)?
+            progress.step("server_jwt");
+            let signed = self
+                .keys
+                .server_jwt(identity, a.ed25519.as_ref(), &answer)?;
+            progress.record(|f| {
+                f.server_jwt_id = Some(signed.claims.standard.jti.clone());
+                f.server_jwt_expires = signed.claims.standard.exp;
+            });
+            signed.token
         } else {
             String::new()
         };
+        if !answer.certificate.is_empty() {
+            if let Some((serial, sha256)) = certificate_facts(&answer.certificate) {
+                progress.record(|f| {
+                    f.certificate_serial = Some(serial);
+                    f.certificate_sha256 = Some(sha256);
+                });
+            }
+        }
+        progress.step("key_transport");
         let (key, ecdh_public) = self.encrypt_key(identity, &a, &answer)?;
-        if let Some(outcome) = self.upgrade(&w, identity, &a, &answer)? {
+        if let Some(outcome) = self.upgrade(&w, identity, &a, &answer, progress)? {
             return Ok(outcome);
         }
         between()?;
         self.settle(identity, &a, Duration::ZERO)?;
+        self.check_loops(identity, &answer);
         self.configure(&w, identity, &a, &answer, &key, &ecdh_public, &server_jwt)?;
         between()?;
         self.restart(&w, identity)?;
@@ -210,7 +286,15 @@ impl NodeSequence {
                 identity: identity.clone(),
             });
         }
-        a.claims = Some(self.keys.verify_provisioning_jwt(identity, &jwt)?);
+        let claims = self.keys.verify_provisioning_jwt(identity, &jwt)?;
+        w.progress.record(|f| {
+            f.provisioning_jwt_id = claims["jti"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(crate::untrusted::shown);
+            f.provisioning_jwt_expires = claims["exp"].as_i64();
+        });
+        a.claims = Some(claims);
         a.ecdh_public = ecdh;
         Ok(())
     }
@@ -306,6 +390,12 @@ impl NodeSequence {
         a.version = data["version"].as_str().unwrap_or_default().to_string();
         a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
         self.warn_if_lockless(identity, &a.version);
+        if !a.version.is_empty() {
+            w.progress
+                .record(|f| f.version_before = Some(crate::untrusted::shown(&a.version)));
+        }
+        // Back from an upgrade on another version: its upgrade slot is free.
+        self.slots.seen(identity, &a.version);
         // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added.
         let mut sorted: std::collections::BTreeMap<String, Value> = data
             .as_object()
@@ -451,11 +541,13 @@ impl NodeSequence {
         identity: &Identity,
         a: &Attempt,
         answer: &HelperOutput,
+        progress: &Progress,
     ) -> Step<Option<Outcome>> {
         if !self.config.features.upgrades || answer.upgrade.is_empty() {
             return Ok(None);
         }
         let target = answer.upgrade.as_str();
+        progress.step("upgrade");
         let refuse = |why: String| -> Step<Option<Outcome>> {
             if self.config.upgrades_optional {
                 log::warn!("Could not upgrade {identity} to {target}, continuing: {why}");
@@ -481,6 +573,17 @@ impl NodeSequence {
             log::info!("{identity} already runs {target}, upgrade skipped");
             return Ok(None);
         }
+        progress.record(|f| f.version_after = Some(crate::untrusted::shown(target)));
+        if !self.slots.try_take(identity, &a.version) {
+            return Ok(Some(Outcome::UpgradeWaiting(format!(
+                "{identity} waits to be upgraded to {}: upgrades_max_in_flight ({}) nodes are upgrading",
+                crate::untrusted::shown(target),
+                self.config.upgrades_max_in_flight.unwrap_or(0)
+            ))));
+        }
+        self.metrics
+            .upgrades_in_flight
+            .set(self.slots.holders().len() as i64);
         let token = self.token().to_string();
         let repository = self.config.upgrades_repository.clone();
         match w.run(
@@ -492,7 +595,33 @@ impl NodeSequence {
                 log::info!("Upgrading {identity} from {} to {target}", a.version);
                 Ok(Some(Outcome::Upgraded))
             }
-            Err(e) => refuse(e.to_string()),
+            Err(e) => {
+                self.slots.release(identity);
+                refuse(e.to_string())
+            }
+        }
+    }
+
+    /// Warns (once per helper version and key) and counts a configuration that would
+    /// bring the node straight back into provisioning; sends it anyway, as Go does.
+    fn check_loops(&self, identity: &Identity, answer: &HelperOutput) {
+        let found = super::loop_check::findings(&answer.configuration, identity);
+        if found.is_empty() {
+            return;
+        }
+        let stamp = HelperStamp::of_command(&self.config.helper);
+        for finding in found {
+            self.metrics
+                .looping_configurations
+                .with_label_values(&[finding.key])
+                .inc();
+            if self.loops.first(&stamp, finding.key) {
+                log::warn!(
+                    "The helper's configuration for {identity} will not keep it out of provisioning: {} {} (warned once per helper version; counted in choria_provisioner_looping_configurations)",
+                    finding.key,
+                    finding.why
+                );
+            }
         }
     }
 

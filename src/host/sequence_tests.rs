@@ -271,8 +271,54 @@ fn a_non_ok_status_is_retried_until_it_succeeds() {
         &[Answer::Status(5, "busy"), Answer::Ok(json!({}))],
     )]);
     let r = rig(node, CONFIGURED, |_| {});
-    assert_eq!(r.attempt(), Outcome::Done);
+    let progress = crate::host::progress::Progress::new();
+    let outcome =
+        r.sequence
+            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    assert_eq!(outcome, Outcome::Done);
     assert_eq!(r.node.count("inventory"), 2);
+    assert_eq!(
+        progress.facts().retries,
+        ["rpcutil#inventory try 1/5: invalid response from n1.example.net: busy (5)"],
+        "why it took long is kept"
+    );
+}
+
+#[test]
+fn a_node_echoing_the_token_does_not_get_it_into_texts_we_show() {
+    let node = FakeNode::answering(&[(
+        "inventory",
+        &[
+            Answer::Status(5, "busy, token was s3cret"),
+            Answer::Ok(json!({})),
+        ],
+    )]);
+    let r = rig(node, r#"{"defer": true, "msg": "s3cret is wrong"}"#, |_| {});
+    let progress = crate::host::progress::Progress::new();
+    let outcome =
+        r.sequence
+            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    assert_eq!(outcome, Outcome::Deferred("*** is wrong".into()));
+    let facts = progress.facts();
+    assert_eq!(facts.helper_msg.as_deref(), Some("*** is wrong"));
+    assert!(
+        facts.retries[0].ends_with("busy, token was *** (5)"),
+        "{facts:?}"
+    );
+    // A refusal no retry changes: failed at once, the node's words in the error.
+    let failing = FakeNode::answering(&[(
+        "configure",
+        &[Answer::Status(
+            1,
+            "Incorrect provision token supplied: s3cret",
+        )],
+    )]);
+    let r = rig(failing, CONFIGURED, |_| {});
+    let outcome = r.attempt().to_string();
+    assert!(
+        !outcome.contains("s3cret") && outcome.contains("token supplied: ***"),
+        "{outcome}"
+    );
 }
 
 #[test]
@@ -470,4 +516,132 @@ fn a_stopping_daemon_ends_the_attempt_between_steps() {
         )
     );
     assert_eq!(r.node.calls(), ["inventory"]);
+}
+
+#[test]
+fn upgrades_over_the_cap_wait_without_an_rpc_and_a_returning_node_frees_its_slot() {
+    let inventory = Answer::Ok(json!({"version": "0.30.2", "upgradable": true}));
+    let node = FakeNode::answering(&[("inventory", &[inventory])]);
+    let r = rig(
+        node,
+        r#"{"configuration": {"a": "b"}, "upgrade": "0.31.0"}"#,
+        |c| {
+            c.features.upgrades = true;
+            c.upgrades_repository = "https://repo.example.net".into();
+            c.upgrades_max_in_flight = Some(1);
+        },
+    );
+    let n2 = Identity::parse("n2.example.net").unwrap();
+    let go = |id: &Identity| {
+        r.sequence
+            .provision(id, Instant::now(), &AtomicBool::new(false))
+    };
+    assert_eq!(go(&n1()), Outcome::Upgraded);
+    assert_eq!(r.metrics.upgrades_in_flight.get(), 1);
+    let waiting = go(&n2);
+    assert_eq!(
+        waiting,
+        Outcome::UpgradeWaiting(
+            "n2.example.net waits to be upgraded to 0.31.0: upgrades_max_in_flight (1) nodes are upgrading".into()
+        )
+    );
+    assert!(!waiting.is_error() && !waiting.is_success());
+    assert_eq!(r.node.count("release_update"), 1, "n2 sent nothing");
+    assert_eq!(
+        r.sequence
+            .upgrading()
+            .iter()
+            .map(|(i, _)| i.as_str())
+            .collect::<Vec<_>>(),
+        ["n1.example.net"]
+    );
+    // n1 is found again before it went down: still on its old version, it keeps its
+    // slot (and is sent again), and n2 still waits.
+    assert_eq!(go(&n1()), Outcome::Upgraded, "n1 took its own slot again");
+    let progress = crate::host::progress::Progress::new();
+    assert!(matches!(
+        r.sequence
+            .provision_with(&n2, Instant::now(), &AtomicBool::new(false), &progress),
+        Outcome::UpgradeWaiting(_)
+    ));
+    assert_eq!(progress.position().step, "upgrade");
+    assert_eq!(r.node.count("release_update"), 2);
+    // n1 comes back upgraded: its slot is free, and n2 (still on 0.30.2) takes it.
+    let inventory = |v: &str| Answer::Ok(json!({"version": v, "upgradable": true}));
+    r.node.script.lock().insert(
+        "inventory".into(),
+        [inventory("0.31.0"), inventory("0.30.2")]
+            .into_iter()
+            .collect(),
+    );
+    assert_eq!(go(&n1()), Outcome::Done, "n1 is configured on 0.31.0");
+    assert_eq!(go(&n2), Outcome::Upgraded);
+    assert_eq!(r.node.count("release_update"), 3);
+    assert_eq!(r.metrics.upgrades_in_flight.get(), 1);
+}
+
+#[test]
+fn the_attempt_reports_its_step_and_facts() {
+    let node = FakeNode::answering(&[(
+        "inventory",
+        &[Answer::Ok(
+            json!({"version": "0.30.2\n\"x", "upgradable": false}),
+        )],
+    )]);
+    let r = rig(node, CONFIGURED, |_| {});
+    let progress = crate::host::progress::Progress::new();
+    let outcome =
+        r.sequence
+            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    assert_eq!(outcome, Outcome::Done);
+    let at = progress.position();
+    assert_eq!((at.step.as_str(), at.tries), ("restart", 1));
+    let facts = progress.facts();
+    assert_eq!(
+        facts.version_before.as_deref(),
+        Some("0.30.2\\n\\\"x"),
+        "a node's string is escaped"
+    );
+    assert_eq!(facts.version_after, None);
+
+    let r = rig(
+        FakeNode::answering(&[]),
+        r#"{"defer": true, "msg": "not in the CMDB yet"}"#,
+        |_| {},
+    );
+    let progress = crate::host::progress::Progress::new();
+    r.sequence
+        .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    assert_eq!(progress.position().step, "helper");
+    assert_eq!(
+        progress.facts().helper_msg.as_deref(),
+        Some("not in the CMDB yet")
+    );
+}
+
+#[test]
+fn a_configuration_that_loops_is_sent_counted_and_warned_once() {
+    let r = rig(
+        FakeNode::answering(&[]),
+        r#"{"configuration": {"identity": "n1.example.net"}}"#,
+        |_| {},
+    );
+    assert_eq!(r.attempt(), Outcome::Done, "sent anyway, as Go does");
+    assert_eq!(r.attempt(), Outcome::Done);
+    let counted = |key: &str| {
+        r.metrics
+            .looping_configurations
+            .with_label_values(&[key])
+            .get()
+    };
+    assert_eq!(counted("plugin.choria.server.provision"), 2);
+    assert_eq!(counted("plugin.choria.middleware_hosts"), 2);
+    assert_eq!(counted("identity"), 0);
+    let stamp = crate::host::loop_check::HelperStamp::of(&r.dir.join("helper.sh"));
+    assert!(
+        !r.sequence
+            .loops
+            .first(&stamp, "plugin.choria.server.provision"),
+        "already warned for this helper version"
+    );
 }

@@ -117,6 +117,12 @@ impl Daemon {
             Arc::clone(pause),
             Arc::new(provisioner) as Arc<dyn Provision>,
         );
+        fleet.board().set_instance(&client.identity);
+        if let Some(path) = &config.audit_file {
+            let audit = super::audit::AuditLog::open(path, Arc::clone(metrics));
+            log::info!("Writing the audit trail to {}", path.display());
+            fleet.board().set_audit(Arc::new(audit));
+        }
         let (trigger_tx, trigger) = bounded::<()>(1);
         let mut daemon = Daemon {
             fleet: Arc::clone(&fleet),
@@ -176,6 +182,16 @@ impl Daemon {
     /// The scheduler.
     pub fn fleet(&self) -> &Arc<Fleet> {
         &self.fleet
+    }
+
+    /// The audit trail, when `audit_file` is set (reopened on SIGHUP).
+    pub fn audit(&self) -> Option<Arc<super::audit::AuditLog>> {
+        self.fleet.board().audit().cloned()
+    }
+
+    /// What `/nodes` shows of this provisioner.
+    pub fn node_status(&self) -> crate::metrics::NodeSource {
+        Arc::new(super::status::FleetStatus(Arc::clone(&self.fleet)))
     }
 
     /// The RPC client.

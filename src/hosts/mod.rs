@@ -8,6 +8,7 @@
 //! reported as such (not as "added"), the gauges are exact, and shutdown waits for
 //! in-flight nodes within a bound.
 
+pub mod audit;
 pub mod daemon;
 pub mod discovery;
 pub mod election;
@@ -15,6 +16,7 @@ pub mod events;
 mod finisher;
 pub mod membership;
 pub mod rendezvous;
+pub mod status;
 mod workers;
 
 use std::collections::HashMap;
@@ -48,6 +50,32 @@ pub trait Provision: Send + Sync {
         waiting_since: Instant,
         stopping: &AtomicBool,
     ) -> Outcome;
+
+    /// [`Provision::provision`], keeping `progress` up to date with the step the
+    /// attempt is at and the facts it learns (for `/nodes` and the audit trail).
+    /// By default only the start is shown.
+    fn provision_with(
+        &self,
+        identity: &Identity,
+        waiting_since: Instant,
+        stopping: &AtomicBool,
+        progress: &crate::host::progress::Progress,
+    ) -> Outcome {
+        let _ = progress;
+        self.provision(identity, waiting_since, stopping)
+    }
+
+    /// The nodes away upgrading (holding an `upgrades_max_in_flight` slot) and
+    /// since when; none by default.
+    fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        Vec::new()
+    }
+
+    /// Nodes that ended an attempt waiting (`upgrade_waiting`) and whose turn has
+    /// come: the fleet queues them again. None by default.
+    fn woken(&self) -> Vec<Identity> {
+        Vec::new()
+    }
 }
 
 /// Which nodes this instance provisions (active-active: the nodes it owns among the
@@ -70,6 +98,9 @@ pub enum Source {
     Discovery,
     /// A lifecycle startup event.
     Event,
+    /// A node that waited its turn (an upgrade slot) and is queued again; not
+    /// counted as discovered.
+    Retry,
 }
 
 /// What [`Fleet::add`] did.
@@ -161,6 +192,7 @@ pub struct Fleet {
     threads: Mutex<Vec<JoinHandle<()>>>,
     queue_full: AtomicU64,
     ownership: OnceLock<Arc<dyn Ownership>>,
+    board: status::Board,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -202,6 +234,7 @@ impl Fleet {
             threads: Mutex::new(Vec::new()),
             queue_full: AtomicU64::new(0),
             ownership: OnceLock::new(),
+            board: status::Board::default(),
         })
     }
 
@@ -309,6 +342,7 @@ impl Fleet {
             match source {
                 Source::Discovery => self.metrics.discovered.inc(),
                 Source::Event => self.metrics.event_discovered.inc(),
+                Source::Retry => {}
             }
             log::debug!(
                 "Adding {identity} to the work queue with {} entries",
@@ -352,6 +386,11 @@ impl Fleet {
     /// The pause flag.
     pub fn pause(&self) -> &Arc<Pause> {
         &self.pause
+    }
+
+    /// What is known of each node (in flight, history, audit trail).
+    pub fn board(&self) -> &status::Board {
+        &self.board
     }
 
     /// The metrics.
@@ -451,6 +490,30 @@ impl Provision for crate::host::sequence::NodeSequence {
         stopping: &AtomicBool,
     ) -> Outcome {
         crate::host::sequence::NodeSequence::provision(self, identity, waiting_since, stopping)
+    }
+
+    fn provision_with(
+        &self,
+        identity: &Identity,
+        waiting_since: Instant,
+        stopping: &AtomicBool,
+        progress: &crate::host::progress::Progress,
+    ) -> Outcome {
+        crate::host::sequence::NodeSequence::provision_with(
+            self,
+            identity,
+            waiting_since,
+            stopping,
+            progress,
+        )
+    }
+
+    fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        crate::host::sequence::NodeSequence::upgrading(self)
+    }
+
+    fn woken(&self) -> Vec<Identity> {
+        crate::host::sequence::NodeSequence::woken(self)
     }
 }
 

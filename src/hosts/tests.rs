@@ -493,3 +493,62 @@ fn a_locked_node_is_forgotten_without_an_error() {
     wait_until("provisioned", || m.provisioned.get() == 1);
     r.fleet.stop();
 }
+
+#[test]
+fn node_status_shows_queued_in_flight_cooling_down_and_finished_nodes() {
+    use crate::metrics::{NodeLookup, NodeStatus};
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    let status = status::FleetStatus(Arc::clone(&r.fleet));
+    for n in ["n1", "n2", "n3"] {
+        r.fleet.add(&id(n), Source::Discovery);
+    }
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    let doc = status.nodes();
+    assert_eq!(doc["in_flight"][0]["identity"], "n1", "{doc}");
+    assert_eq!(doc["in_flight"][0]["step"], "start");
+    assert_eq!(doc["in_flight"][0]["attempt"], 1);
+    let queued: Vec<(String, u64)> = doc["queued"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["identity"].as_str().unwrap().to_string(),
+                v["position"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let mut queued = queued;
+    queued.sort();
+    assert_eq!(
+        queued,
+        [("n2".into(), 1), ("n3".into(), 2)],
+        "first in, first out"
+    );
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("n2".into(), Outcome::Failed("boom".into()));
+    for _ in 0..3 {
+        r.release.as_ref().unwrap().send(()).unwrap();
+    }
+    wait_until("all finished", || {
+        status.nodes()["recent"].as_array().unwrap().len() == 3
+    });
+    let doc = status.nodes();
+    assert_eq!(doc["cooling_down"].as_array().unwrap().len(), 2, "{doc}");
+    let NodeLookup::Found(n2) = status.node("n2") else {
+        panic!("n2 is known by its history");
+    };
+    assert_eq!(n2["state"], "finished");
+    assert_eq!(n2["recent"][0]["outcome"], "failed");
+    assert_eq!(n2["recent"][0]["error"], "boom");
+    let NodeLookup::Found(n1) = status.node("n1") else {
+        panic!("n1 cools down");
+    };
+    assert_eq!(n1["state"], "cooling_down");
+    assert!(n1["until"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(status.node("n9"), NodeLookup::Unknown);
+    assert!(matches!(status.node("bad..name"), NodeLookup::Invalid(_)));
+    r.fleet.stop();
+}

@@ -9,12 +9,14 @@
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::select;
 
-use super::{Fleet, Job};
+use super::{Fleet, Job, Source};
 use crate::host::outcome::Outcome;
+use crate::host::progress::Progress;
 
 /// Most characters of a panic message kept in the outcome.
 const PANIC_MESSAGE_MAX: usize = 500;
@@ -45,22 +47,29 @@ pub(super) fn run(fleet: &Fleet) {
         let metrics = &fleet.metrics;
         metrics.busy_workers.inc();
         let started = Instant::now();
+        let progress = Arc::new(Progress::new());
+        fleet.board.begin(&job.identity, Arc::clone(&progress));
         // The provisioner shares nothing with this worker that a panic could leave
         // half-updated: its state is per attempt, and parking_lot locks do not poison.
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             fleet
                 .provisioner
-                .provision(&job.identity, since, &fleet.stopping)
+                .provision_with(&job.identity, since, &fleet.stopping, &progress)
         }))
         .unwrap_or_else(|payload| panicked(&job.identity, payload.as_ref()));
         metrics.busy_workers.dec();
         metrics.observe_outcome(outcome.label(), started.elapsed().as_secs_f64());
+        fleet
+            .board
+            .finish(&job.identity, &outcome, started.elapsed());
         if outcome.is_success() {
             metrics.provisioned.inc();
             log::info!("{}: {outcome}", job.identity);
         } else if outcome.is_error() {
             metrics.provision_errors.inc();
             log::error!("Provisioning {} failed: {outcome}", job.identity);
+        } else if let Outcome::UpgradeWaiting(why) = &outcome {
+            log::info!("{why}");
         } else {
             // A made-up identity or a node that left (counted in unreachable_nodes),
             // or a node another provisioner holds: not an error of ours; forgotten
@@ -68,6 +77,10 @@ pub(super) fn run(fleet: &Fleet) {
             log::debug!("Dropping {}: {outcome}", job.identity);
         }
         fleet.finish(&job, &outcome);
+        // Nodes whose turn came (an upgrade slot was given back) are queued again.
+        for identity in fleet.provisioner.woken() {
+            fleet.add(&identity, Source::Retry);
+        }
     }
 }
 

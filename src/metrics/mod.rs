@@ -14,7 +14,10 @@ use prometheus::{
 };
 
 pub use process::{ProcessCollector, ProcessStats};
-pub use server::{Health, HealthSource, MetricsServer, Readiness, Role, ServeError};
+pub use server::{
+    Health, HealthSource, LateNodes, MetricsServer, NodeLookup, NodeSource, NodeStatus, Readiness,
+    Role, ServeError,
+};
 pub use summary::SumCountVec;
 
 /// The metric families of one provisioner, all labelled `site`.
@@ -107,6 +110,13 @@ pub struct Metrics {
     /// Messages from other provisioners refused, by `reason` (one of
     /// [`PEER_REFUSALS`]).
     pub peer_messages_refused: IntCounterVec,
+    /// Audit trail lines that could not be written (`audit_file`).
+    pub audit_write_errors: IntCounter,
+    /// Helper configurations that would bring the node back into provisioning or
+    /// leave it without a broker, by the `key` at fault.
+    pub looping_configurations: IntCounterVec,
+    /// Nodes holding an upgrade slot (`upgrades_max_in_flight`).
+    pub upgrades_in_flight: IntGauge,
 }
 
 /// The `outcome` label values of `choria_provisioner_outcomes`, each created at 0 on
@@ -124,7 +134,8 @@ pub struct Metrics {
 /// | `unreachable` | no server subscribes to the node's subject |
 /// | `contested` | two different replies came in the node's name |
 /// | `locked` | another provisioner holds the node's provisioning lock |
-pub const OUTCOMES: [&str; 10] = [
+/// | `upgrade_waiting` | an upgrade must wait: `upgrades_max_in_flight` nodes are upgrading |
+pub const OUTCOMES: [&str; 11] = [
     "provisioned",
     "deferred",
     "shut_down",
@@ -135,6 +146,7 @@ pub const OUTCOMES: [&str; 10] = [
     "unreachable",
     "contested",
     "locked",
+    "upgrade_waiting",
 ];
 
 /// The `reason` label values of `choria_provisioner_peer_messages_refused`, each
@@ -260,6 +272,11 @@ impl Metrics {
             site,
         ))?;
         registry.register(Box::new(share.clone()))?;
+        let looping_configurations = site_vec(
+            "choria_provisioner_looping_configurations",
+            "How many helper configurations would bring the node back into provisioning, by key",
+            &["key"],
+        )?;
         let outcomes = site_vec(
             "choria_provisioner_outcomes",
             "How many provisioning attempts ended, by outcome",
@@ -398,6 +415,15 @@ impl Metrics {
             )?,
             share,
             peer_messages_refused,
+            audit_write_errors: counter(
+                "choria_provisioner_audit_write_errors",
+                "How many audit trail lines could not be written",
+            )?,
+            upgrades_in_flight: gauge(
+                "choria_provisioner_upgrades_in_flight",
+                "How many nodes hold an upgrade slot (upgrades_max_in_flight)",
+            )?,
+            looping_configurations,
             refused_identities,
             rejected_replies,
             contested_replies,

@@ -1,5 +1,6 @@
-//! The monitoring HTTP listener: `/metrics` (Prometheus text), `/healthz` and
-//! `/readyz` (JSON), served by `tiny_http` on one thread.
+//! The monitoring HTTP listener: `/metrics` (Prometheus text), `/healthz`,
+//! `/readyz`, `/nodes` and `/nodes/<identity>` (JSON), served by `tiny_http` on one
+//! thread. Read-only; it belongs on a trusted network (or `monitor_host`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +35,55 @@ where
 
 /// The daemon's side of the monitoring listener.
 pub type HealthSource = Arc<dyn Health>;
+
+/// What `/nodes/<identity>` found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeLookup {
+    /// The node's document (200).
+    Found(serde_json::Value),
+    /// Nothing is known of a valid identity (404).
+    Unknown,
+    /// Not a valid identity; the text says why without echoing it (400).
+    Invalid(String),
+}
+
+/// What `/nodes` shows: every node the daemon knows, and one by identity. This
+/// module cannot name identities or fleets, so the daemon validates and looks up.
+pub trait NodeStatus: Send + Sync {
+    /// The `/nodes` document.
+    fn nodes(&self) -> serde_json::Value;
+    /// The `/nodes/<raw>` answer; `raw` is the path segment as received.
+    fn node(&self, raw: &str) -> NodeLookup;
+}
+
+/// The daemon's node status, shared with the listener.
+pub type NodeSource = Arc<dyn NodeStatus>;
+
+/// A [`NodeStatus`] set once the daemon runs (the listener starts before it): until
+/// then `/nodes` says it is starting and knows no node.
+#[derive(Default)]
+pub struct LateNodes(parking_lot::Mutex<Option<NodeSource>>);
+
+impl LateNodes {
+    /// From now on, answer from `source`.
+    pub fn set(&self, source: NodeSource) {
+        *self.0.lock() = Some(source);
+    }
+}
+
+impl NodeStatus for LateNodes {
+    fn nodes(&self) -> serde_json::Value {
+        let source = self.0.lock().clone();
+        match source {
+            Some(s) => s.nodes(),
+            None => serde_json::json!({"starting": true}),
+        }
+    }
+    fn node(&self, raw: &str) -> NodeLookup {
+        let source = self.0.lock().clone();
+        source.map_or(NodeLookup::Unknown, |s| s.node(raw))
+    }
+}
 
 /// Which part this instance plays among the provisioners of its site.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +216,17 @@ impl MetricsServer {
         metrics: Arc<Metrics>,
         health: HealthSource,
     ) -> Result<MetricsServer, ServeError> {
+        Self::start_with_nodes(host, port, metrics, health, Arc::new(LateNodes::default()))
+    }
+
+    /// [`MetricsServer::start`], with `/nodes` answered from `nodes`.
+    pub fn start_with_nodes(
+        host: Option<&str>,
+        port: u16,
+        metrics: Arc<Metrics>,
+        health: HealthSource,
+        nodes: NodeSource,
+    ) -> Result<MetricsServer, ServeError> {
         let addr = match host {
             Some(h) if h.contains(':') => format!("[{h}]:{port}"),
             Some(h) => format!("{h}:{port}"),
@@ -183,7 +244,7 @@ impl MetricsServer {
         let serving = Arc::clone(&server);
         let thread = std::thread::Builder::new()
             .name("metrics".into())
-            .spawn(move || serve(&serving, &metrics, &health))
+            .spawn(move || serve(&serving, &metrics, &health, &nodes))
             .map_err(|e| ServeError {
                 addr,
                 reason: format!("cannot start thread: {e}"),
@@ -219,7 +280,7 @@ impl Drop for MetricsServer {
     }
 }
 
-fn serve(server: &tiny_http::Server, metrics: &Metrics, health: &HealthSource) {
+fn serve(server: &tiny_http::Server, metrics: &Metrics, health: &HealthSource, nodes: &NodeSource) {
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or("").to_string();
         let response = match (request.method(), path.as_str()) {
@@ -238,6 +299,20 @@ fn serve(server: &tiny_http::Server, metrics: &Metrics, health: &HealthSource) {
             }
             (tiny_http::Method::Get, "/readyz") => {
                 let (status, body) = health.readiness().response();
+                text_response(status, body.to_string(), "application/json")
+            }
+            (tiny_http::Method::Get, "/nodes" | "/nodes/") => {
+                text_response(200, nodes.nodes().to_string(), "application/json")
+            }
+            (tiny_http::Method::Get, p) if p.starts_with("/nodes/") => {
+                let raw = &p["/nodes/".len()..];
+                let (status, body) = match nodes.node(raw) {
+                    NodeLookup::Found(doc) => (200, doc),
+                    NodeLookup::Unknown => {
+                        (404, serde_json::json!({"error": "no such node is known"}))
+                    }
+                    NodeLookup::Invalid(why) => (400, serde_json::json!({"error": why})),
+                };
                 text_response(status, body.to_string(), "application/json")
             }
             _ => text_response(404, "404 page not found\n".into(), "text/plain"),
@@ -444,6 +519,68 @@ mod tests {
             assert!(!r.is_ready(), "{doc} gave {r:?}");
             assert_eq!(r.response().0, 503, "{doc}");
         }
+    }
+
+    struct TwoNodes;
+
+    impl NodeStatus for TwoNodes {
+        fn nodes(&self) -> serde_json::Value {
+            serde_json::json!({"queued": [{"identity": "a"}]})
+        }
+        fn node(&self, raw: &str) -> NodeLookup {
+            match raw {
+                "a" => NodeLookup::Found(serde_json::json!({"identity": "a"})),
+                "b" => NodeLookup::Unknown,
+                _ => NodeLookup::Invalid("not an identity".into()),
+            }
+        }
+    }
+
+    #[test]
+    fn nodes_answers_200_404_and_400_and_waits_for_its_source() {
+        let metrics = Arc::new(Metrics::new("lon").unwrap());
+        let late = Arc::new(LateNodes::default());
+        let server = MetricsServer::start_with_nodes(
+            Some("127.0.0.1"),
+            0,
+            metrics,
+            Arc::new(|| serde_json::json!({})),
+            Arc::clone(&late) as NodeSource,
+        )
+        .unwrap();
+        let addr = server.local_addr();
+        assert_eq!(
+            get(addr, "/nodes"),
+            (200, get(addr, "/nodes").1, r#"{"starting":true}"#.into())
+        );
+        assert_eq!(
+            get(addr, "/nodes/a").0,
+            404,
+            "nothing known before the daemon runs"
+        );
+        late.set(Arc::new(TwoNodes));
+        let (status, head, body) = get(addr, "/nodes");
+        assert_eq!(
+            (status, body.as_str()),
+            (200, r#"{"queued":[{"identity":"a"}]}"#)
+        );
+        assert!(head.contains("application/json"), "{head}");
+        assert_eq!(get(addr, "/nodes/a").2, r#"{"identity":"a"}"#);
+        assert_eq!(
+            get(addr, "/nodes/b"),
+            (
+                404,
+                get(addr, "/nodes/b").1,
+                r#"{"error":"no such node is known"}"#.into()
+            )
+        );
+        let (status, _, body) = get(addr, "/nodes/%2e%0a");
+        assert_eq!(
+            (status, body.as_str()),
+            (400, r#"{"error":"not an identity"}"#)
+        );
+        assert_eq!(request(addr, "POST", "/nodes").0, 404, "read-only");
+        server.stop();
     }
 
     #[test]

@@ -134,6 +134,9 @@ pub struct Progress {
     pub shut_down: u64,
     /// Nodes whose server JWT the broker refuses after their restart.
     pub rejected: u64,
+    /// The most nodes that were ever away upgrading at once (from an accepted
+    /// `release_update` until the node is back).
+    pub upgrading_peak: u64,
 }
 
 impl Progress {
@@ -152,6 +155,10 @@ struct Counters {
     restarted: AtomicU64,
     failed: AtomicU64,
     dropped: AtomicU64,
+    /// Nodes away upgrading now (from `release_update` until they are back).
+    upgrading: AtomicU64,
+    /// The most nodes ever away upgrading at once.
+    upgrading_peak: AtomicU64,
 }
 
 /// A node in the summary.
@@ -380,6 +387,7 @@ impl Sim {
             provisioned,
             failed: c.failed.load(Ordering::Relaxed),
             dropped: c.dropped.load(Ordering::Relaxed),
+            upgrading_peak: c.upgrading_peak.load(Ordering::Relaxed),
         }
     }
 
@@ -750,8 +758,14 @@ fn apply(shared: &Arc<Shared>, n: usize, node: &mut Node, effect: node::Effect) 
         node::Effect::Upgrade(version) => {
             emit(shared, &node.identity, &node.version, "upgraded", &version);
             node.phase = Phase::Restarting;
+            let away = shared.counters.upgrading.fetch_add(1, Ordering::Relaxed) + 1;
+            shared
+                .counters
+                .upgrading_peak
+                .fetch_max(away, Ordering::Relaxed);
             let s = Arc::clone(shared);
             shared.timer.after(delay, move || {
+                s.counters.upgrading.fetch_sub(1, Ordering::Relaxed);
                 leave(&s, n);
                 let mut node = s.nodes[n].lock();
                 node.reboot();

@@ -161,3 +161,36 @@ pub fn base_yaml(yaml: &str) -> String {
     };
     format!("{workers}{helper}shutdown_timeout: 5s\n{yaml}")
 }
+
+/// The provisioner binary `bin` (the test's `CARGO_BIN_EXE_choria-provisioner`;
+/// the example that shares this module has none) with `helper` and extra YAML,
+/// logging to a file in `dir`.
+pub fn spawn_with(
+    bin: &str,
+    dir: &TempDir,
+    url: &str,
+    helper: &std::path::Path,
+    yaml: &str,
+) -> std::process::Child {
+    let cfg = dir.write(
+        "choria.cfg",
+        &format!("identity = p1.test\nplugin.choria.middleware_hosts = {url}\n"),
+    );
+    let yaml = dir.write(
+        "p.yaml",
+        &format!(
+            "helper: {}\nchoria_insecure: true\nlogfile: {}\n{yaml}",
+            helper.display(),
+            dir.path().join("p.log").display()
+        ),
+    );
+    std::process::Command::new(bin)
+        .args([
+            "--config",
+            &yaml.display().to_string(),
+            "--choria-config",
+            &cfg.display().to_string(),
+        ])
+        .spawn()
+        .unwrap()
+}

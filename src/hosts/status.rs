@@ -1,0 +1,414 @@
+//! What the fleet knows about each node, for people: the attempts in flight (step,
+//! since, tries), a bounded history of finished attempts, the attempt number of each
+//! identity, and the audit trail those finished attempts are written to. Read by
+//! `/nodes` and `/nodes/<identity>` on the monitoring port ([`FleetStatus`]).
+//!
+//! Bounds: [`HISTORY`] finished attempts in all, at most [`PER_IDENTITY`] of one
+//! identity (a node that fails again and again does not push everyone else out);
+//! attempt numbers of at most [`COUNTED`] identities (beyond it they restart at 1).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::audit::AuditLog;
+use super::{Fleet, State};
+use crate::choria::identity::Identity;
+use crate::host::outcome::Outcome;
+use crate::host::progress::{Facts, Progress};
+use crate::metrics::NodeLookup;
+
+/// Finished attempts kept for `/nodes`.
+pub const HISTORY: usize = 1000;
+
+/// Finished attempts of one identity kept for `/nodes`.
+pub const PER_IDENTITY: usize = 20;
+
+/// Identities whose attempts are numbered.
+pub const COUNTED: usize = 100_000;
+
+/// Most characters of an outcome's text kept in a record.
+const TEXT_MAX: usize = 1000;
+
+/// One finished attempt: a line of the audit trail and an entry of `/nodes`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// When it ended (RFC 3339, UTC).
+    pub time: String,
+    /// The provisioner that made it.
+    pub instance: String,
+    /// The node.
+    pub identity: String,
+    /// The outcome label (`provisioned`, `deferred`, `failed` …).
+    pub outcome: &'static str,
+    /// The step it ended at.
+    pub step: String,
+    /// How long it took, in seconds.
+    pub duration_seconds: f64,
+    /// Which attempt of this identity (since this process started).
+    pub attempt: u64,
+    /// What went wrong, for a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Why it ended here, for an outcome that is not a failure (`upgrade_waiting`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What the attempt learnt (tokens' ids and expiries, certificate, versions,
+    /// the helper's `msg`).
+    #[serde(flatten)]
+    pub facts: Facts,
+}
+
+struct InFlight {
+    progress: Arc<Progress>,
+    started: Instant,
+    attempt: u64,
+}
+
+/// The status of one fleet.
+#[derive(Default)]
+pub struct Board {
+    in_flight: Mutex<HashMap<Identity, InFlight>>,
+    history: Mutex<VecDeque<Arc<Record>>>,
+    attempts: Mutex<HashMap<Identity, u64>>,
+    audit: OnceLock<Arc<AuditLog>>,
+    instance: OnceLock<String>,
+}
+
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Board")
+            .field("in_flight", &self.in_flight.lock().len())
+            .field("history", &self.history.lock().len())
+            .finish()
+    }
+}
+
+/// `until` seen from now, as wall-clock Unix seconds.
+fn wall(at: Instant) -> f64 {
+    let now = Instant::now();
+    let unix = crate::clock::unix_nanos() as f64 / 1e9;
+    if at >= now {
+        unix + (at - now).as_secs_f64()
+    } else {
+        unix - (now - at).as_secs_f64()
+    }
+}
+
+fn rfc3339(at: Instant) -> String {
+    crate::clock::rfc3339(wall(at))
+}
+
+fn cut(text: String) -> String {
+    if text.chars().count() <= TEXT_MAX {
+        return text;
+    }
+    let mut out: String = text.chars().take(TEXT_MAX).collect();
+    out.push_str(&format!("…({} bytes)", text.len()));
+    out
+}
+
+impl Board {
+    /// Sends every finished attempt to `audit` from now on (set once).
+    pub fn set_audit(&self, audit: Arc<AuditLog>) {
+        let _ = self.audit.set(audit);
+    }
+
+    /// The audit trail, when one is set.
+    pub fn audit(&self) -> Option<&Arc<AuditLog>> {
+        self.audit.get()
+    }
+
+    /// Names this provisioner in every record (set once).
+    pub fn set_instance(&self, identity: &str) {
+        let _ = self.instance.set(identity.to_string());
+    }
+
+    /// An attempt of `identity` starts; returns its number.
+    pub(super) fn begin(&self, identity: &Identity, progress: Arc<Progress>) -> u64 {
+        let attempt = {
+            let mut attempts = self.attempts.lock();
+            if attempts.len() >= COUNTED && !attempts.contains_key(identity) {
+                attempts.clear();
+            }
+            let n = attempts.entry(identity.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        self.in_flight.lock().insert(
+            identity.clone(),
+            InFlight {
+                progress,
+                started: Instant::now(),
+                attempt,
+            },
+        );
+        attempt
+    }
+
+    /// The attempt of `identity` ended with `outcome`: keep it and write it to the
+    /// audit trail.
+    pub(super) fn finish(&self, identity: &Identity, outcome: &Outcome, took: Duration) {
+        let Some(flight) = self.in_flight.lock().remove(identity) else {
+            return;
+        };
+        let text = || Some(cut(outcome.to_string()));
+        let (error, reason) = match outcome {
+            Outcome::Done | Outcome::ShutDown | Outcome::Upgraded | Outcome::Deferred(_) => {
+                (None, None)
+            }
+            Outcome::UpgradeWaiting(_) => (None, text()),
+            _ => (text(), None),
+        };
+        let mut facts = flight.progress.facts();
+        if let Outcome::Deferred(msg) = outcome {
+            if facts.helper_msg.is_none() && !msg.is_empty() {
+                facts.helper_msg = Some(crate::untrusted::shown(msg));
+            }
+        }
+        let record = Arc::new(Record {
+            time: crate::clock::rfc3339(crate::clock::unix_nanos() as f64 / 1e9),
+            instance: self.instance.get().cloned().unwrap_or_default(),
+            identity: identity.to_string(),
+            outcome: outcome.label(),
+            step: flight.progress.position().step,
+            duration_seconds: (took.as_secs_f64() * 1000.0).round() / 1000.0,
+            attempt: flight.attempt,
+            error,
+            reason,
+            facts,
+        });
+        if let Some(audit) = self.audit.get() {
+            match serde_json::to_string(&*record) {
+                Ok(line) => audit.write(&line),
+                Err(e) => log::error!("Could not encode the audit record of {identity}: {e}"),
+            }
+        }
+        let mut history = self.history.lock();
+        let mine = history
+            .iter()
+            .filter(|r| r.identity == record.identity)
+            .count();
+        if mine >= PER_IDENTITY {
+            if let Some(pos) = history.iter().position(|r| r.identity == record.identity) {
+                history.remove(pos);
+            }
+        }
+        if history.len() >= HISTORY {
+            history.pop_front();
+        }
+        history.push_back(record);
+    }
+
+    fn in_flight_json(&self, identity: &Identity, f: &InFlight) -> Value {
+        let at = f.progress.position();
+        json!({
+            "identity": identity.as_str(),
+            "state": "in_flight",
+            "attempt": f.attempt,
+            "started": rfc3339(f.started),
+            "step": at.step,
+            "step_since": rfc3339(at.since),
+            "tries": at.tries,
+        })
+    }
+
+    fn history_of(&self, identity: &str) -> Vec<Arc<Record>> {
+        self.history
+            .lock()
+            .iter()
+            .rev()
+            .filter(|r| r.identity == identity)
+            .cloned()
+            .collect()
+    }
+}
+
+/// The `/nodes` view of one fleet.
+pub struct FleetStatus(pub Arc<Fleet>);
+
+impl FleetStatus {
+    fn known(&self) -> (Vec<Value>, Vec<Value>, HashMap<Identity, Value>) {
+        let fleet = &self.0;
+        let cooldown = fleet.options.cooldown;
+        let mut queued: Vec<(u64, Identity, Instant)> = Vec::new();
+        let mut cooling = Vec::new();
+        let mut by_id = HashMap::new();
+        for (identity, entry) in fleet.hosts.lock().iter() {
+            match entry.state {
+                State::Queued => queued.push((entry.generation, identity.clone(), entry.since)),
+                State::CoolingDown => {
+                    let v = json!({
+                        "identity": identity.as_str(),
+                        "state": "cooling_down",
+                        "until": rfc3339(entry.since + cooldown),
+                    });
+                    by_id.insert(identity.clone(), v.clone());
+                    cooling.push(v);
+                }
+                State::Working => {}
+            }
+        }
+        // The queue is first in, first out and generations only grow: a node's place
+        // is its rank among the queued generations.
+        queued.sort();
+        let queued: Vec<Value> = queued
+            .into_iter()
+            .enumerate()
+            .map(|(n, (_, identity, since))| {
+                let v = json!({
+                    "identity": identity.as_str(),
+                    "state": "queued",
+                    "position": n + 1,
+                    "since": rfc3339(since),
+                });
+                by_id.insert(identity, v.clone());
+                v
+            })
+            .collect();
+        (queued, cooling, by_id)
+    }
+
+    fn upgrading(&self) -> Vec<Value> {
+        self.0
+            .provisioner
+            .upgrading()
+            .into_iter()
+            .map(|(identity, since)| {
+                json!({"identity": identity.as_str(), "state": "upgrading", "since": rfc3339(since)})
+            })
+            .collect()
+    }
+}
+
+impl crate::metrics::NodeStatus for FleetStatus {
+    fn nodes(&self) -> Value {
+        let (queued, cooling_down, _) = self.known();
+        let board = &self.0.board;
+        let in_flight: Vec<Value> = board
+            .in_flight
+            .lock()
+            .iter()
+            .map(|(i, f)| board.in_flight_json(i, f))
+            .collect();
+        let recent: Vec<Arc<Record>> = board.history.lock().iter().rev().cloned().collect();
+        let recent: Vec<&Record> = recent.iter().map(|r| &**r).collect();
+        json!({
+            "instance": board.instance.get().cloned().unwrap_or_default(),
+            "time": crate::clock::rfc3339(crate::clock::unix_nanos() as f64 / 1e9),
+            "queued": queued,
+            "in_flight": in_flight,
+            "cooling_down": cooling_down,
+            "upgrading": self.upgrading(),
+            "recent": recent,
+        })
+    }
+
+    fn node(&self, raw: &str) -> NodeLookup {
+        let identity = match Identity::parse(raw) {
+            Ok(i) => i,
+            Err(e) => return NodeLookup::Invalid(e.to_string()),
+        };
+        let board = &self.0.board;
+        let mut now = board
+            .in_flight
+            .lock()
+            .get(&identity)
+            .map(|f| board.in_flight_json(&identity, f));
+        if now.is_none() {
+            now = self.known().2.remove(&identity);
+        }
+        if now.is_none() {
+            now = self
+                .upgrading()
+                .into_iter()
+                .find(|v| v["identity"] == identity.as_str());
+        }
+        let history = board.history_of(identity.as_str());
+        if now.is_none() && history.is_empty() {
+            return NodeLookup::Unknown;
+        }
+        let mut doc =
+            now.unwrap_or_else(|| json!({"identity": identity.as_str(), "state": "finished"}));
+        doc["recent"] = json!(history.iter().map(|r| &**r).collect::<Vec<&Record>>());
+        NodeLookup::Found(doc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> Identity {
+        Identity::parse(s).unwrap()
+    }
+
+    fn attempt(board: &Board, identity: &Identity, outcome: &Outcome) -> u64 {
+        let progress = Arc::new(Progress::new());
+        let n = board.begin(identity, Arc::clone(&progress));
+        progress.rpc_try("inventory", 2);
+        board.finish(identity, outcome, Duration::from_millis(1500));
+        n
+    }
+
+    #[test]
+    fn attempts_are_numbered_and_the_history_is_bounded_per_node_and_in_all() {
+        let board = Board::default();
+        board.set_instance("p1.test");
+        let flappy = id("flappy.example.net");
+        for n in 1..=PER_IDENTITY as u64 + 5 {
+            let failed = Outcome::Failed(format!("try {n}"));
+            assert_eq!(attempt(&board, &flappy, &failed), n);
+        }
+        let mine = board.history_of(flappy.as_str());
+        assert_eq!(
+            mine.len(),
+            PER_IDENTITY,
+            "one node keeps at most {PER_IDENTITY}"
+        );
+        assert_eq!(mine[0].attempt, PER_IDENTITY as u64 + 5, "newest first");
+        assert_eq!(mine[0].error.as_deref(), Some("try 25"));
+        assert_eq!(
+            (mine[0].step.as_str(), mine[0].instance.as_str()),
+            ("inventory", "p1.test")
+        );
+        assert_eq!(mine[0].duration_seconds, 1.5);
+        for n in 0..HISTORY {
+            attempt(&board, &id(&format!("n{n}.example.net")), &Outcome::Done);
+        }
+        assert_eq!(board.history.lock().len(), HISTORY, "bounded in all");
+        assert!(
+            board.history_of(flappy.as_str()).is_empty(),
+            "the oldest went first"
+        );
+        assert!(board.in_flight.lock().is_empty());
+    }
+
+    #[test]
+    fn records_say_error_reason_or_message_by_outcome() {
+        let board = Board::default();
+        let n1 = id("n1.example.net");
+        attempt(&board, &n1, &Outcome::Deferred("not \"yet\"".into()));
+        attempt(&board, &n1, &Outcome::UpgradeWaiting("waits".into()));
+        attempt(&board, &n1, &Outcome::Failed("x".repeat(5000)));
+        let h = board.history_of("n1.example.net");
+        let json: Vec<Value> = h
+            .iter()
+            .map(|r| serde_json::to_value(&**r).unwrap())
+            .collect();
+        assert_eq!(json[2]["outcome"], "deferred");
+        assert_eq!(json[2]["helper_msg"], "not \\\"yet\\\"");
+        assert!(json[2].get("error").is_none());
+        assert_eq!(json[1]["reason"], "waits");
+        assert!(json[1].get("error").is_none());
+        let error = json[0]["error"].as_str().unwrap();
+        assert!(
+            error.ends_with("…(5000 bytes)") && error.len() < 1100,
+            "cut"
+        );
+    }
+}

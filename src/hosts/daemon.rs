@@ -9,7 +9,7 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::discovery::BroadcastDiscovery;
+use super::discovery::{BroadcastDiscovery, Rediscovery, REDISCOVERY};
 use super::election::{Callbacks, Election, ElectionOptions, ElectionState};
 use super::{Fleet, FleetOptions, Provision, COOLDOWN, QUEUE_CAPACITY};
 use crate::choria::client_config::ClientConfig;
@@ -36,6 +36,8 @@ pub struct DaemonOptions {
     pub election: ElectionOptions,
     /// How long a second reply in a node's name still stops its attempt.
     pub reply_grace: Duration,
+    /// When a discovery that overflowed the queue is followed by an early one.
+    pub rediscovery: Rediscovery,
 }
 
 impl Default for DaemonOptions {
@@ -46,6 +48,7 @@ impl Default for DaemonOptions {
             interval: None,
             election: ElectionOptions::default(),
             reply_grace: REPLY_GRACE,
+            rediscovery: REDISCOVERY,
         }
     }
 }
@@ -136,10 +139,13 @@ impl Daemon {
             limit: client.discovery_timeout + Duration::from_secs(8),
         };
         let interval = options.interval.unwrap_or(config.interval);
+        let rediscovery = options.rediscovery;
         daemon.threads.push(
             std::thread::Builder::new()
                 .name("discovery".into())
-                .spawn(move || super::discovery::run(&fleet, &discoverer, interval, &trigger))
+                .spawn(move || {
+                    super::discovery::run_with(&fleet, &discoverer, interval, &trigger, rediscovery)
+                })
                 .map_err(|e| format!("cannot start the discovery thread: {e}"))?,
         );
         Ok(daemon)

@@ -275,10 +275,10 @@ impl NodeSequence {
         a.version = data["version"].as_str().unwrap_or_default().to_string();
         a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
         // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added.
-        let mut sorted: std::collections::BTreeMap<String, Value> = data
-            .as_object()
-            .map(|m| m.clone().into_iter().collect())
-            .unwrap_or_default();
+        let mut sorted: std::collections::BTreeMap<String, Value> = match data {
+            Value::Object(m) => m.into_iter().collect(),
+            _ => Default::default(),
+        };
         sorted
             .entry("upgradable".into())
             .or_insert(Value::Bool(false));

@@ -17,21 +17,36 @@ impl Formatter for GoFormatter {
         w: &mut W,
         fragment: &str,
     ) -> io::Result<()> {
+        // Bytes, not chars: every escape starts with an ASCII byte or with 0xE2 (the
+        // first byte of U+2028 and U+2029), and a UTF-8 continuation byte is never
+        // one of them, so a byte scan finds exactly the chars a char scan would.
+        let bytes = fragment.as_bytes();
         let mut start = 0;
-        for (i, c) in fragment.char_indices() {
-            let escape = match c {
-                '<' => "\\u003c",
-                '>' => "\\u003e",
-                '&' => "\\u0026",
-                '\u{2028}' => "\\u2028",
-                '\u{2029}' => "\\u2029",
-                _ => continue,
+        let mut i = 0;
+        while i < bytes.len() {
+            let (escape, len): (&[u8], usize) = match bytes[i] {
+                b'<' => (b"\\u003c", 1),
+                b'>' => (b"\\u003e", 1),
+                b'&' => (b"\\u0026", 1),
+                0xE2 if bytes.get(i + 1) == Some(&0x80) => match bytes.get(i + 2) {
+                    Some(0xA8) => (b"\\u2028", 3),
+                    Some(0xA9) => (b"\\u2029", 3),
+                    _ => {
+                        i += 1;
+                        continue;
+                    }
+                },
+                _ => {
+                    i += 1;
+                    continue;
+                }
             };
-            w.write_all(&fragment.as_bytes()[start..i])?;
-            w.write_all(escape.as_bytes())?;
-            start = i + c.len_utf8();
+            w.write_all(&bytes[start..i])?;
+            w.write_all(escape)?;
+            i += len;
+            start = i;
         }
-        w.write_all(&fragment.as_bytes()[start..])
+        w.write_all(&bytes[start..])
     }
 
     fn write_char_escape<W: ?Sized + Write>(

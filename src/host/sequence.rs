@@ -282,7 +282,9 @@ impl NodeSequence {
         sorted
             .entry("upgradable".into())
             .or_insert(Value::Bool(false));
-        a.inventory = crate::choria::protocol::gojson::to_string(&sorted);
+        let mut inventory = Vec::with_capacity(1024);
+        crate::choria::protocol::gojson::write_entries(&mut inventory, &sorted, false);
+        a.inventory = String::from_utf8(inventory).expect("JSON is UTF-8");
         Ok(())
     }
 

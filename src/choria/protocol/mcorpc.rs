@@ -53,17 +53,13 @@ impl RpcRequestBody {
     /// The bytes [`RpcRequestBody::new`]`(agent, action, data).encode()` gives, without
     /// copying `data` to sort it: its keys are sorted as they are written.
     pub fn encode_for(agent: &str, action: &str, data: &serde_json::Value) -> Vec<u8> {
-        #[derive(Serialize)]
-        struct Body<'a> {
-            agent: &'a str,
-            action: &'a str,
-            data: SortedKeys<'a>,
-        }
-        gojson::to_vec(&Body {
-            agent,
-            action,
-            data: SortedKeys(data),
-        })
+        let mut out = Vec::with_capacity(256);
+        gojson::Object::start(&mut out)
+            .str("agent", agent)
+            .str("action", action)
+            .raw("data", |out| gojson::write_value(out, data, true))
+            .end();
+        out
     }
 
     /// Decodes a request body (server side); `data` of `null` becomes `{}`.
@@ -74,34 +70,6 @@ impl RpcRequestBody {
             body.data = serde_json::json!({});
         }
         Ok(body)
-    }
-}
-
-/// A JSON value written with every object's keys sorted, as Go's map encoding does.
-struct SortedKeys<'a>(&'a serde_json::Value);
-
-impl Serialize for SortedKeys<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeSeq};
-        match self.0 {
-            serde_json::Value::Object(map) => {
-                let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
-                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                let mut out = s.serialize_map(Some(entries.len()))?;
-                for (k, v) in entries {
-                    out.serialize_entry(k, &SortedKeys(v))?;
-                }
-                out.end()
-            }
-            serde_json::Value::Array(items) => {
-                let mut out = s.serialize_seq(Some(items.len()))?;
-                for item in items {
-                    out.serialize_element(&SortedKeys(item))?;
-                }
-                out.end()
-            }
-            other => other.serialize(s),
-        }
     }
 }
 

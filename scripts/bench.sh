@@ -42,7 +42,7 @@ callgrind=(valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out")
 case "$PROFILE" in
   callgrind) prov_cmd=("${callgrind[@]}" "${prov_cmd[@]}") ;;
   callgrind-sim) sim_cmd=("${callgrind[@]}" "${sim_cmd[@]}") ;;
-  strace) prov_cmd=(strace -f -qq -o "$out/strace.out" "${prov_cmd[@]}") ;;
+  strace) prov_cmd=(strace -f -qq ${STRACE_SUMMARY:+-c} -o "$out/strace.out" "${prov_cmd[@]}") ;;
 esac
 
 "$nats_server" -a 127.0.0.1 -p "$nats_port" >"$out/nats-server.log" 2>&1 &
@@ -129,7 +129,7 @@ last = s.get("last_restart_unix_ms")
 seconds = (last * 1_000_000 - start) / 1e9 if last else (int(end) - start) / 1e9
 everything = (int(end) - start) / 1e9
 if profile:
-    print(f"bench: PROFILE={profile}: times below are under valgrind, only the instruction counts count")
+    print(f"bench: PROFILE={profile}: times below are under {profile.split('-')[0]}, only the counts count")
 print(f"bench: features: {features or 'none'}")
 print(f"bench: {done}/{nodes} nodes provisioned with {workers} workers in {seconds:.1f} s from the "
       f"provisioner's start to the last restart request = {done / max(seconds, 1e-9) * 60:,.0f} nodes/minute "
@@ -152,20 +152,13 @@ if [ "$PROFILE" = strace ]; then
 import collections, json, re, sys
 done = max(1, sum(1 for n in json.load(open(sys.argv[2]))["nodes"] if n["phase"] == "provisioned"))
 call = re.compile(r"^(\d+)\s+(?:<\.\.\. )?([a-z0-9_]+)")
-# A helper is every process that called execve after the provisioner's own start;
-# what it does after that is its own, not the provisioner's.
-helpers, counts, first = set(), collections.Counter(), None
-for line in open(sys.argv[1], errors="replace"):
-    m = call.match(line)
-    if not m:
-        continue
-    pid, name = m.groups()
-    first = first or pid
-    if name == "execve" and pid != first:
-        helpers.add(pid)
-    if pid in helpers or "resumed>" in line:
-        continue
-    counts[name] += 1
+lines = [m.groups() + (l,) for l in open(sys.argv[1], errors="replace") if (m := call.match(l))]
+# A helper is every process that called execve after the provisioner's own start:
+# all it does, before its exec (in posix_spawn's child) and after, is not the
+# provisioner's (its CPU time is not in the provisioner's figure either).
+first = lines[0][0] if lines else None
+helpers = {pid for pid, name, _ in lines if name == "execve" and pid != first}
+counts = collections.Counter(name for pid, name, l in lines if pid not in helpers and "resumed>" not in l)
 total = sum(counts.values())
 print(f"bench: provisioner: {total / done:.1f} system calls per node ({total} in all, helpers' own left out)")
 for name, n in counts.most_common(15):

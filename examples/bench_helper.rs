@@ -1,6 +1,7 @@
 //! The trivial compiled helper `make bench` uses: reads the request, answers a fixed
 //! configuration for the node, so the benchmark measures the provisioner, not a
-//! script interpreter.
+//! script interpreter. `scripts/bench.sh` links it statically (no dynamic loader per
+//! run).
 
 use std::io::{Read, Write};
 

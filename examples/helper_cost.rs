@@ -1,18 +1,20 @@
 //! CPU the provisioner spends per helper run, children excluded:
 //! `cargo run --release --example helper_cost -- target/release/examples/bench_helper 2000 8`
 //! runs the helper RUNS times from THREADS threads and prints this process's CPU
-//! (getrusage RUSAGE_SELF) and wall time per run.
+//! (getrusage RUSAGE_SELF), wall time per run, and the helper's own CPU per run.
 
 use std::time::{Duration, Instant};
 
 use choria_provisioner::host::helper::Helper;
 
-fn cpu_seconds() -> f64 {
+/// User and system CPU seconds so far of this process (`RUSAGE_SELF`) or of its
+/// reaped children (`RUSAGE_CHILDREN`).
+fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
     // SAFETY: getrusage fills the struct we pass.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    unsafe { libc::getrusage(who, &mut u) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
+    (t(u.ru_utime), t(u.ru_stime))
 }
 
 fn main() {
@@ -22,7 +24,7 @@ fn main() {
     let threads: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1);
     let helper = Helper::new(helper, Duration::from_secs(10));
     let input = br#"{"identity":"n1.example.net","csr":null,"inventory":"{\"facts\":{\"role\":\"web\"}}","jwt":null}"#;
-    let (cpu0, wall0) = (cpu_seconds(), Instant::now());
+    let (cpu0, wall0) = (cpu_seconds(libc::RUSAGE_SELF), Instant::now());
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
@@ -34,10 +36,18 @@ fn main() {
             });
         }
     });
-    let (cpu, wall) = (cpu_seconds() - cpu0, wall0.elapsed().as_secs_f64());
+    let ((user, system), wall) = (
+        cpu_seconds(libc::RUSAGE_SELF),
+        wall0.elapsed().as_secs_f64(),
+    );
+    let (child_user, child_system) = cpu_seconds(libc::RUSAGE_CHILDREN);
+    let per_run = |s: f64| s * 1000.0 / runs as f64;
     println!(
-        "{runs} runs from {threads} threads: {:.3} ms CPU per run (this process), {:.3} ms wall per run",
-        cpu * 1000.0 / runs as f64,
-        wall * 1000.0 / runs as f64
+        "{runs} runs from {threads} threads: {:.3} ms CPU per run (this process: {:.3} user + {:.3} system), {:.3} ms wall per run; the helper itself {:.3} ms CPU",
+        per_run(user + system - cpu0.0 - cpu0.1),
+        per_run(user - cpu0.0),
+        per_run(system - cpu0.1),
+        per_run(wall),
+        per_run(child_user + child_system)
     );
 }

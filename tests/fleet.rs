@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use choria_provisioner::hosts::daemon::DaemonOptions;
+use choria_provisioner::hosts::discovery::Rediscovery;
 use choria_provisioner::sim::{Faults, Phase};
 use support::broker::{ChoriaBroker, Network};
 use support::rig::*;
@@ -152,6 +153,55 @@ fn a_full_queue_loses_no_node() {
     );
     wait_provisioned(&fleet, 60, Duration::from_secs(90));
     assert_provisioned(&fleet.summary(), |_| 1);
+}
+
+#[test]
+fn a_discovery_that_overflows_the_queue_is_followed_before_the_interval() {
+    let server = NatsServer::start();
+    let fleet = sim(&server.url(), 40, |_| {});
+    wait_until("booted", Duration::from_secs(10), || {
+        fleet.progress().booted == 40
+    });
+    // No startup event reaches the provisioner and the interval is an hour: only
+    // early discoveries can find the nodes a queue of 5 leaves out.
+    let gap = Duration::from_millis(300);
+    let started = std::time::Instant::now();
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        "workers: 2\nlifecycle_component: elsewhere\n",
+        DaemonOptions {
+            capacity: 5,
+            interval: Some(Duration::from_secs(3600)),
+            rediscovery: Rediscovery {
+                min_gap: gap,
+                poll: Duration::from_millis(20),
+            },
+            ..fast()
+        },
+    );
+    wait_until("all provisioned", Duration::from_secs(60), || {
+        fleet.progress().provisioned == 40
+    });
+    let elapsed = started.elapsed();
+    assert_provisioned(&fleet.summary(), |_| 1);
+    assert_eq!(prov.metrics.discovered.get(), 40);
+    let cycles = prov.metrics.discover_cycles.get();
+    // A discovery queues at most 5 nodes and the 2 workers take at most 2 more
+    // while it queues them, so 40 nodes take at least 6 discoveries ...
+    assert!(cycles >= 6, "{cycles} discoveries");
+    // ... and never more than one per gap.
+    let most = 1 + (elapsed.as_millis() / gap.as_millis()) as u64;
+    assert!(cycles <= most, "{cycles} discoveries in {elapsed:?}");
+    // The simulator saw each of them, each at least a gap after the one before.
+    let seen = fleet.summary().discoveries;
+    assert_eq!(seen.len() as u64, cycles);
+    for pair in seen.windows(2) {
+        assert!(
+            pair[1].at_unix_ms - pair[0].at_unix_ms + 20 >= gap.as_millis() as u64,
+            "{pair:?}"
+        );
+    }
 }
 
 #[test]

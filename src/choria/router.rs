@@ -5,16 +5,19 @@
 //! no subscribe/unsubscribe round trips (Go opened two NATS connections per RPC try).
 //!
 //! Nothing is decoded on the reader thread: a reply is handed over as bytes and
-//! checked by its caller, and every route is a bounded channel filled with
-//! `try_send`, so a flood of replies (forged or not) can neither stall the reader nor
-//! grow memory: what does not fit is counted and dropped.
+//! checked by its caller, and every route is a bounded [`Mailbox`] that never blocks
+//! the reader, so a flood of replies (forged or not) can neither stall the reader nor
+//! grow memory: what does not fit is counted and dropped. A caller waits on its
+//! mailbox without spinning: one futex wake per reply, no `sched_yield` loop (a
+//! crossbeam channel spins and yields before it parks, which cost more CPU than the
+//! reply itself with a few dozen workers waiting).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::bus::{Bus, Delivered, Subscription};
 use super::subject::{Subject, SubjectError, SubjectFilter};
@@ -44,11 +47,67 @@ pub struct RouterStats {
 /// one, so that its thousands of replies need no channel of their size).
 pub type Sink = Arc<dyn Fn(Routed) + Send + Sync>;
 
+/// The replies to one request, for its caller: at most `capacity` wait; the reader
+/// thread adds without blocking, the caller waits without spinning.
+pub struct Mailbox {
+    queue: Mutex<VecDeque<Routed>>,
+    capacity: usize,
+    arrived: Condvar,
+}
+
+impl Mailbox {
+    fn new(capacity: usize) -> Mailbox {
+        Mailbox {
+            queue: Mutex::new(VecDeque::new()),
+            capacity: capacity.max(1),
+            arrived: Condvar::new(),
+        }
+    }
+
+    /// Adds `routed` unless the mailbox is full; wakes the caller if it waits.
+    fn offer(&self, routed: Routed) -> bool {
+        let mut queue = self.queue.lock();
+        if queue.len() >= self.capacity {
+            return false;
+        }
+        queue.push_back(routed);
+        drop(queue);
+        self.arrived.notify_one();
+        true
+    }
+
+    /// The next reply, waiting at most `timeout` for one.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<Routed> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut queue = self.queue.lock();
+        loop {
+            if let Some(routed) = queue.pop_front() {
+                return Some(routed);
+            }
+            let timed_out = match deadline {
+                Some(deadline) => self.arrived.wait_until(&mut queue, deadline).timed_out(),
+                None => {
+                    self.arrived.wait(&mut queue);
+                    false
+                }
+            };
+            if timed_out {
+                return queue.pop_front();
+            }
+        }
+    }
+
+    /// The next reply if one is there.
+    pub fn try_recv(&self) -> Option<Routed> {
+        self.queue.lock().pop_front()
+    }
+}
+
 /// Where the replies to one request id go.
 #[derive(Clone)]
 enum Route {
-    /// A bounded channel a caller waits on.
-    Channel(Sender<Routed>),
+    /// A mailbox a caller waits on.
+    Mailbox(Arc<Mailbox>),
     /// A function run on the reader thread.
     Sink(Sink),
 }
@@ -90,7 +149,7 @@ pub struct Pending<'a> {
     id: Box<str>,
     /// Replies as they arrive (at most the capacity given when registering; later
     /// ones are dropped and counted).
-    pub replies: Receiver<Routed>,
+    pub replies: Arc<Mailbox>,
 }
 
 impl Drop for Pending<'_> {
@@ -131,13 +190,15 @@ impl Router {
     /// Registers `id`; up to `capacity` replies wait for the caller, later ones are
     /// dropped until it reads some.
     pub fn expect(&self, id: &str, capacity: usize) -> Pending<'_> {
-        let (tx, rx) = bounded(capacity.max(1));
+        let mailbox = Arc::new(Mailbox::new(capacity));
         let id: Box<str> = id.into();
-        self.routes.lock().insert(id.clone(), Route::Channel(tx));
+        self.routes
+            .lock()
+            .insert(id.clone(), Route::Mailbox(Arc::clone(&mailbox)));
         Pending {
             router: self,
             id,
-            replies: rx,
+            replies: mailbox,
         }
     }
 
@@ -160,7 +221,7 @@ impl Router {
     }
 }
 
-/// Runs on the reader thread: one map lookup and one `try_send`.
+/// Runs on the reader thread: one map lookup and one non-blocking hand-over.
 fn route(routes: &Routes, stats: &RouterStats, msg: Delivered) {
     let id = msg.subject.rsplit('.').next().unwrap_or("");
     let routed = if msg.no_responders {
@@ -168,22 +229,22 @@ fn route(routes: &Routes, stats: &RouterStats, msg: Delivered) {
     } else {
         Routed::Reply(msg.data)
     };
-    // Cloned out so that the lock is not held while sending or sinking.
+    // Cloned out so that the lock is not held while handing over or sinking.
     let route = routes.lock().get(id).cloned();
-    let result = match route {
-        Some(Route::Channel(tx)) => tx.try_send(routed),
+    match route {
+        Some(Route::Mailbox(mailbox)) => {
+            if mailbox.offer(routed) {
+                stats.routed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                stats.overflow.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         Some(Route::Sink(sink)) => {
             stats.routed.fetch_add(1, Ordering::Relaxed);
-            return sink(routed);
+            sink(routed);
         }
         None => {
             stats.unexpected.fetch_add(1, Ordering::Relaxed);
-            return;
         }
-    };
-    match result {
-        Ok(()) => stats.routed.fetch_add(1, Ordering::Relaxed),
-        Err(TrySendError::Full(_)) => stats.overflow.fetch_add(1, Ordering::Relaxed),
-        Err(TrySendError::Disconnected(_)) => stats.unexpected.fetch_add(1, Ordering::Relaxed),
-    };
+    }
 }

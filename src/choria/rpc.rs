@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, RecvTimeoutError, TryRecvError};
+use crossbeam_channel::bounded;
 use parking_lot::Mutex;
 
 use super::bus::Bus;
@@ -177,15 +177,13 @@ impl Watch<'_> {
             let left = until.saturating_duration_since(Instant::now());
             let next = if left.is_zero() {
                 match self.pending.replies.try_recv() {
-                    Ok(r) => r,
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Ok(()),
+                    Some(r) => r,
+                    None => return Ok(()),
                 }
             } else {
                 match self.pending.replies.recv_timeout(left) {
-                    Ok(r) => r,
-                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                        return Ok(())
-                    }
+                    Some(r) => r,
+                    None => return Ok(()),
                 }
             };
             let Routed::Reply(bytes) = next else { continue };
@@ -364,7 +362,7 @@ impl RpcClient {
         timeout: Duration,
     ) -> Result<Answer<'_>, RpcError> {
         let id = protocol::new_request_id(self.protocol);
-        let body = protocol::mcorpc::RpcRequestBody::new(agent, action, data.clone()).encode();
+        let body = protocol::mcorpc::RpcRequestBody::encode_for(agent, action, data);
         let subject = self
             .node_prefix
             .child(identity)
@@ -379,7 +377,7 @@ impl RpcClient {
             let routed = if left.is_zero() {
                 None
             } else {
-                pending.replies.recv_timeout(left).ok()
+                pending.replies.recv_timeout(left)
             };
             let bytes = match routed {
                 None => {

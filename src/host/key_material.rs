@@ -3,8 +3,10 @@
 //! the checks that use it: provisioning JWT verification (`jwt`), the server JWT
 //! (`ed25519`) and CSR validation (`pki`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::failure::AttemptError;
@@ -14,9 +16,15 @@ use crate::config::Config;
 use crate::crypto::csr::DenyList;
 use crate::crypto::ids;
 use crate::crypto::jwt::{
-    sign_server_token, verify_provisioning_token_now, RequestedServerClaims, ServerClaimsInput,
-    SignedServerToken, SigningKey, SigningToken, VerifyKey,
+    check_provisioning_claims, sign_server_token, signed_provisioning_claims, ProvisioningClaims,
+    RequestedServerClaims, ServerClaimsInput, SignedServerToken, SigningKey, SigningToken,
+    VerifyKey,
 };
+
+/// Distinct provisioning JWTs whose signature is remembered: a site gives its whole
+/// fleet one token (or a few), so one signature check serves every node; more
+/// distinct tokens than this (a forger's) start the memory afresh.
+const SIGNED_TOKENS_KEPT: usize = 16;
 
 /// Keys and checks shared by every attempt.
 #[derive(Debug)]
@@ -26,6 +34,20 @@ pub struct KeyMaterial {
     signing: Option<SigningKey>,
     signing_token: String,
     validity: Duration,
+    /// Tokens whose signature `verify` accepted, with their decoded claims (only
+    /// those; a refused token is checked again every time). The time-dependent
+    /// checks run on every use.
+    signed: SignedTokens,
+}
+
+/// The remembered tokens; `Debug` shows how many, never a token (it holds `cht`).
+#[derive(Default)]
+struct SignedTokens(Mutex<HashMap<Box<str>, ProvisioningClaims>>);
+
+impl std::fmt::Debug for SignedTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} signed tokens>", self.0.lock().len())
+    }
 }
 
 fn failed(msg: String) -> AttemptError {
@@ -62,6 +84,7 @@ impl KeyMaterial {
             signing,
             signing_token: config.jwt_signing_token.clone(),
             validity: config.server_jwt_validity,
+            signed: SignedTokens::default(),
         })
     }
 
@@ -74,8 +97,9 @@ impl KeyMaterial {
         let key = self.verify.as_ref().ok_or_else(|| {
             failed("no JWT verification certificate configured, cannot validate JWT".into())
         })?;
-        let claims =
-            verify_provisioning_token_now(jwt, key).map_err(|error| AttemptError::Jwt {
+        let claims = self
+            .verify_at(jwt, key, crate::clock::unix_seconds())
+            .map_err(|error| AttemptError::Jwt {
                 identity: identity.clone(),
                 error,
             })?;
@@ -84,6 +108,31 @@ impl KeyMaterial {
                 "could not encode the JWT claims of {identity}: {e}"
             ))
         })
+    }
+
+    /// `verify_provisioning_token(jwt, key, now)`, the signature checked once per
+    /// distinct token (an ed25519 check is about half a million instructions; every
+    /// node of a fleet usually presents the same token).
+    fn verify_at(
+        &self,
+        jwt: &str,
+        key: &VerifyKey,
+        now: i64,
+    ) -> Result<ProvisioningClaims, crate::crypto::jwt::TokenError> {
+        let known = self.signed.0.lock().get(jwt).cloned();
+        let claims = match known {
+            Some(claims) => claims,
+            None => {
+                let claims = signed_provisioning_claims(jwt, key)?;
+                let mut signed = self.signed.0.lock();
+                if signed.len() >= SIGNED_TOKENS_KEPT {
+                    signed.clear();
+                }
+                signed.insert(jwt.into(), claims.clone());
+                claims
+            }
+        };
+        check_provisioning_claims(claims, now)
     }
 
     /// Signs the server JWT for the node (ed25519 feature), with the chain-issuer data
@@ -199,6 +248,46 @@ mod tests {
             ),
             "{e}"
         );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_token_s_signature_is_checked_once_and_its_times_on_every_use() {
+        let issuer = SigningKey::from_ed25519_seed(&[0x44; 32]);
+        let mut public = [0u8; 32];
+        hex::decode_to_slice(issuer.ed25519_public_hex().unwrap(), &mut public).unwrap();
+        let verify = VerifyKey::Ed25519(public);
+        let (keys, dir) = keys_with_seed(Duration::from_secs(60));
+        let token = issuer
+            .sign_jwt(&json!({"purpose": "choria_provisioning", "cht": "t", "exp": 2_000}))
+            .unwrap();
+        assert_eq!(keys.verify_at(&token, &verify, 1_000).unwrap().cht, "t");
+        assert_eq!(keys.signed.0.lock().len(), 1, "remembered once verified");
+        assert_eq!(keys.verify_at(&token, &verify, 1_500).unwrap().cht, "t");
+        assert_eq!(
+            keys.verify_at(&token, &verify, 2_000),
+            Err(crate::crypto::jwt::TokenError::Expired),
+            "a remembered token still expires"
+        );
+        // Another signature on the same claims is checked, and refused.
+        let (head, _) = token.rsplit_once('.').unwrap();
+        let forged = format!("{head}.{}", "A".repeat(86));
+        assert_eq!(
+            keys.verify_at(&forged, &verify, 1_000),
+            Err(crate::crypto::jwt::TokenError::BadSignature)
+        );
+        assert_eq!(keys.signed.0.lock().len(), 1, "refusals are not remembered");
+        let shown = format!("{keys:?}");
+        assert!(!shown.contains(&token[..20]), "{shown}");
+        assert!(shown.contains("<1 signed tokens>"), "{shown}");
+        // Many distinct tokens: the memory stays bounded.
+        for n in 0..(SIGNED_TOKENS_KEPT * 2) {
+            let t = issuer
+                .sign_jwt(&json!({"purpose": "choria_provisioning", "cht": format!("t{n}")}))
+                .unwrap();
+            assert!(keys.verify_at(&t, &verify, 1_000).is_ok());
+            assert!(keys.signed.0.lock().len() <= SIGNED_TOKENS_KEPT);
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -4,7 +4,7 @@
 //! (three thread creations per helper were a large share of the daemon's CPU per
 //! node), and no pipe can block it: stderr beyond its cap is drained and dropped.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,26 +124,40 @@ fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Reads what is there into `kept` (at most `cap` bytes kept); false at EOF or on an
-/// error other than "would block".
-fn drain(
-    r: &mut impl Read,
-    kept: &mut Vec<u8>,
-    cap: usize,
-    over: &mut bool,
-) -> std::io::Result<bool> {
-    let mut chunk = [0u8; 16 * 1024];
+/// Most bytes one read(2) takes.
+const CHUNK: usize = 16 * 1024;
+
+/// Reads what is there on `fd` into `kept` (at most `cap` bytes kept); false at EOF
+/// or on an error other than "would block". Reads go straight into `kept`'s spare
+/// capacity: no scratch buffer is zeroed per call.
+fn drain(fd: RawFd, kept: &mut Vec<u8>, cap: usize, over: &mut bool) -> std::io::Result<bool> {
     loop {
-        match r.read(&mut chunk) {
-            Ok(0) => return Ok(false),
-            Ok(n) => {
-                let room = cap.saturating_sub(kept.len());
-                kept.extend_from_slice(&chunk[..n.min(room)]);
+        let room = cap.saturating_sub(kept.len());
+        // Past the cap the bytes are read all the same (the pipe must not fill) and
+        // dropped: they land in the spare capacity and `len` does not cover them.
+        let want = if room > 0 { room.min(CHUNK) } else { CHUNK };
+        kept.reserve(want);
+        let spare = kept.spare_capacity_mut();
+        // SAFETY: `spare` is writable memory of at least `want` bytes owned by
+        // `kept`; read(2) writes at most `want` bytes into it.
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), want) };
+        match n {
+            0 => return Ok(false),
+            n if n > 0 => {
+                let n = n as usize;
+                let keep = n.min(room);
+                // SAFETY: read(2) initialised the first `n >= keep` spare bytes.
+                unsafe { kept.set_len(kept.len() + keep) };
                 *over |= n > room;
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    ErrorKind::WouldBlock => return Ok(true),
+                    ErrorKind::Interrupted => {}
+                    _ => return Err(e),
+                }
+            }
         }
     }
 }
@@ -154,8 +168,8 @@ fn drain(
 pub fn pump(child: &mut Child, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
     let Run {
         stdin,
-        mut stdout,
-        mut stderr,
+        stdout,
+        stderr,
         input,
         stdout_cap,
         stderr_cap,
@@ -247,7 +261,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
             }
             if out_open && p.fd == stdout.as_raw_fd() {
                 let mut over = false;
-                match drain(&mut stdout, &mut out, stdout_cap, &mut over) {
+                match drain(stdout.as_raw_fd(), &mut out, stdout_cap, &mut over) {
                     Ok(open) => out_open = open && !over,
                     Err(e) => {
                         result.stdout = Err(e);
@@ -261,7 +275,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
                 }
             } else if err_open && p.fd == stderr.as_raw_fd() {
                 err_open = matches!(
-                    drain(&mut stderr, &mut err, stderr_cap, &mut stderr_over),
+                    drain(stderr.as_raw_fd(), &mut err, stderr_cap, &mut stderr_over),
                     Ok(true)
                 );
             } else if let Some(s) = stdin.as_mut().filter(|s| s.as_raw_fd() == p.fd) {

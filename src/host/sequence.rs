@@ -397,14 +397,16 @@ impl NodeSequence {
         // Back from an upgrade on another version: its upgrade slot is free.
         self.slots.seen(identity, &a.version);
         // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added.
-        let mut sorted: std::collections::BTreeMap<String, Value> = data
-            .as_object()
-            .map(|m| m.clone().into_iter().collect())
-            .unwrap_or_default();
+        let mut sorted: std::collections::BTreeMap<String, Value> = match data {
+            Value::Object(m) => m.into_iter().collect(),
+            _ => Default::default(),
+        };
         sorted
             .entry("upgradable".into())
             .or_insert(Value::Bool(false));
-        a.inventory = crate::choria::protocol::gojson::to_string(&sorted);
+        let mut inventory = Vec::with_capacity(1024);
+        crate::choria::protocol::gojson::write_entries(&mut inventory, &sorted, false);
+        a.inventory = String::from_utf8(inventory).expect("JSON is UTF-8");
         Ok(())
     }
 

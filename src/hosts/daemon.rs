@@ -10,7 +10,7 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 
-use super::discovery::BroadcastDiscovery;
+use super::discovery::{BroadcastDiscovery, Rediscovery, REDISCOVERY};
 use super::election::{Callbacks, Election, ElectionOptions, ElectionState};
 use super::membership::{Membership, HEARTBEAT};
 use super::{Fleet, FleetOptions, Provision, COOLDOWN, QUEUE_CAPACITY};
@@ -42,6 +42,8 @@ pub struct DaemonOptions {
     pub reply_grace: Duration,
     /// Active-active heartbeat period (a peer silent for three is dropped).
     pub heartbeat: Duration,
+    /// When a discovery that overflowed the queue is followed by an early one.
+    pub rediscovery: Rediscovery,
 }
 
 impl Default for DaemonOptions {
@@ -53,6 +55,7 @@ impl Default for DaemonOptions {
             election: ElectionOptions::default(),
             reply_grace: REPLY_GRACE,
             heartbeat: HEARTBEAT,
+            rediscovery: REDISCOVERY,
         }
     }
 }
@@ -170,10 +173,13 @@ impl Daemon {
             limit: client.discovery_timeout + Duration::from_secs(8),
         };
         let interval = options.interval.unwrap_or(config.interval);
+        let rediscovery = options.rediscovery;
         daemon.threads.push(
             std::thread::Builder::new()
                 .name("discovery".into())
-                .spawn(move || super::discovery::run(&fleet, &discoverer, interval, &trigger))
+                .spawn(move || {
+                    super::discovery::run_with(&fleet, &discoverer, interval, &trigger, rediscovery)
+                })
                 .map_err(|e| format!("cannot start the discovery thread: {e}"))?,
         );
         Ok(daemon)

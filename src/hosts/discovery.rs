@@ -1,9 +1,13 @@
 //! The discovery loop: one broadcast discovery at start, then one every `interval`
 //! and one whenever the election makes us leader; skipped while paused.
+//!
+//! A discovery that found more nodes than the work queue took is followed by another
+//! as soon as the queue has drained to half its capacity, instead of at the next
+//! tick while the workers idle ([`Rediscovery`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, tick, Receiver};
+use crossbeam_channel::{never, select, tick, Receiver};
 
 use super::{AddResult, Fleet, Source};
 use crate::choria::identity::Identity;
@@ -14,36 +18,87 @@ pub trait Discover: Send + Sync {
     fn discover(&self) -> Result<Vec<Identity>, String>;
 }
 
-/// Runs discovery cycles until the fleet stops.
+/// When a discovery could not queue every node it found, the next one starts once
+/// the queue holds at most half its capacity and `min_gap` has passed since the last
+/// one started. Both bound it: nothing a broker or a node sends can make us discover
+/// more than once per `min_gap`, and never while the queue is still half full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rediscovery {
+    /// Shortest time from the start of one discovery to the start of an early one.
+    pub min_gap: Duration,
+    /// How often the queue is looked at while an early discovery is due.
+    pub poll: Duration,
+}
+
+/// The production [`Rediscovery`]: at most one early discovery per 10 s; the queue is
+/// looked at ten times a second while one is due (and not at all otherwise).
+pub const REDISCOVERY: Rediscovery = Rediscovery {
+    min_gap: Duration::from_secs(10),
+    poll: Duration::from_millis(100),
+};
+
+/// Runs discovery cycles until the fleet stops, with the production [`REDISCOVERY`].
 pub fn run(fleet: &Fleet, discoverer: &dyn Discover, interval: Duration, trigger: &Receiver<()>) {
+    run_with(fleet, discoverer, interval, trigger, REDISCOVERY);
+}
+
+/// Runs discovery cycles until the fleet stops: at start, every `interval`, on
+/// `trigger`, and early as `rediscovery` allows after a discovery that overflowed.
+pub fn run_with(
+    fleet: &Fleet,
+    discoverer: &dyn Discover,
+    interval: Duration,
+    trigger: &Receiver<()>,
+    rediscovery: Rediscovery,
+) {
     let ticker = tick(interval);
     let stopped = fleet.stopped();
-    cycle(fleet, discoverer);
+    let mut started = Instant::now();
+    let mut left_out = cycle(fleet, discoverer);
     loop {
-        select! {
-            recv(ticker) -> _ => {}
-            recv(trigger) -> msg => if msg.is_err() { return },
-            recv(stopped) -> _ => return,
+        // Polled only while some discovered nodes are still waiting for room.
+        let poll = if left_out > 0 {
+            tick(rediscovery.poll)
+        } else {
+            never()
+        };
+        loop {
+            select! {
+                recv(ticker) -> _ => break,
+                recv(trigger) -> msg => if msg.is_err() { return } else { break },
+                recv(stopped) -> _ => return,
+                recv(poll) -> _ => {
+                    if fleet.queued() <= fleet.capacity() / 2
+                        && started.elapsed() >= rediscovery.min_gap
+                    {
+                        log::info!(
+                            "Discovering again before the interval: the queue has room for the {left_out} nodes the last discovery could not queue"
+                        );
+                        break;
+                    }
+                }
+            }
         }
         // Ticks that fired while a discovery ran are coalesced, as Go's ticker does.
         while ticker.try_recv().is_ok() {}
         if fleet.is_stopping() {
             return;
         }
-        cycle(fleet, discoverer);
+        started = Instant::now();
+        left_out = cycle(fleet, discoverer);
     }
 }
 
 /// One discovery cycle: counts it, queues every identity found, and reports a full
-/// queue once for the whole cycle.
-pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) {
+/// queue once for the whole cycle. Returns how many found nodes did not fit.
+pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
     if fleet.pause().paused() {
         log::warn!("Skipping discovery while paused");
-        return;
+        return 0;
     }
     if !fleet.owns_any() {
         log::debug!("Skipping discovery: this active-active instance owns no nodes now");
-        return;
+        return 0;
     }
     let metrics = fleet.metrics();
     metrics.discover_cycles.inc();
@@ -52,7 +107,7 @@ pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) {
         Err(e) => {
             metrics.discovery_errors.inc();
             log::error!("Could not discover nodes: {e}");
-            return;
+            return 0;
         }
     };
     let (mut added, mut full) = (0usize, 0usize);
@@ -74,6 +129,7 @@ pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) {
         identities.len(),
         fleet.queued()
     );
+    full
 }
 
 /// Broadcast discovery over the wire with the sliding window of §3.2: wait up to

@@ -383,6 +383,11 @@ impl Fleet {
         self.work_rx.len()
     }
 
+    /// The work queue's capacity.
+    pub fn capacity(&self) -> usize {
+        self.options.capacity.max(1)
+    }
+
     /// The pause flag.
     pub fn pause(&self) -> &Arc<Pause> {
         &self.pause

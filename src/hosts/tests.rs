@@ -316,6 +316,143 @@ fn the_discovery_loop_runs_at_once_and_on_trigger() {
     loop_thread.join().unwrap();
 }
 
+/// Finds `per_call` identities never seen before on every call, and records when.
+struct EndlessDiscovery {
+    per_call: usize,
+    calls: Mutex<Vec<Instant>>,
+}
+
+impl discovery::Discover for EndlessDiscovery {
+    fn discover(&self) -> Result<Vec<Identity>, String> {
+        let mut calls = self.calls.lock();
+        let first = calls.len() * self.per_call;
+        calls.push(Instant::now());
+        Ok((first..first + self.per_call)
+            .map(|n| id(&format!("n{n}")))
+            .collect())
+    }
+}
+
+fn quick(min_gap_ms: u64) -> discovery::Rediscovery {
+    discovery::Rediscovery {
+        min_gap: Duration::from_millis(min_gap_ms),
+        poll: Duration::from_millis(5),
+    }
+}
+
+#[test]
+fn an_overflowing_discovery_is_followed_once_the_queue_is_half_empty() {
+    // One gated worker, busy with a node, and a queue of 4: the first discovery's 10
+    // nodes do not fit.
+    let r = rig(1, 4, Duration::from_secs(60), true);
+    r.fleet.add(&id("busy"), Source::Event);
+    assert_eq!(
+        r.started.recv_timeout(Duration::from_secs(5)).unwrap(),
+        "busy"
+    );
+    let fleet = Arc::clone(&r.fleet);
+    let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
+    let loop_thread = std::thread::spawn(move || {
+        let found = FixedDiscovery(Ok((0..10).map(|n| id(&format!("n{n}"))).collect()));
+        discovery::run_with(
+            &fleet,
+            &found,
+            Duration::from_secs(3600),
+            &trigger,
+            quick(50),
+        )
+    });
+    let cycles = || r.fleet.metrics().discover_cycles.get();
+    let discovered = || r.fleet.metrics().discovered.get();
+    wait_until("the first discovery", || discovered() == 4);
+    assert_eq!(r.fleet.queued(), 4);
+    // Far beyond the gap, but the queue is still full: nothing is discovered.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(cycles(), 1, "no early discovery while the queue is full");
+    // One node done: 3 of 4 queued, still more than half.
+    let release = r.release.as_ref().unwrap();
+    release.send(()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        cycles(),
+        1,
+        "no early discovery while the queue is over half full"
+    );
+    // Another: 2 of 4, and the next discovery comes at once, an hour before the
+    // interval, and fills the queue again with 2 of the 6 left out.
+    release.send(()).unwrap();
+    wait_until("the early discovery", || discovered() == 6);
+    assert_eq!(cycles(), 2);
+    assert_eq!(r.fleet.queued(), 4);
+    r.fleet.stop();
+    loop_thread.join().unwrap();
+}
+
+#[test]
+fn early_discoveries_come_at_most_once_per_min_gap() {
+    // Every discovery overflows a queue of 2 that two quick workers empty at once: only
+    // the gap holds the loop back.
+    let r = rig(2, 2, Duration::from_secs(60), false);
+    let fleet = Arc::clone(&r.fleet);
+    let found = Arc::new(EndlessDiscovery {
+        per_call: 10,
+        calls: Mutex::new(Vec::new()),
+    });
+    let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
+    let discoverer = Arc::clone(&found);
+    let gap = Duration::from_millis(150);
+    let loop_thread = std::thread::spawn(move || {
+        discovery::run_with(
+            &fleet,
+            &*discoverer,
+            Duration::from_secs(3600),
+            &trigger,
+            quick(gap.as_millis() as u64),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    r.fleet.stop();
+    loop_thread.join().unwrap();
+    let calls = found.calls.lock().clone();
+    assert!(
+        calls.len() >= 3,
+        "overflowing discoveries repeat before the interval: {} calls",
+        calls.len()
+    );
+    assert!(calls.len() <= 1 + 1000 / 150, "{} calls", calls.len());
+    for pair in calls.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= gap,
+            "{:?} between two discoveries",
+            pair[1] - pair[0]
+        );
+    }
+}
+
+#[test]
+fn a_discovery_that_fits_waits_for_the_interval() {
+    let r = rig(2, 100, Duration::from_secs(60), false);
+    let fleet = Arc::clone(&r.fleet);
+    let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
+    let loop_thread = std::thread::spawn(move || {
+        let found = FixedDiscovery(Ok(vec![id("a"), id("b")]));
+        discovery::run_with(
+            &fleet,
+            &found,
+            Duration::from_secs(3600),
+            &trigger,
+            quick(1),
+        )
+    });
+    wait_until("both provisioned", || {
+        r.fleet.metrics().provisioned.get() == 2
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(r.fleet.metrics().discover_cycles.get(), 1);
+    r.fleet.stop();
+    loop_thread.join().unwrap();
+}
+
 #[test]
 fn startup_events_queue_nodes_unless_paused() {
     let r = rig(1, 10, Duration::from_secs(60), true);

@@ -199,11 +199,31 @@ pub struct NodeSummary {
     pub note: Option<String>,
 }
 
+/// One broadcast discovery as the fleet saw it.
+#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
+pub struct DiscoverySummary {
+    /// When the request arrived, Unix milliseconds.
+    pub at_unix_ms: u64,
+    /// Replies sent (one per node in provisioning mode that passed the filter).
+    pub replies: u64,
+    /// Milliseconds from the request's arrival to the last reply sent.
+    pub answered_ms: u64,
+}
+
+/// Most discoveries recorded for the summary; later ones are counted only.
+const MAX_DISCOVERIES_KEPT: usize = 1000;
+
 /// The whole fleet at the end of a run.
 #[derive(Debug, Serialize)]
 pub struct Summary {
     /// Counters.
     pub progress: Progress,
+    /// The first request any node received, Unix milliseconds.
+    pub first_request_unix_ms: Option<u64>,
+    /// The last successful `restart` request any node answered, Unix milliseconds.
+    pub last_restart_unix_ms: Option<u64>,
+    /// Valid broadcast discoveries in the order they arrived (at most 1,000).
+    pub discoveries: Vec<DiscoverySummary>,
     /// Every node.
     pub nodes: Vec<NodeSummary>,
 }
@@ -240,6 +260,17 @@ struct Shared {
     options: SimOptions,
     timer: Timer,
     url: String,
+    /// The start, as an instant and in Unix milliseconds, to date instants.
+    epoch: (Instant, u64),
+    discoveries: Mutex<Vec<DiscoverySummary>>,
+}
+
+impl Shared {
+    /// `at` in Unix milliseconds.
+    fn unix_ms(&self, at: Instant) -> u64 {
+        let (instant, ms) = self.epoch;
+        ms.saturating_add(at.saturating_duration_since(instant).as_millis() as u64)
+    }
 }
 
 /// A running simulated fleet.
@@ -334,6 +365,11 @@ impl Sim {
             counters: Counters::default(),
             timer: Timer::start(stopped.clone()),
             url: url.to_string(),
+            epoch: (
+                Instant::now(),
+                (crate::clock::unix_nanos() / 1_000_000) as u64,
+            ),
+            discoveries: Mutex::new(Vec::new()),
             options,
         });
         let discovery = SubjectFilter::new("provisioning.broadcast.agent.discovery")
@@ -431,8 +467,21 @@ impl Sim {
                 }
             })
             .collect();
+        let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+        for n in &self.shared.nodes {
+            let n = n.lock();
+            if let Some(at) = n.first_request {
+                first = Some(first.map_or(at, |f| f.min(at)));
+            }
+            if let Some(at) = n.restarted_at {
+                last = Some(last.map_or(at, |l| l.max(at)));
+            }
+        }
         Summary {
             progress: self.progress(),
+            first_request_unix_ms: first.map(|at| self.shared.unix_ms(at)),
+            last_restart_unix_ms: last.map(|at| self.shared.unix_ms(at)),
+            discoveries: self.shared.discoveries.lock().clone(),
             nodes,
         }
     }
@@ -574,6 +623,8 @@ fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
         shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
         return;
     }
+    let arrived = Instant::now();
+    let mut replies = 0u64;
     for (n, node) in shared.nodes.iter().enumerate() {
         if !shared.booted[n].load(Ordering::Relaxed) {
             continue;
@@ -591,10 +642,19 @@ fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
         );
         drop(node);
         reply_to(&shared.bus, &request.reply_to, &reply);
+        replies += 1;
         shared
             .counters
             .discovery_replies
             .fetch_add(1, Ordering::Relaxed);
+    }
+    let mut kept = shared.discoveries.lock();
+    if kept.len() < MAX_DISCOVERIES_KEPT {
+        kept.push(DiscoverySummary {
+            at_unix_ms: shared.unix_ms(arrived),
+            replies,
+            answered_ms: arrived.elapsed().as_millis() as u64,
+        });
     }
 }
 

@@ -50,6 +50,18 @@ impl RpcRequestBody {
         gojson::to_vec(self)
     }
 
+    /// The bytes [`RpcRequestBody::new`]`(agent, action, data).encode()` gives, without
+    /// copying `data` to sort it: its keys are sorted as they are written.
+    pub fn encode_for(agent: &str, action: &str, data: &serde_json::Value) -> Vec<u8> {
+        let mut out = Vec::with_capacity(256);
+        gojson::Object::start(&mut out)
+            .str("agent", agent)
+            .str("action", action)
+            .raw("data", |out| gojson::write_value(out, data, true))
+            .end();
+        out
+    }
+
     /// Decodes a request body (server side); `data` of `null` becomes `{}`.
     pub fn decode(bytes: &[u8]) -> Result<RpcRequestBody, ProtocolError> {
         let mut body: RpcRequestBody =
@@ -162,6 +174,12 @@ mod tests {
             inventory.encode().len(),
             50,
             "the 50 bytes of the worked example"
+        );
+        let nested = serde_json::json!({"z": [{"b": 1, "a": "<&>"}], "a": {"d": null, "c": true}});
+        assert_eq!(
+            RpcRequestBody::encode_for("x", "y", &nested),
+            RpcRequestBody::new("x", "y", nested.clone()).encode(),
+            "sorted while written, as when sorted first"
         );
     }
 

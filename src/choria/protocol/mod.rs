@@ -340,8 +340,9 @@ pub fn encode_request(
 
 /// The transport as far as routing needs it.
 #[derive(Debug, Deserialize)]
-struct TransportProbe {
-    protocol: String,
+struct TransportProbe<'a> {
+    #[serde(borrow)]
+    protocol: std::borrow::Cow<'a, str>,
 }
 
 fn check_size(bytes: &[u8]) -> Result<(), ProtocolError> {
@@ -359,7 +360,7 @@ pub fn transport_version(bytes: &[u8]) -> Result<Protocol, ProtocolError> {
     check_size(bytes)?;
     let probe: TransportProbe =
         serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
-    match probe.protocol.as_str() {
+    match &*probe.protocol {
         v1::TRANSPORT => Ok(Protocol::V1),
         v2::TRANSPORT => Ok(Protocol::V2),
         other => Err(ProtocolError::new(

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use super::credentials::Credentials;
 use super::{
-    b64, expect_protocol, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter,
-    Layer, Protocol, ProtocolError, RequestSpec,
+    expect_protocol, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter, Layer,
+    Protocol, ProtocolError, RequestSpec,
 };
 
 /// Transport protocol string.
@@ -16,6 +16,8 @@ const SECURE_REPLY: &str = "choria:secure:reply:1";
 const REQUEST: &str = "choria:request:1";
 const REPLY: &str = "choria:reply:1";
 
+/// The transport as serde would write it; [`transport`] writes these bytes by hand.
+#[cfg(test)]
 #[derive(Serialize)]
 struct Transport<'a> {
     protocol: &'a str,
@@ -33,10 +35,13 @@ struct Headers<'a> {
     seen_by: Vec<[&'a str; 3]>,
 }
 
+/// Borrowed where the input has no escape (the base64 data never has one): no copy.
 #[derive(Deserialize)]
-struct TransportIn {
-    protocol: String,
-    data: String,
+struct TransportIn<'a> {
+    #[serde(borrow)]
+    protocol: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    data: std::borrow::Cow<'a, str>,
     #[serde(default)]
     headers: HeadersIn,
 }
@@ -71,6 +76,19 @@ struct Request {
     envelope: RequestEnvelope,
 }
 
+/// The envelope as it is written, borrowing the spec.
+#[derive(Serialize)]
+struct RequestEnvelopeOut<'a> {
+    requestid: &'a str,
+    senderid: &'a str,
+    callerid: &'a str,
+    collective: &'a str,
+    agent: &'a str,
+    ttl: i64,
+    time: i64,
+    filter: &'a Filter,
+}
+
 #[derive(Serialize, Deserialize)]
 struct RequestEnvelope {
     requestid: String,
@@ -90,6 +108,15 @@ struct Reply {
     envelope: ReplyEnvelope,
 }
 
+/// The envelope as it is written, borrowing the request.
+#[derive(Serialize)]
+struct ReplyEnvelopeOut<'a> {
+    requestid: &'a str,
+    senderid: &'a str,
+    agent: &'a str,
+    time: i64,
+}
+
 #[derive(Serialize, Deserialize)]
 struct ReplyEnvelope {
     requestid: String,
@@ -98,23 +125,29 @@ struct ReplyEnvelope {
     time: i64,
 }
 
-fn text(body: &[u8], layer: Layer) -> Result<String, ProtocolError> {
-    String::from_utf8(body.to_vec())
+fn text(body: &[u8], layer: Layer) -> Result<&str, ProtocolError> {
+    std::str::from_utf8(body)
         .map_err(|_| ProtocolError::new(layer, "v1 messages must be UTF-8 text"))
 }
 
+/// `Transport` with `data`, written by hand (the base64 needs no scan for escapes).
 fn transport(data: &[u8], reply_to: &str, sender: &str, seen_by: Option<&str>) -> Vec<u8> {
-    gojson::to_vec(&Transport {
-        protocol: TRANSPORT,
-        data: b64(data),
-        headers: Headers {
-            reply_to,
-            mc_sender: sender,
-            seen_by: seen_by
-                .map(|url| vec![[url, sender, url]])
-                .unwrap_or_default(),
-        },
-    })
+    let mut out = Vec::with_capacity(data.len() / 3 * 4 + 256);
+    gojson::Object::start(&mut out)
+        .str("protocol", TRANSPORT)
+        .base64("data", data)
+        .value(
+            "headers",
+            &Headers {
+                reply_to,
+                mc_sender: sender,
+                seen_by: seen_by
+                    .map(|url| vec![[url, sender, url]])
+                    .unwrap_or_default(),
+            },
+        )
+        .end();
+    out
 }
 
 pub(super) fn encode_request(
@@ -124,27 +157,37 @@ pub(super) fn encode_request(
     reply_to: &str,
     credentials: &Credentials,
 ) -> Result<Vec<u8>, ProtocolError> {
-    let request = gojson::to_vec(&Request {
-        protocol: REQUEST.into(),
-        message: text(&spec.body, Layer::Request)?,
-        envelope: RequestEnvelope {
-            requestid: id.into(),
-            senderid: spec.sender_id.clone(),
-            callerid: spec.caller_id.clone(),
-            collective: spec.collective.clone(),
-            agent: spec.agent.clone(),
-            ttl: spec.wire_ttl(),
-            time,
-            filter: spec.filter.clone(),
-        },
-    });
+    // `Request` and `SecureRequest`, written by hand: the nested message is escaped
+    // in one pass.
+    let mut request = Vec::with_capacity(spec.body.len() * 2 + 512);
+    gojson::Object::start(&mut request)
+        .str("protocol", REQUEST)
+        .str("message", text(&spec.body, Layer::Request)?)
+        .value(
+            "envelope",
+            &RequestEnvelopeOut {
+                requestid: id,
+                senderid: &spec.sender_id,
+                callerid: &spec.caller_id,
+                collective: &spec.collective,
+                agent: &spec.agent,
+                ttl: spec.wire_ttl(),
+                time,
+                filter: &spec.filter,
+            },
+        )
+        .end();
     let (signature, pubcert) = credentials.sign_v1(&request)?;
-    let secure = gojson::to_vec(&SecureRequest {
-        protocol: SECURE_REQUEST.into(),
-        message: String::from_utf8(request).expect("JSON is UTF-8"),
-        signature,
-        pubcert,
-    });
+    let mut secure = Vec::with_capacity(request.len() * 2 + pubcert.len() + signature.len() + 128);
+    gojson::Object::start(&mut secure)
+        .str("protocol", SECURE_REQUEST)
+        .str(
+            "message",
+            std::str::from_utf8(&request).expect("JSON is UTF-8"),
+        )
+        .str("signature", &signature)
+        .str("pubcert", &pubcert)
+        .end();
     Ok(transport(
         &secure,
         reply_to,
@@ -225,20 +268,107 @@ pub(super) fn encode_reply(
     time: i64,
     seen_by: Option<&str>,
 ) -> Vec<u8> {
-    let reply = gojson::to_string(&Reply {
-        protocol: REPLY.into(),
-        message: String::from_utf8_lossy(body).into_owned(),
-        envelope: ReplyEnvelope {
-            requestid: request.request_id.clone(),
-            senderid: sender.into(),
-            agent: request.agent.clone(),
-            time,
-        },
-    });
-    let secure = gojson::to_vec(&SecureReply {
-        protocol: SECURE_REPLY.into(),
-        hash: hash(reply.as_bytes()),
-        message: reply,
-    });
+    // `Reply` and `SecureReply`, written by hand: the nested message is escaped in
+    // one pass.
+    let mut reply = Vec::with_capacity(body.len() * 2 + 256);
+    gojson::Object::start(&mut reply)
+        .str("protocol", REPLY)
+        .str("message", &String::from_utf8_lossy(body))
+        .value(
+            "envelope",
+            &ReplyEnvelopeOut {
+                requestid: &request.request_id,
+                senderid: sender,
+                agent: &request.agent,
+                time,
+            },
+        )
+        .end();
+    let mut secure = Vec::with_capacity(reply.len() * 2 + 128);
+    gojson::Object::start(&mut secure)
+        .str("protocol", SECURE_REPLY)
+        .str(
+            "message",
+            std::str::from_utf8(&reply).expect("JSON is UTF-8"),
+        )
+        .str("hash", &hash(&reply))
+        .end();
     transport(&secure, "", sender, seen_by)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::b64;
+    use super::*;
+
+    /// The hand-written envelopes are the structs serialised.
+    #[test]
+    fn requests_and_replies_written_by_hand_are_the_structs_serialised() {
+        let spec = RequestSpec {
+            agent: "choria_provision".into(),
+            collective: "provisioning".into(),
+            caller_id: "choria=p<1>".into(),
+            sender_id: "p&1".into(),
+            ttl: 60,
+            filter: Filter::agent("choria_provision"),
+            body: br#"{"agent":"a","data":{"x":"<\u2028>"}}"#.to_vec(),
+            request_id: None,
+            time_ns: None,
+            seen_by: Some("nats://b:4222".into()),
+        };
+        let payload = encode_request(&spec, "id1", 7, "r.1", &Credentials::Insecure).unwrap();
+        let request = gojson::to_vec(&Request {
+            protocol: REQUEST.into(),
+            message: String::from_utf8(spec.body.clone()).unwrap(),
+            envelope: RequestEnvelope {
+                requestid: "id1".into(),
+                senderid: spec.sender_id.clone(),
+                callerid: spec.caller_id.clone(),
+                collective: spec.collective.clone(),
+                agent: spec.agent.clone(),
+                ttl: 60,
+                time: 7,
+                filter: spec.filter.clone(),
+            },
+        });
+        let secure = gojson::to_vec(&SecureRequest {
+            protocol: SECURE_REQUEST.into(),
+            message: String::from_utf8(request).unwrap(),
+            signature: "insecure".into(),
+            pubcert: "insecure".into(),
+        });
+        let by_serde = |data: &[u8], reply_to, seen_by: Option<&str>| {
+            gojson::to_vec(&Transport {
+                protocol: TRANSPORT,
+                data: b64(data),
+                headers: Headers {
+                    reply_to,
+                    mc_sender: "p&1",
+                    seen_by: seen_by
+                        .map(|url| vec![[url, "p&1", url]])
+                        .unwrap_or_default(),
+                },
+            })
+        };
+        assert_eq!(payload, by_serde(&secure, "r.1", Some("nats://b:4222")));
+        let decoded = decode_request(&payload).unwrap();
+        let body = br#"{"statuscode":0,"data":{"a":"<&>"}}"#;
+        let encoded = encode_reply(&decoded, "p&1", body, 9, None);
+        let reply = gojson::to_string(&Reply {
+            protocol: REPLY.into(),
+            message: String::from_utf8(body.to_vec()).unwrap(),
+            envelope: ReplyEnvelope {
+                requestid: "id1".into(),
+                senderid: "p&1".into(),
+                agent: "choria_provision".into(),
+                time: 9,
+            },
+        });
+        let secure = gojson::to_vec(&SecureReply {
+            protocol: SECURE_REPLY.into(),
+            hash: hash(reply.as_bytes()),
+            message: reply,
+        });
+        assert_eq!(encoded, by_serde(&secure, "", None));
+    }
 }

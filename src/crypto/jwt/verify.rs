@@ -96,13 +96,32 @@ pub fn verify_provisioning_token(
     key: &VerifyKey,
     now: i64,
 ) -> Result<ProvisioningClaims, TokenError> {
+    check_provisioning_claims(signed_provisioning_claims(token, key)?, now)
+}
+
+/// The first half of [`verify_provisioning_token`], which depends on nothing but the
+/// token's bytes and the key: the signature checked, the claims decoded. A caller
+/// may keep its result for the same bytes and key (a fleet often shares one token),
+/// but must pass it through [`check_provisioning_claims`] on every use.
+pub fn signed_provisioning_claims(
+    token: &str,
+    key: &VerifyKey,
+) -> Result<ProvisioningClaims, TokenError> {
     let claims_json = verify_jws(token, key)?;
-    let mut claims: ProvisioningClaims = serde_json::from_slice(&claims_json).map_err(|e| {
+    serde_json::from_slice(&claims_json).map_err(|e| {
         TokenError::Malformed(format!(
             "could not JSON decode claim: {}",
             crate::json_text::describe(&e)
         ))
-    })?;
+    })
+}
+
+/// The second half of [`verify_provisioning_token`]: the checks of decoded, signed
+/// claims at time `now` (times, purpose, `ou`, chain issuer).
+pub fn check_provisioning_claims(
+    mut claims: ProvisioningClaims,
+    now: i64,
+) -> Result<ProvisioningClaims, TokenError> {
     check_times(&claims.standard, now)?;
     let s = &claims.standard;
     if s.sub != PROVISIONING_PURPOSE && s.purpose != PROVISIONING_PURPOSE {

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use super::discovery::{BroadcastDiscovery, Rediscovery, REDISCOVERY};
 use super::election::{Callbacks, Election, ElectionOptions, ElectionState};
 use super::membership::{Membership, HEARTBEAT};
-use super::{Fleet, FleetOptions, Provision, COOLDOWN, QUEUE_CAPACITY};
+use super::{Fleet, FleetOptions, Provision, COOLDOWN, LOCK_WINDOW, QUEUE_CAPACITY};
 use crate::choria::client_config::ClientConfig;
 use crate::choria::connector::{ConnectError, ConnectionState, Connector};
 use crate::choria::identity::Identity;
@@ -44,6 +44,9 @@ pub struct DaemonOptions {
     pub heartbeat: Duration,
     /// When a discovery that overflowed the queue is followed by an early one.
     pub rediscovery: Rediscovery,
+    /// How long a node another provisioner holds is left alone before it is offered
+    /// again ([`LOCK_WINDOW`]; the simulator's lock is shorter in tests).
+    pub lock_window: Duration,
 }
 
 impl Default for DaemonOptions {
@@ -56,6 +59,7 @@ impl Default for DaemonOptions {
             reply_grace: REPLY_GRACE,
             heartbeat: HEARTBEAT,
             rediscovery: REDISCOVERY,
+            lock_window: LOCK_WINDOW,
         }
     }
 }
@@ -115,6 +119,7 @@ impl Daemon {
                 capacity: options.capacity,
                 cooldown: options.cooldown,
                 shutdown_timeout: config.shutdown_timeout,
+                lock_window: options.lock_window,
             },
             Arc::clone(metrics),
             Arc::clone(pause),

@@ -39,6 +39,11 @@ pub const QUEUE_CAPACITY: usize = 50_000;
 /// How long a provisioned node stays known after its restart (Go's 60 s).
 pub const COOLDOWN: Duration = Duration::from_secs(60);
 
+/// How long a node another provisioner holds is left alone before it is offered to
+/// the workers again: go-choria's provisioning lock lasts two minutes from its
+/// holder's last use, plus a margin for clock steps and the holder's last call.
+pub const LOCK_WINDOW: Duration = Duration::from_secs(125);
+
 /// Provisions one node; implemented by the host layer.
 pub trait Provision: Send + Sync {
     /// Runs one attempt for `identity`, known (or last refreshed) since
@@ -98,8 +103,8 @@ pub enum Source {
     Discovery,
     /// A lifecycle startup event.
     Event,
-    /// A node that waited its turn (an upgrade slot) and is queued again; not
-    /// counted as discovered.
+    /// A node that waited its turn (an upgrade slot, or another provisioner's
+    /// lock window) and is queued again; not counted as discovered.
     Retry,
 }
 
@@ -129,6 +134,9 @@ pub struct FleetOptions {
     pub cooldown: Duration,
     /// How long [`Fleet::stop`] waits for in-flight nodes.
     pub shutdown_timeout: Duration,
+    /// How long a node found locked by another provisioner is left alone before it
+    /// is offered again ([`LOCK_WINDOW`]).
+    pub lock_window: Duration,
 }
 
 impl Default for FleetOptions {
@@ -138,6 +146,7 @@ impl Default for FleetOptions {
             capacity: QUEUE_CAPACITY,
             cooldown: COOLDOWN,
             shutdown_timeout: Duration::from_secs(10),
+            lock_window: LOCK_WINDOW,
         }
     }
 }
@@ -156,7 +165,19 @@ pub struct Job {
 enum State {
     Queued,
     Working,
-    CoolingDown,
+    /// Known until the instant, so that nobody queues it meanwhile.
+    CoolingDown(Instant),
+}
+
+/// What the finisher does with an entry once its time has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum AfterCoolDown {
+    /// Forget it: a discovery or a startup event queues it again.
+    Forget,
+    /// Forget it and offer it to the workers again at once, if it is still ours: a
+    /// node another provisioner held (its lock has run out, and if that provisioner
+    /// died nothing else would bring the node back before the next discovery).
+    Offer,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -172,6 +193,7 @@ pub(crate) struct Finish {
     identity: Identity,
     generation: u64,
     at: Instant,
+    then: AfterCoolDown,
 }
 
 /// The scheduler of one provisioner.
@@ -445,23 +467,58 @@ impl Fleet {
         Some(entry.since)
     }
 
-    /// Routes an attempt's outcome: forget now, or after the cool-down.
+    /// Routes an attempt's outcome: forget now, after the cool-down, or (a node
+    /// another provisioner holds) offer it again after the lock window.
     fn finish(&self, job: &Job, outcome: &Outcome) {
-        if outcome.needs_cooldown() {
-            if let Some(entry) = self.hosts.lock().get_mut(&job.identity) {
-                if entry.generation == job.generation {
-                    entry.state = State::CoolingDown;
-                    entry.since = Instant::now();
-                }
-            }
-            let _ = self.done_tx.send(Finish {
-                identity: job.identity.clone(),
-                generation: job.generation,
-                at: Instant::now() + self.options.cooldown,
-            });
+        let (wait, then) = if outcome.needs_cooldown() {
+            (self.options.cooldown, AfterCoolDown::Forget)
+        } else if matches!(outcome, Outcome::Locked(_)) {
+            (self.options.lock_window, AfterCoolDown::Offer)
         } else {
             self.remove(&job.identity, job.generation);
+            return;
+        };
+        let now = Instant::now();
+        let at = now.checked_add(wait).unwrap_or(now);
+        if let Some(entry) = self.hosts.lock().get_mut(&job.identity) {
+            if entry.generation == job.generation {
+                entry.state = State::CoolingDown(at);
+                entry.since = now;
+            }
         }
+        let _ = self.done_tx.send(Finish {
+            identity: job.identity.clone(),
+            generation: job.generation,
+            at,
+            then,
+        });
+    }
+
+    /// The finisher's end of a cool-down: forgets the entry if it is still
+    /// generation `generation`, and offers it again when `then` says so.
+    fn cooled_down(&self, identity: &Identity, generation: u64, then: AfterCoolDown) {
+        let current = self
+            .hosts
+            .lock()
+            .get(identity)
+            .is_some_and(|e| e.generation == generation);
+        self.remove(identity, generation);
+        if current && then == AfterCoolDown::Offer {
+            match self.add(identity, Source::Retry) {
+                AddResult::Added => log::debug!(
+                    "Offering {identity} again: the lock another provisioner held has run out"
+                ),
+                AddResult::QueueFull => log::debug!(
+                    "Could not offer {identity} again, the queue is full; the next discovery will"
+                ),
+                AddResult::Known | AddResult::Stopping | AddResult::NotOurs => {}
+            }
+        }
+    }
+
+    /// The longest the finisher may sleep without taking a finish late.
+    fn finisher_sleep(&self) -> Duration {
+        self.options.cooldown.min(self.options.lock_window)
     }
 
     /// Forgets `identity` if its entry is still generation `generation`.

@@ -234,18 +234,17 @@ pub struct FleetStatus(pub Arc<Fleet>);
 impl FleetStatus {
     fn known(&self) -> (Vec<Value>, Vec<Value>, HashMap<Identity, Value>) {
         let fleet = &self.0;
-        let cooldown = fleet.options.cooldown;
         let mut queued: Vec<(u64, Identity, Instant)> = Vec::new();
         let mut cooling = Vec::new();
         let mut by_id = HashMap::new();
         for (identity, entry) in fleet.hosts.lock().iter() {
             match entry.state {
                 State::Queued => queued.push((entry.generation, identity.clone(), entry.since)),
-                State::CoolingDown => {
+                State::CoolingDown(until) => {
                     let v = json!({
                         "identity": identity.as_str(),
                         "state": "cooling_down",
-                        "until": rfc3339(entry.since + cooldown),
+                        "until": rfc3339(until),
                     });
                     by_id.insert(identity.clone(), v.clone());
                     cooling.push(v);

@@ -60,6 +60,7 @@ fn rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig 
             capacity,
             cooldown,
             shutdown_timeout: Duration::from_secs(2),
+            lock_window: Duration::from_secs(1),
         },
         metrics,
         pause,
@@ -501,7 +502,7 @@ fn a_panic_in_one_attempt_fails_that_node_and_the_worker_goes_on() {
             workers: 1,
             capacity: 10,
             cooldown: Duration::from_secs(60),
-            shutdown_timeout: Duration::from_secs(2),
+            ..FleetOptions::default()
         },
         Arc::clone(&metrics),
         pause,
@@ -610,8 +611,47 @@ fn another_instance_s_node_is_not_queued_and_a_disowned_one_is_dropped_by_its_wo
 }
 
 #[test]
-fn a_locked_node_is_forgotten_without_an_error() {
+fn a_locked_node_is_left_alone_for_the_lock_window_then_offered_again_without_an_error() {
     let r = rig(1, 10, Duration::from_secs(60), false);
+    r.recorder.outcomes.lock().insert(
+        "n1".into(),
+        Outcome::Locked("n1: Could not obtain provisioning lock".into()),
+    );
+    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    let first = Instant::now();
+    let m = Arc::clone(r.fleet.metrics());
+    wait_until("locked outcome", || {
+        m.outcomes.with_label_values(&["locked"]).get() == 1
+    });
+    // Within the window the node stays known: a discovery does not queue it again.
+    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Known);
+    assert_eq!(m.provision_errors.get(), 0);
+    assert_eq!(m.provisioned.get(), 0);
+    // The holder went away: once the window has passed the node is offered again
+    // without any discovery or event (the lock has run out, anyone may finish it).
+    r.recorder.outcomes.lock().remove("n1");
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        first.elapsed() >= Duration::from_secs(1),
+        "offered again after {:?}, inside the 1 s lock window",
+        first.elapsed()
+    );
+    wait_until("provisioned", || m.provisioned.get() == 1);
+    assert_eq!(*r.recorder.calls.lock(), ["n1", "n1"]);
+    assert_eq!(m.discovered.get(), 1, "the second offer is not a discovery");
+    assert_eq!(m.provision_errors.get(), 0);
+    r.fleet.stop();
+}
+
+#[test]
+fn a_locked_node_that_is_no_longer_ours_when_its_window_ends_is_forgotten() {
+    let r = rig(1, 10, Duration::from_secs(60), false);
+    let owns = Arc::new(Owns(Mutex::new(
+        ["n1"].iter().map(|s| s.to_string()).collect(),
+    )));
+    r.fleet
+        .set_ownership(Arc::clone(&owns) as Arc<dyn Ownership>);
     r.recorder.outcomes.lock().insert(
         "n1".into(),
         Outcome::Locked("n1: Could not obtain provisioning lock".into()),
@@ -621,13 +661,16 @@ fn a_locked_node_is_forgotten_without_an_error() {
     wait_until("locked outcome", || {
         m.outcomes.with_label_values(&["locked"]).get() == 1
     });
-    wait_until("forgotten", || !r.fleet.is_known("n1"));
+    // The live set changes during the window: another instance owns n1 now.
+    owns.0.lock().clear();
+    wait_until("forgotten after the window", || !r.fleet.is_known("n1"));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !r.fleet.is_known("n1"),
+        "not offered to this instance again"
+    );
+    assert_eq!(*r.recorder.calls.lock(), ["n1"]);
     assert_eq!(m.provision_errors.get(), 0);
-    assert_eq!(m.provisioned.get(), 0);
-    // Found again later (by its owner, or by anyone once the lock is over).
-    r.recorder.outcomes.lock().remove("n1");
-    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
-    wait_until("provisioned", || m.provisioned.get() == 1);
     r.fleet.stop();
 }
 

@@ -114,7 +114,27 @@ impl Subject {
 
     /// `self` followed by `.token`, checked as a whole.
     pub fn child(&self, token: &str) -> Result<Subject, SubjectError> {
-        Subject::new(format!("{}.{token}", self.0))
+        // `self` is checked already: only the new token is, with the errors and
+        // offsets a check of the whole would give.
+        let len = self.0.len() + 1 + token.len();
+        if len > MAX_SUBJECT_LEN {
+            return Err(SubjectError::TooLong(len));
+        }
+        let bytes = token.as_bytes();
+        if let Some(at) = bytes.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+            return Err(SubjectError::Byte(self.0.len() + 1 + at));
+        }
+        if bytes.is_empty() || (bytes.contains(&b'.') && token.split('.').any(str::is_empty)) {
+            return Err(SubjectError::EmptyToken);
+        }
+        if bytes.iter().any(|&b| b == b'*' || b == b'>') {
+            return Err(SubjectError::Wildcard);
+        }
+        let mut text = String::with_capacity(len);
+        text.push_str(&self.0);
+        text.push('.');
+        text.push_str(token);
+        Ok(Subject(text))
     }
 
     /// The subject as text.
@@ -283,6 +303,18 @@ mod tests {
             );
         }
         assert!(texts.len() > 1000);
+        let parent = Subject::new("a.b").unwrap();
+        for token in &texts {
+            assert_eq!(
+                parent.child(token),
+                Subject::new(format!("a.b.{token}")),
+                "child {token:?}"
+            );
+        }
+        assert_eq!(
+            parent.child(&"x".repeat(600)),
+            Subject::new(format!("a.b.{}", "x".repeat(600)))
+        );
     }
 
     #[test]

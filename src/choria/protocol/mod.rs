@@ -400,9 +400,18 @@ pub fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
 
 /// The transport sender (`mc_sender` / `sender`) of a reply, all discovery reads.
 pub fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
-    let sender = match transport_version(bytes)? {
-        Protocol::V1 => v1::transport_sender(bytes)?,
-        Protocol::V2 => v2::transport_sender(bytes)?,
+    check_size(bytes)?;
+    // As in `decode_reply`: a v1 transport is parsed once.
+    let parsed = match v1::parse(bytes) {
+        Ok(t) if t.protocol() == v1::TRANSPORT => Some(v1::parsed_sender(t)?),
+        _ => None,
+    };
+    let sender = match parsed {
+        Some(sender) => sender,
+        None => match transport_version(bytes)? {
+            Protocol::V1 => v1::transport_sender(bytes)?,
+            Protocol::V2 => v2::transport_sender(bytes)?,
+        },
     };
     if sender.is_empty() {
         return Err(ProtocolError::new(Layer::Transport, "no sender header"));

@@ -230,7 +230,12 @@ fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
 }
 
 pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
-    Ok(open(bytes)?.1.mc_sender.unwrap_or_default())
+    parsed_sender(parse(bytes)?)
+}
+
+/// [`transport_sender`] of a transport [`parse`]d already.
+pub(super) fn parsed_sender(t: Parsed) -> Result<String, ProtocolError> {
+    Ok(open_parsed(t.0)?.1.mc_sender.unwrap_or_default())
 }
 
 pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {

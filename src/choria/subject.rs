@@ -85,7 +85,28 @@ impl Subject {
     /// Checks `text`.
     pub fn new(text: impl Into<String>) -> Result<Subject, SubjectError> {
         let text = text.into();
-        if tokens(&text)?.any(|t| t.contains(['*', '>'])) {
+        // One pass over the bytes (every request makes two subjects); the errors and
+        // their precedence are `tokens`' followed by the wildcard check.
+        let bytes = text.as_bytes();
+        if bytes.is_empty() {
+            return Err(SubjectError::Empty);
+        }
+        if bytes.len() > MAX_SUBJECT_LEN {
+            return Err(SubjectError::TooLong(bytes.len()));
+        }
+        let (mut empty_token, mut wildcard, mut previous) = (false, false, b'.');
+        for (at, &b) in bytes.iter().enumerate() {
+            if !(0x21..=0x7e).contains(&b) {
+                return Err(SubjectError::Byte(at));
+            }
+            empty_token |= b == b'.' && previous == b'.';
+            wildcard |= b == b'*' || b == b'>';
+            previous = b;
+        }
+        if empty_token || previous == b'.' {
+            return Err(SubjectError::EmptyToken);
+        }
+        if wildcard {
             return Err(SubjectError::Wildcard);
         }
         Ok(Subject(text))
@@ -93,7 +114,27 @@ impl Subject {
 
     /// `self` followed by `.token`, checked as a whole.
     pub fn child(&self, token: &str) -> Result<Subject, SubjectError> {
-        Subject::new(format!("{}.{token}", self.0))
+        // `self` is checked already: only the new token is, with the errors and
+        // offsets a check of the whole would give.
+        let len = self.0.len() + 1 + token.len();
+        if len > MAX_SUBJECT_LEN {
+            return Err(SubjectError::TooLong(len));
+        }
+        let bytes = token.as_bytes();
+        if let Some(at) = bytes.iter().position(|b| !(0x21..=0x7e).contains(b)) {
+            return Err(SubjectError::Byte(self.0.len() + 1 + at));
+        }
+        if bytes.is_empty() || (bytes.contains(&b'.') && token.split('.').any(str::is_empty)) {
+            return Err(SubjectError::EmptyToken);
+        }
+        if bytes.iter().any(|&b| b == b'*' || b == b'>') {
+            return Err(SubjectError::Wildcard);
+        }
+        let mut text = String::with_capacity(len);
+        text.push_str(&self.0);
+        text.push('.');
+        text.push_str(token);
+        Ok(Subject(text))
     }
 
     /// The subject as text.
@@ -231,6 +272,49 @@ mod tests {
         );
         assert!(parent.child("a b").is_err());
         assert!(parent.child("").is_err());
+    }
+
+    #[test]
+    fn the_one_pass_check_gives_the_errors_of_the_token_check() {
+        // Every string of up to four of these bytes: the same verdict, the same error.
+        let alphabet = ["a", ".", "*", ">", " ", "\u{e9}"];
+        let mut texts = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> = texts
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+                .collect();
+            texts.extend(longer);
+        }
+        texts.sort();
+        texts.dedup();
+        for text in &texts {
+            let by_tokens = tokens(text).and_then(|mut t| {
+                if t.any(|t| t.contains(['*', '>'])) {
+                    Err(SubjectError::Wildcard)
+                } else {
+                    Ok(())
+                }
+            });
+            assert_eq!(
+                Subject::new(text.as_str()).map(|_| ()),
+                by_tokens,
+                "{text:?}"
+            );
+        }
+        assert!(texts.len() > 1000);
+        let parent = Subject::new("a.b").unwrap();
+        for token in &texts {
+            assert_eq!(
+                parent.child(token),
+                Subject::new(format!("a.b.{token}")),
+                "child {token:?}"
+            );
+        }
+        assert_eq!(
+            parent.child(&"x".repeat(600)),
+            Subject::new(format!("a.b.{}", "x".repeat(600)))
+        );
     }
 
     #[test]

@@ -9,11 +9,13 @@
 //! not ignored. The error texts are Go's (§4.4), each naming the helper.
 
 use std::collections::BTreeMap;
+use std::ffi::CString;
 use std::fmt;
 use std::os::fd::AsRawFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, ExitStatus, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -21,6 +23,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use super::pipes::{self, End};
 use super::proctree;
 use super::redact::redact;
+use super::spawn;
 use crate::config::shell_words;
 use crate::json_text;
 
@@ -291,11 +294,22 @@ pub struct HelperRun {
     pub elapsed: Duration,
 }
 
-/// Runs the configured helper command.
+/// Runs the configured helper command. Its words and the daemon's environment are
+/// made ready once, when it is made (`spawn`); `Debug` shows no environment.
 #[derive(Debug, Clone)]
 pub struct Helper {
     command: String,
     timeout: Duration,
+    prepared: Arc<Result<spawn::Prepared, Unprepared>>,
+}
+
+/// Why a command could not be made ready: reported by every run, as before.
+#[derive(Debug)]
+enum Unprepared {
+    /// Its words could not be split.
+    Parse(String),
+    /// They cannot be a command (empty, or a NUL byte).
+    Start(String),
 }
 
 /// Go's rendering of an exit status (`exit status 3`, `signal: killed`).
@@ -316,9 +330,16 @@ pub fn exit_status_text(status: ExitStatus) -> String {
 impl Helper {
     /// A helper running `command` (split shell-style) for at most `timeout`.
     pub fn new(command: &str, timeout: Duration) -> Helper {
+        let prepared = shell_words::split(command)
+            .map_err(|e| Unprepared::Parse(e.to_string()))
+            .and_then(|words| {
+                spawn::Prepared::new(&words, proctree::MARKER_VAR)
+                    .map_err(|e| Unprepared::Start(e.to_string()))
+            });
         Helper {
             command: command.to_string(),
             timeout,
+            prepared: Arc::new(prepared),
         }
     }
 
@@ -342,22 +363,23 @@ impl Helper {
         if paused {
             return Err(HelperError::Paused(name));
         }
-        let words =
-            shell_words::split(&self.command).map_err(|e| HelperError::Parse(e.to_string()))?;
+        let prepared = match &*self.prepared {
+            Ok(prepared) => prepared,
+            Err(Unprepared::Parse(e)) => return Err(HelperError::Parse(e.clone())),
+            Err(Unprepared::Start(e)) => return Err(HelperError::Start(name, e.clone())),
+        };
         let started = Instant::now();
         let marker = proctree::new_marker();
-        let mut child = Command::new(&words[0])
-            .args(&words[1..])
-            .env(proctree::MARKER_VAR, &marker)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
+        let entry = CString::new(format!("{}={marker}", proctree::MARKER_VAR))
             .map_err(|e| HelperError::Start(name.clone(), e.to_string()))?;
-        let stdin = child.stdin.take().expect("stdin is piped");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
+        let spawn::Spawned {
+            process: mut child,
+            stdin,
+            stdout,
+            stderr,
+        } = prepared
+            .spawn(&entry)
+            .map_err(|e| HelperError::Start(name.clone(), e.to_string()))?;
         let pipes = [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()]
             .into_iter()
             .filter_map(proctree::pipe_inode)

@@ -12,5 +12,6 @@ pub mod progress;
 mod redact;
 pub mod retry;
 pub mod sequence;
+mod spawn;
 pub mod upgrade_slots;
 pub mod version;

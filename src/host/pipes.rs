@@ -4,11 +4,14 @@
 //! (three thread creations per helper were a large share of the daemon's CPU per
 //! node), and no pipe can block it: stderr beyond its cap is drained and dropped.
 
+use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::os::fd::{AsRawFd, RawFd};
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use super::spawn::Process;
 
 /// How often the loop looks at the stop flag while nothing happens.
 const TICK: Duration = Duration::from_millis(50);
@@ -72,11 +75,11 @@ impl std::fmt::Debug for Pumped {
 /// The pipes and limits of one run.
 pub struct Run<'a> {
     /// The helper's stdin, closed once `input` is written.
-    pub stdin: ChildStdin,
+    pub stdin: File,
     /// Its stdout.
-    pub stdout: ChildStdout,
+    pub stdout: File,
     /// Its stderr.
-    pub stderr: ChildStderr,
+    pub stderr: File,
     /// What to write.
     pub input: &'a [u8],
     /// Most stdout bytes kept.
@@ -116,9 +119,11 @@ impl Killer<'_> {
 }
 
 fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own; no memory is passed.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+    // One ioctl instead of fcntl's get and set: the pipe is ours, its other flags
+    // are ours too (O_NONBLOCK is the only one FIONBIO changes).
+    let on: libc::c_int = 1;
+    // SAFETY: FIONBIO on a descriptor we own reads one c_int through the pointer.
+    if unsafe { libc::ioctl(fd, libc::FIONBIO, &on) } < 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
@@ -165,7 +170,7 @@ fn drain(fd: RawFd, kept: &mut Vec<u8>, cap: usize, over: &mut bool) -> std::io:
 /// Runs the exchange with `child` until its pipes close and it exits, it times out,
 /// or the daemon stops; `kill_tree` kills it and every process it started
 /// (`proctree`). The child is always reaped before this returns.
-pub fn pump(child: &mut Child, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
+pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
     let Run {
         stdin,
         stdout,
@@ -308,7 +313,7 @@ pub fn pump(child: &mut Child, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
 /// Waits for the exit after the pipes closed: the usual helper has already exited
 /// (its pipes close as it does), one that lingers is killed at the deadline or stop.
 fn wait(
-    child: &mut Child,
+    child: &mut Process,
     deadline: Instant,
     stopping: Option<&AtomicBool>,
     killer: &mut Killer<'_>,

@@ -169,9 +169,22 @@ pub struct HelperTree {
     helper: libc::pid_t,
     marker: Vec<u8>,
     pipes: Vec<u64>,
-    own_pid: libc::pid_t,
-    own_pgid: libc::pid_t,
-    own_sid: libc::pid_t,
+}
+
+/// The daemon's own process, group and session ids, read when a tree is killed (not
+/// on every run: they never change, and most runs kill nothing).
+struct Own {
+    pid: libc::pid_t,
+    pgid: libc::pid_t,
+    sid: libc::pid_t,
+}
+
+impl Own {
+    fn now() -> Own {
+        // SAFETY: getpid, getpgrp and getsid(0) have no preconditions.
+        let (pid, pgid, sid) = unsafe { (libc::getpid(), libc::getpgrp(), libc::getsid(0)) };
+        Own { pid, pgid, sid }
+    }
 }
 
 /// A fresh marker value for one run: 128 random bits in hex.
@@ -186,16 +199,10 @@ impl HelperTree {
     /// [`MARKER_VAR`]` = marker` in its environment), whose pipes are `pipes`
     /// (inodes, from [`pipe_inode`]).
     pub fn new(helper: u32, marker: &str, pipes: Vec<u64>) -> HelperTree {
-        // SAFETY: getpid, getpgrp and getsid(0) have no preconditions.
-        let (own_pid, own_pgid, own_sid) =
-            unsafe { (libc::getpid(), libc::getpgrp(), libc::getsid(0)) };
         HelperTree {
             helper: helper as libc::pid_t,
             marker: format!("{MARKER_VAR}={marker}").into_bytes(),
             pipes,
-            own_pid,
-            own_pgid,
-            own_sid,
         }
     }
 
@@ -203,18 +210,19 @@ impl HelperTree {
     /// documentation); returns how many were signalled. The helper itself is not
     /// reaped here.
     pub fn kill(&self) -> usize {
+        let own = Own::now();
         let mut found: HashMap<libc::pid_t, Handle> = HashMap::new();
         let mut looked: HashSet<(libc::pid_t, u64)> = HashSet::new();
         let mut marked: HashSet<(libc::pid_t, u64)> = HashSet::new();
         for _ in 0..MAX_ROUNDS {
             let procs: Vec<Stat> = pids()
                 .into_iter()
-                .filter(|&p| p != self.own_pid && p > 1)
+                .filter(|&p| p != own.pid && p > 1)
                 .filter_map(stat)
                 .collect();
             // The marks that cost a read are taken once per process.
             for p in &procs {
-                let ours = p.ppid == self.own_pid && p.pid != self.helper;
+                let ours = p.ppid == own.pid && p.pid != self.helper;
                 if looked.insert((p.pid, p.start))
                     && (environ_has(p.pid, &self.marker)
                         || (!ours && holds_pipe(p.pid, &self.pipes)))
@@ -222,7 +230,7 @@ impl HelperTree {
                     marked.insert((p.pid, p.start));
                 }
             }
-            let new = self.close_over(&procs, &found, &marked);
+            let new = self.close_over(&own, &procs, &found, &marked);
             if new.is_empty() {
                 break;
             }
@@ -239,7 +247,7 @@ impl HelperTree {
         // The helper and its own group, whatever /proc showed (it may not be
         // mounted): the helper is our unreaped child, so neither id can have been
         // reused.
-        if self.helper != self.own_pid && self.helper != self.own_pgid {
+        if self.helper != own.pid && self.helper != own.pgid {
             // SAFETY: kill and killpg on our child and the group we created for it.
             unsafe {
                 libc::kill(self.helper, libc::SIGKILL);
@@ -254,6 +262,7 @@ impl HelperTree {
     /// group or session that a member leads.
     fn close_over(
         &self,
+        own: &Own,
         procs: &[Stat],
         known: &HashMap<libc::pid_t, Handle>,
         marked: &HashSet<(libc::pid_t, u64)>,
@@ -272,8 +281,8 @@ impl HelperTree {
                 let belongs = p.pid == self.helper
                     || marked.contains(&(p.pid, p.start))
                     || members.contains(&p.ppid)
-                    || (p.pgid != self.own_pgid && members.contains(&p.pgid))
-                    || (p.sid != self.own_sid && members.contains(&p.sid));
+                    || (p.pgid != own.pgid && members.contains(&p.pgid))
+                    || (p.sid != own.sid && members.contains(&p.sid));
                 if belongs {
                     members.insert(p.pid);
                     listed.insert(p.pid);

@@ -115,7 +115,7 @@ impl<'r> Retrier<'r> {
         &self,
         call: &Call,
         mut data: impl FnMut() -> serde_json::Value,
-        mut check: impl FnMut(&Reply) -> Check<T>,
+        mut check: impl FnMut(&mut Reply) -> Check<T>,
     ) -> Result<(T, Box<dyn ReplyWatch + 'r>), CallError> {
         let label = call.label();
         if self.pause.paused() {
@@ -168,7 +168,7 @@ impl<'r> Retrier<'r> {
                     }
                     (is_fatal_refusal(&reply.statusmsg), why)
                 }
-                Ok(answer) => match check(&answer.reply) {
+                Ok(mut answer) => match check(&mut answer.reply) {
                     Check::Accept(value) => return Ok((value, answer.watch)),
                     Check::Fail(why) => (true, why),
                     Check::Retry(why) => (false, why),

@@ -380,7 +380,8 @@ impl NodeSequence {
             || json!({}),
             |r| {
                 if r.data.is_object() {
-                    Check::Accept(r.data.clone())
+                    // Taken, not copied: the reply is not read again.
+                    Check::Accept(std::mem::take(&mut r.data))
                 } else {
                     Check::Retry("inventory data is not an object".into())
                 }
@@ -396,16 +397,19 @@ impl NodeSequence {
         }
         // Back from an upgrade on another version: its upgrade slot is free.
         self.slots.seen(identity, &a.version);
-        // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added.
-        let mut sorted: std::collections::BTreeMap<String, Value> = match data {
-            Value::Object(m) => m.into_iter().collect(),
-            _ => Default::default(),
+        // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added;
+        // sorted by reference, nothing copied.
+        let mut data = data;
+        if let Value::Object(m) = &mut data {
+            m.entry("upgradable").or_insert(Value::Bool(false));
+        }
+        let mut sorted: Vec<(&String, &Value)> = match &data {
+            Value::Object(m) => m.iter().collect(),
+            _ => Vec::new(),
         };
-        sorted
-            .entry("upgradable".into())
-            .or_insert(Value::Bool(false));
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut inventory = Vec::with_capacity(1024);
-        crate::choria::protocol::gojson::write_entries(&mut inventory, &sorted, false);
+        crate::choria::protocol::gojson::write_entries(&mut inventory, sorted, false);
         a.inventory = String::from_utf8(inventory).expect("JSON is UTF-8");
         Ok(())
     }

@@ -250,6 +250,42 @@ impl<'a> Object<'a> {
         self
     }
 
+    /// An integer field.
+    pub fn int(mut self, key: &str, value: i64) -> Self {
+        self.key(key);
+        // Writing to a Vec cannot fail.
+        let _ = write!(self.out, "{value}");
+        self
+    }
+
+    /// A field holding an array of strings.
+    pub fn strs(mut self, key: &str, values: &[impl AsRef<str>]) -> Self {
+        self.key(key);
+        self.out.push(b'[');
+        for (n, value) in values.iter().enumerate() {
+            if n > 0 {
+                self.out.push(b',');
+            }
+            write_str(self.out, value.as_ref());
+        }
+        self.out.push(b']');
+        self
+    }
+
+    /// A field holding an array of JSON values, written in their order.
+    pub fn values(mut self, key: &str, values: &[serde_json::Value]) -> Self {
+        self.key(key);
+        self.out.push(b'[');
+        for (n, value) in values.iter().enumerate() {
+            if n > 0 {
+                self.out.push(b',');
+            }
+            write_value(self.out, value, false);
+        }
+        self.out.push(b']');
+        self
+    }
+
     /// A field whose value `f` appends.
     pub fn raw(mut self, key: &str, f: impl FnOnce(&mut Vec<u8>)) -> Self {
         self.key(key);

@@ -136,6 +136,18 @@ where
 }
 
 impl Filter {
+    /// Appends the filter as Go writes it (the bytes [`gojson::to_vec`] gives), its
+    /// strings escaped in one pass.
+    pub(crate) fn write_go(&self, out: &mut Vec<u8>) {
+        gojson::Object::start(out)
+            .values("fact", &self.fact)
+            .strs("cf_class", &self.cf_class)
+            .strs("agent", &self.agent)
+            .strs("identity", &self.identity)
+            .values("compound", &self.compound)
+            .end();
+    }
+
     /// A filter selecting nodes that have `agent`.
     pub fn agent(agent: &str) -> Filter {
         Filter {
@@ -372,6 +384,14 @@ pub fn transport_version(bytes: &[u8]) -> Result<Protocol, ProtocolError> {
 
 /// Decodes a reply payload of either version, checking its hash.
 pub fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
+    check_size(bytes)?;
+    // The transport is parsed once for a v1 reply (v2's as many times as before); any
+    // other input takes the probe below, which gives the errors it always gave.
+    match v1::parse(bytes) {
+        Ok(t) if t.protocol() == v1::TRANSPORT => return v1::decode_parsed_reply(t),
+        Ok(t) if t.protocol() == v2::TRANSPORT => return v2::decode_reply(bytes),
+        _ => {}
+    }
     match transport_version(bytes)? {
         Protocol::V1 => v1::decode_reply(bytes),
         Protocol::V2 => v2::decode_reply(bytes),
@@ -380,9 +400,18 @@ pub fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
 
 /// The transport sender (`mc_sender` / `sender`) of a reply, all discovery reads.
 pub fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
-    let sender = match transport_version(bytes)? {
-        Protocol::V1 => v1::transport_sender(bytes)?,
-        Protocol::V2 => v2::transport_sender(bytes)?,
+    check_size(bytes)?;
+    // As in `decode_reply`: a v1 transport is parsed once.
+    let parsed = match v1::parse(bytes) {
+        Ok(t) if t.protocol() == v1::TRANSPORT => Some(v1::parsed_sender(t)?),
+        _ => None,
+    };
+    let sender = match parsed {
+        Some(sender) => sender,
+        None => match transport_version(bytes)? {
+            Protocol::V1 => v1::transport_sender(bytes)?,
+            Protocol::V2 => v2::transport_sender(bytes)?,
+        },
     };
     if sender.is_empty() {
         return Err(ProtocolError::new(Layer::Transport, "no sender header"));
@@ -501,6 +530,26 @@ mod tests {
             request(i64::MIN, now).validate_for_provisioning(Protocol::V1, now),
             Err(Rejection::Ttl(i64::MIN))
         );
+    }
+
+    #[test]
+    fn a_filter_written_by_hand_is_the_filter_serialised() {
+        let filters = [
+            Filter::default(),
+            Filter::agent("choria_provision"),
+            Filter {
+                fact: vec![serde_json::json!({"fact": "a<b", "operator": "==", "value": 1.5})],
+                cf_class: vec!["x&y".into(), "\u{2028}".into()],
+                agent: vec!["a".into(), "b".into()],
+                identity: vec!["n\"1\"".into()],
+                compound: vec![serde_json::json!([{"z": null, "a": [true]}])],
+            },
+        ];
+        for filter in filters {
+            let mut out = Vec::new();
+            filter.write_go(&mut out);
+            assert_eq!(out, gojson::to_vec(&filter), "{filter:?}");
+        }
     }
 
     #[test]

@@ -25,6 +25,8 @@ struct Transport<'a> {
     headers: Headers<'a>,
 }
 
+/// The headers as serde would write them; [`write_headers`] writes these bytes by hand.
+#[cfg(test)]
 #[derive(Serialize)]
 struct Headers<'a> {
     #[serde(rename = "reply-to", skip_serializing_if = "str::is_empty")]
@@ -76,19 +78,6 @@ struct Request {
     envelope: RequestEnvelope,
 }
 
-/// The envelope as it is written, borrowing the spec.
-#[derive(Serialize)]
-struct RequestEnvelopeOut<'a> {
-    requestid: &'a str,
-    senderid: &'a str,
-    callerid: &'a str,
-    collective: &'a str,
-    agent: &'a str,
-    ttl: i64,
-    time: i64,
-    filter: &'a Filter,
-}
-
 #[derive(Serialize, Deserialize)]
 struct RequestEnvelope {
     requestid: String,
@@ -136,18 +125,35 @@ fn transport(data: &[u8], reply_to: &str, sender: &str, seen_by: Option<&str>) -
     gojson::Object::start(&mut out)
         .str("protocol", TRANSPORT)
         .base64("data", data)
-        .value(
-            "headers",
-            &Headers {
-                reply_to,
-                mc_sender: sender,
-                seen_by: seen_by
-                    .map(|url| vec![[url, sender, url]])
-                    .unwrap_or_default(),
-            },
-        )
+        .raw("headers", |out| {
+            write_headers(out, reply_to, sender, seen_by)
+        })
         .end();
     out
+}
+
+/// `Headers`, by hand: the bytes serde gives for them.
+fn write_headers(out: &mut Vec<u8>, reply_to: &str, sender: &str, seen_by: Option<&str>) {
+    let mut headers = gojson::Object::start(out);
+    if !reply_to.is_empty() {
+        headers = headers.str("reply-to", reply_to);
+    }
+    if !sender.is_empty() {
+        headers = headers.str("mc_sender", sender);
+    }
+    if let Some(url) = seen_by {
+        headers = headers.raw("seen-by", |out| {
+            out.extend_from_slice(b"[[");
+            gojson::write_str(out, url);
+            out.push(b',');
+            gojson::write_str(out, sender);
+            out.push(b',');
+            gojson::write_str(out, url);
+            out.push(b']');
+            out.push(b']');
+        });
+    }
+    headers.end();
 }
 
 pub(super) fn encode_request(
@@ -163,19 +169,19 @@ pub(super) fn encode_request(
     gojson::Object::start(&mut request)
         .str("protocol", REQUEST)
         .str("message", text(&spec.body, Layer::Request)?)
-        .value(
-            "envelope",
-            &RequestEnvelopeOut {
-                requestid: id,
-                senderid: &spec.sender_id,
-                callerid: &spec.caller_id,
-                collective: &spec.collective,
-                agent: &spec.agent,
-                ttl: spec.wire_ttl(),
-                time,
-                filter: &spec.filter,
-            },
-        )
+        .raw("envelope", |out| {
+            // `RequestEnvelopeOut`, by hand.
+            gojson::Object::start(out)
+                .str("requestid", id)
+                .str("senderid", &spec.sender_id)
+                .str("callerid", &spec.caller_id)
+                .str("collective", &spec.collective)
+                .str("agent", &spec.agent)
+                .int("ttl", spec.wire_ttl())
+                .int("time", time)
+                .raw("filter", |out| spec.filter.write_go(out))
+                .end()
+        })
         .end();
     let (signature, pubcert) = credentials.sign_v1(&request)?;
     let mut secure = Vec::with_capacity(request.len() * 2 + pubcert.len() + signature.len() + 128);
@@ -196,19 +202,49 @@ pub(super) fn encode_request(
     ))
 }
 
-fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
-    let t: TransportIn =
-        serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
+/// A transport parsed as v1's, its protocol not yet checked: [`super::decode_reply`]
+/// parses a reply's transport once and dispatches on its `protocol`.
+pub(super) struct Parsed<'a>(TransportIn<'a>);
+
+impl Parsed<'_> {
+    /// The transport's `protocol` string.
+    pub(super) fn protocol(&self) -> &str {
+        &self.0.protocol
+    }
+}
+
+/// Parses `bytes` as a v1 transport without checking its protocol.
+pub(super) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ProtocolError> {
+    serde_json::from_slice(bytes)
+        .map(Parsed)
+        .map_err(|e| ProtocolError::json(Layer::Transport, &e))
+}
+
+fn open_parsed(t: TransportIn) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
     expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
     Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
 }
 
+fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
+    open_parsed(parse(bytes)?.0)
+}
+
 pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
-    Ok(open(bytes)?.1.mc_sender.unwrap_or_default())
+    parsed_sender(parse(bytes)?)
+}
+
+/// [`transport_sender`] of a transport [`parse`]d already.
+pub(super) fn parsed_sender(t: Parsed) -> Result<String, ProtocolError> {
+    Ok(open_parsed(t.0)?.1.mc_sender.unwrap_or_default())
 }
 
 pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
-    let (data, _) = open(bytes)?;
+    decode_parsed_reply(parse(bytes)?)
+}
+
+/// [`decode_reply`] of a transport [`parse`]d already.
+pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolError> {
+    let (data, _) = open_parsed(t.0)?;
     let secure: SecureReply =
         serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;

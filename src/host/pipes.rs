@@ -167,6 +167,28 @@ fn drain(fd: RawFd, kept: &mut Vec<u8>, cap: usize, over: &mut bool) -> std::io:
     }
 }
 
+/// Writes what `stdin` takes of `input` from `written` on; closes it (the helper sees
+/// EOF) once all is written or on an error other than "would block", kept in `error`.
+fn feed(
+    stdin: &mut Option<File>,
+    input: &[u8],
+    written: &mut usize,
+    error: &mut Option<std::io::Error>,
+) {
+    let Some(s) = stdin.as_mut() else { return };
+    match s.write(&input[*written..]) {
+        Ok(n) => *written += n,
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+        Err(e) => {
+            *error = Some(e);
+            *stdin = None;
+        }
+    }
+    if *written >= input.len() {
+        *stdin = None; // dropping closes it: the helper sees EOF
+    }
+}
+
 /// Runs the exchange with `child` until its pipes close and it exits, it times out,
 /// or the daemon stops; `kill_tree` kills it and every process it started
 /// (`proctree`). The child is always reaped before this returns.
@@ -210,6 +232,8 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
         swept_again: false,
         end: End::Finished,
     };
+    // The pipe is empty: the usual input fits at once, without a poll(2) first.
+    feed(&mut stdin, input, &mut written, &mut result.write_error);
     while out_open || err_open || stdin.is_some() {
         let now = Instant::now();
         match killer.at {
@@ -283,19 +307,8 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
                     drain(stderr.as_raw_fd(), &mut err, stderr_cap, &mut stderr_over),
                     Ok(true)
                 );
-            } else if let Some(s) = stdin.as_mut().filter(|s| s.as_raw_fd() == p.fd) {
-                match s.write(&input[written..]) {
-                    Ok(n) => written += n,
-                    Err(e)
-                        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
-                    Err(e) => {
-                        result.write_error = Some(e);
-                        stdin = None;
-                    }
-                }
-                if written >= input.len() {
-                    stdin = None; // dropping closes it: the helper sees EOF
-                }
+            } else if stdin.as_ref().is_some_and(|s| s.as_raw_fd() == p.fd) {
+                feed(&mut stdin, input, &mut written, &mut result.write_error);
             }
         }
     }

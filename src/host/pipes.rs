@@ -167,6 +167,28 @@ fn drain(fd: RawFd, kept: &mut Vec<u8>, cap: usize, over: &mut bool) -> std::io:
     }
 }
 
+/// Writes what `stdin` takes of `input` from `written` on; closes it (the helper sees
+/// EOF) once all is written or on an error other than "would block", kept in `error`.
+fn feed(
+    stdin: &mut Option<File>,
+    input: &[u8],
+    written: &mut usize,
+    error: &mut Option<std::io::Error>,
+) {
+    let Some(s) = stdin.as_mut() else { return };
+    match s.write(&input[*written..]) {
+        Ok(n) => *written += n,
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
+        Err(e) => {
+            *error = Some(e);
+            *stdin = None;
+        }
+    }
+    if *written >= input.len() {
+        *stdin = None; // dropping closes it: the helper sees EOF
+    }
+}
+
 /// Runs the exchange with `child` until its pipes close and it exits, it times out,
 /// or the daemon stops; `kill_tree` kills it and every process it started
 /// (`proctree`). The child is always reaped before this returns.
@@ -210,6 +232,8 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
         swept_again: false,
         end: End::Finished,
     };
+    // The pipe is empty: the usual input fits at once, without a poll(2) first.
+    feed(&mut stdin, input, &mut written, &mut result.write_error);
     while out_open || err_open || stdin.is_some() {
         let now = Instant::now();
         match killer.at {
@@ -283,19 +307,8 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
                     drain(stderr.as_raw_fd(), &mut err, stderr_cap, &mut stderr_over),
                     Ok(true)
                 );
-            } else if let Some(s) = stdin.as_mut().filter(|s| s.as_raw_fd() == p.fd) {
-                match s.write(&input[written..]) {
-                    Ok(n) => written += n,
-                    Err(e)
-                        if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
-                    Err(e) => {
-                        result.write_error = Some(e);
-                        stdin = None;
-                    }
-                }
-                if written >= input.len() {
-                    stdin = None; // dropping closes it: the helper sees EOF
-                }
+            } else if stdin.as_ref().is_some_and(|s| s.as_raw_fd() == p.fd) {
+                feed(&mut stdin, input, &mut written, &mut result.write_error);
             }
         }
     }
@@ -311,7 +324,11 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
 }
 
 /// Waits for the exit after the pipes closed: the usual helper has already exited
-/// (its pipes close as it does), one that lingers is killed at the deadline or stop.
+/// (its pipes close as it does) and one `waitpid` reaps it. One that lingers (it
+/// closed its pipes, or handed them to a process that exited, and went on) is waited
+/// for with its pidfd in poll(2), woken by its exit, the deadline or the stop tick,
+/// and killed at the deadline or stop; without pidfds (Linux < 5.3) by polling its
+/// status at growing intervals.
 fn wait(
     child: &mut Process,
     deadline: Instant,
@@ -321,12 +338,25 @@ fn wait(
     if killer.at.is_some() {
         return child.wait();
     }
+    if let Some(status) = child.try_wait()? {
+        return Ok(status);
+    }
+    let exit = child.exit_fd().ok();
+    linger(child, exit, deadline, stopping, killer)
+}
+
+/// Waits for a child that outlived its pipes, with its pidfd `exit` when there is one.
+fn linger(
+    child: &mut Process,
+    mut exit: Option<std::os::fd::OwnedFd>,
+    deadline: Instant,
+    stopping: Option<&AtomicBool>,
+    killer: &mut Killer<'_>,
+) -> std::io::Result<ExitStatus> {
     let mut pause = Duration::from_micros(50);
     loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
-        }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             killer.kill(End::TimedOut);
             return child.wait();
         }
@@ -334,14 +364,103 @@ fn wait(
             killer.kill(End::Stopped);
             return child.wait();
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(TICK);
+        let wait = deadline.saturating_duration_since(now).min(TICK);
+        match &exit {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // Rounded up: a wait of 0 ms would spin until the deadline.
+                let ms = wait.as_micros().div_ceil(1000) as i32;
+                // SAFETY: one valid pollfd.
+                let ready = unsafe { libc::poll(&mut p, 1, ms) };
+                if ready > 0 {
+                    return child.wait();
+                }
+                if ready < 0 && std::io::Error::last_os_error().kind() != ErrorKind::Interrupted {
+                    exit = None; // poll(2) refused it: look at the status instead
+                }
+            }
+            None => {
+                std::thread::sleep(pause.min(wait));
+                pause = (pause * 2).min(TICK);
+                if let Some(status) = child.try_wait()? {
+                    return Ok(status);
+                }
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::spawn::Prepared;
+    use std::cell::Cell;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// Starts `sh -c script`, its pipes dropped at once (the child gets EOF/EPIPE).
+    fn start(script: &str) -> Process {
+        let words = ["sh", "-c", script].map(String::from);
+        let spawned = Prepared::new(&words, "X").unwrap().spawn(c"X=1").unwrap();
+        spawned.process
+    }
+
+    #[test]
+    fn a_child_that_outlives_its_pipes_is_reaped_when_it_exits_with_or_without_pidfd() {
+        for with_pidfd in [true, false] {
+            let mut child = start("sleep 0.2; exit 4");
+            let exit = with_pidfd.then(|| child.exit_fd().unwrap());
+            let kills = Cell::new(0);
+            let kill = || kills.set(kills.get() + 1);
+            let mut killer = Killer {
+                kill_tree: &kill,
+                at: None,
+                swept_again: false,
+                end: End::Finished,
+            };
+            let started = Instant::now();
+            let deadline = started + Duration::from_secs(5);
+            let status = linger(&mut child, exit, deadline, None, &mut killer).unwrap();
+            assert_eq!(status.code(), Some(4), "pidfd {with_pidfd}");
+            let took = started.elapsed();
+            assert!(
+                took >= Duration::from_millis(150) && took < Duration::from_secs(2),
+                "pidfd {with_pidfd}: {took:?}"
+            );
+            assert_eq!((kills.get(), killer.end), (0, End::Finished));
+            assert!(child.exit_fd().is_err(), "reaped: no pidfd any more");
+        }
+    }
+
+    #[test]
+    fn a_lingering_child_is_killed_at_the_deadline_and_at_stop() {
+        for stop in [false, true] {
+            let mut child = start("exec sleep 30");
+            let exit = child.exit_fd().ok();
+            let pid = child.id() as libc::pid_t;
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            let kill = || unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            };
+            let mut killer = Killer {
+                kill_tree: &kill,
+                at: None,
+                swept_again: false,
+                end: End::Finished,
+            };
+            let stopping = AtomicBool::new(stop);
+            let started = Instant::now();
+            let deadline = started + Duration::from_millis(if stop { 5000 } else { 200 });
+            let status = linger(&mut child, exit, deadline, Some(&stopping), &mut killer).unwrap();
+            assert_eq!(status.signal(), Some(libc::SIGKILL));
+            let expected = if stop { End::Stopped } else { End::TimedOut };
+            assert_eq!(killer.end, expected);
+            assert!(started.elapsed() < Duration::from_secs(2), "{stop}");
+        }
+    }
 
     #[test]
     fn debug_shows_sizes_not_what_the_helper_wrote() {

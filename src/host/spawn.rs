@@ -258,6 +258,24 @@ impl Process {
         }
     }
 
+    /// A pidfd for the child (Linux ≥ 5.3): readable once it has exited, so its exit
+    /// can be polled for with a timeout instead of slept for. It is taken before the
+    /// child is reaped, so the pid cannot have been reused. Fails with the OS error
+    /// (`ENOSYS` on older kernels, `EPERM` under some seccomp filters): the caller then
+    /// falls back to [`Process::try_wait`].
+    pub fn exit_fd(&self) -> io::Result<OwnedFd> {
+        if self.status.is_some() {
+            return Err(io::Error::other("already reaped"));
+        }
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the call succeeded: `fd` is open and ours alone (close-on-exec).
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+    }
+
     /// Waits for the child to exit.
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
         Ok(self.reap(0)?.expect("waitpid without WNOHANG waits"))

@@ -16,7 +16,8 @@ use std::fmt;
 use std::io::prelude::*;
 use std::io::{self, BufReader, BufWriter, Error, ErrorKind};
 use std::mem;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -56,7 +57,7 @@ struct WriteState {
     writer: Option<BufWriter<NatsStream>>,
 
     /// Signals to the client thread that the writer needs a flush.
-    flush_kicker: channel::Sender<()>,
+    flush_kicker: FlushKicker,
 
     /// The reconnect buffer.
     ///
@@ -124,11 +125,63 @@ pub struct Client {
     pub(crate) flush_thread: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
+/// choria patch: wakes the flusher thread. Upstream used a `bounded(1)` crossbeam
+/// channel, whose receive spins and then calls `sched_yield` several times before it
+/// sleeps, every time the flusher waits (about once per flush); here a kick sets a
+/// flag and unparks the flusher only if the flag was clear, and the flusher parks
+/// without spinning.
+#[derive(Clone, Default)]
+struct FlushKicker {
+    inner: Arc<FlushKick>,
+}
+
+#[derive(Default)]
+struct FlushKick {
+    /// A flush is wanted and the flusher has not taken it yet.
+    wanted: AtomicBool,
+    /// The flusher thread, once it runs.
+    flusher: OnceLock<thread::Thread>,
+}
+
+impl FlushKicker {
+    /// Asks for a flush; never blocks, as the channel's `try_send` did not.
+    fn try_send(&self, _: ()) -> Result<(), ()> {
+        if !self.inner.wanted.swap(true, Ordering::AcqRel) {
+            if let Some(flusher) = self.inner.flusher.get() {
+                flusher.unpark();
+            }
+        }
+        Ok(())
+    }
+
+    /// Called once on the flusher thread before it first waits.
+    fn register(&self, flusher: thread::Thread) {
+        self.inner.flusher.set(flusher).ok();
+    }
+
+    /// On the flusher thread: `Ok` once a flush is wanted, `Timeout` after `timeout`
+    /// without one (parking may wake early: it is checked again).
+    fn wait(&self, timeout: Duration) -> Result<(), RecvTimeoutError> {
+        let until = Instant::now() + timeout;
+        loop {
+            if self.inner.wanted.swap(false, Ordering::AcqRel) {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            thread::park_timeout(until - now);
+        }
+    }
+}
+
 impl Client {
     /// Creates a new client that will begin connecting in the background.
     pub(crate) fn connect(urls: Vec<ServerAddress>, options: Options) -> io::Result<Client> {
-        // A channel for coordinating flushes.
-        let (flush_kicker, flush_wanted) = channel::bounded(1);
+        // choria patch: a flag and the flusher thread's parker coordinate flushes.
+        let flush_kicker = FlushKicker::default();
+        let flush_wanted = flush_kicker.clone();
 
         // Channels for coordinating initial connect.
         let (run_sender, run_receiver) = channel::bounded(1);
@@ -218,6 +271,7 @@ impl Client {
                 const MAX_PINGS_OUT: u8 = 2;
 
                 let mut last = Instant::now().checked_sub(MIN_FLUSH_BETWEEN).unwrap();
+                flush_wanted.register(thread::current());
 
                 // Wait until at least one message is buffered.
                 loop {
@@ -225,7 +279,7 @@ impl Client {
                     if client.check_shutdown().is_err() {
                         break;
                     }
-                    match flush_wanted.recv_timeout(PING_INTERVAL) {
+                    match flush_wanted.wait(PING_INTERVAL) {
                         Ok(_) => {
                             let since = last.elapsed();
                             if since < MIN_FLUSH_BETWEEN {
@@ -234,7 +288,6 @@ impl Client {
 
                             // Flush the writer.
                             let mut write = client.state.write.lock();
-                            let mut read = client.state.read.lock();
 
                             if let Some(writer) = write.writer.as_mut() {
                                 let res = writer.flush();
@@ -243,12 +296,15 @@ impl Client {
                                 if res.is_err() {
                                     writer.get_ref().shutdown();
                                     write.writer = None;
-                                    read.pongs.clear();
+                                    // choria patch: the read lock only here, where it
+                                    // is needed, not around every flush: the reader
+                                    // thread holds it while it delivers messages, and
+                                    // each wait for it spun and called sched_yield.
+                                    // NB see locking protocol for state.write and state.read
+                                    client.state.read.lock().pongs.clear();
                                 }
                             }
 
-                            // NB see locking protocol for state.write and state.read
-                            drop(read);
                             drop(write);
                         }
                         Err(RecvTimeoutError::Timeout) => {
@@ -263,7 +319,9 @@ impl Client {
                                 read.pongs.clear();
                             } else if read.last_active.elapsed() > PING_INTERVAL {
                                 read.pings_out += 1;
-                                read.pongs.push_back(write.flush_kicker.clone());
+                                // choria patch: nothing waits for this PONG (upstream
+                                // kicked the flusher with it, for nothing to flush).
+                                read.pongs.push_back(channel::bounded(1).0);
                                 // Send out a PING here.
                                 if let Some(mut writer) = write.writer.as_mut() {
                                     // Ok to ignore errors here.

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
+use choria_provisioner::hosts::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim};
 use support::hostile::{ok, Hostile};
 use support::rig::{fast, sim, wait_provisioned, wait_until, Provisioner};
@@ -347,7 +348,13 @@ fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
     }));
     attacker.flush();
     let fleet = sim(&server.url(), 10, |_| {});
-    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    // A grace ten times the production one: the attacker and the nodes answer at
+    // once, but on a loaded machine either thread can be late by more than 50 ms.
+    let options = DaemonOptions {
+        reply_grace: Duration::from_millis(500),
+        ..fast()
+    };
+    let prov = Provisioner::start(&server.url(), "p1.test", "", options);
     wait_until("every node contested", Duration::from_secs(30), || {
         prov.counter("contested_replies", &["rpcutil#inventory"]) >= 10
     });
@@ -401,12 +408,20 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
         None
     }));
     attacker.flush();
-    let fleet = sim(&server.url(), 10, |_| {});
+    // The real nodes answer 400 ms late, so the junk always meets a route that is
+    // still open (on a loaded machine the attacker could otherwise come after the
+    // attempt had moved on, and nothing would overflow).
+    let fleet = sim(&server.url(), 10, |o| {
+        o.faults = choria_provisioner::sim::Faults {
+            slow: 1.0,
+            slow_by: Duration::from_millis(400),
+            ..Default::default()
+        }
+    });
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
     wait_provisioned(&fleet, 10, Duration::from_secs(60));
     assert_all_provisioned_once(&fleet);
     assert!(prov.counter("rejected_replies", &["wrong_sender"]) >= 1);
-    // Which of the junk replies are read before the attempt ends is a race; some are.
     assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
     let overflow = prov
         .daemon()
@@ -474,7 +489,6 @@ fn a_valid_identity_parses_and_a_hostile_one_never_becomes_a_subject() {
 
 #[test]
 fn forged_resignations_during_ha_never_make_a_second_leader() {
-    use choria_provisioner::hosts::daemon::DaemonOptions;
     use choria_provisioner::hosts::election::{ElectionOptions, ElectionState};
     let server = support::election_broker();
     support::create_election_bucket(&server, Duration::from_secs(30));

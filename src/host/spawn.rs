@@ -18,6 +18,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::time::Duration;
 
 /// A command ready to be spawned: its argv and inherited environment as C strings.
 /// `Debug` shows the argv only (the environment may hold secrets).
@@ -93,6 +94,16 @@ fn check(code: libc::c_int) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(code))
     }
 }
+
+/// The waits before each new try when the program is busy (`ETXTBSY`: open for
+/// writing); about a third of a second in all, then the error is returned.
+const TEXT_BUSY_WAITS: [Duration; 5] = [
+    Duration::from_millis(5),
+    Duration::from_millis(20),
+    Duration::from_millis(40),
+    Duration::from_millis(80),
+    Duration::from_millis(160),
+];
 
 /// The file actions and attributes of one spawn, destroyed when dropped.
 struct SpawnSetup {
@@ -206,19 +217,32 @@ impl Prepared {
         envp.push(extra.as_ptr().cast_mut());
         envp.push(std::ptr::null_mut());
         let mut pid: libc::pid_t = 0;
-        // SAFETY: every pointer is valid for the call: the C strings live in `self`
-        // and `extra`, the arrays are NULL-terminated, `setup` is initialised; the
-        // child does not write through argv or envp before exec.
-        check(unsafe {
-            libc::posix_spawnp(
-                &mut pid,
-                self.argv[0].as_ptr(),
-                &setup.actions,
-                &setup.attr,
-                argv.as_ptr(),
-                envp.as_ptr(),
-            )
-        })?;
+        let mut busy_waits = TEXT_BUSY_WAITS.iter();
+        loop {
+            // SAFETY: every pointer is valid for the call: the C strings live in
+            // `self` and `extra`, the arrays are NULL-terminated, `setup` is
+            // initialised; the child does not write through argv or envp before exec.
+            let spawned = check(unsafe {
+                libc::posix_spawnp(
+                    &mut pid,
+                    self.argv[0].as_ptr(),
+                    &setup.actions,
+                    &setup.attr,
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                )
+            });
+            match (spawned, busy_waits.next()) {
+                (Ok(()), _) => break,
+                // The program is open for writing somewhere: being replaced by a
+                // package or configuration manager, or held for an instant by a
+                // process forked elsewhere before its exec. Try again shortly.
+                (Err(e), Some(wait)) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(*wait)
+                }
+                (Err(e), _) => return Err(e),
+            }
+        }
         drop(child_ends); // the child has its own copies
         Ok(Spawned {
             process: Process { pid, status: None },
@@ -345,6 +369,42 @@ mod tests {
         );
         assert!(Prepared::new(&[], "X").is_err());
         assert!(Prepared::new(&words(&["a\0b"]), "X").is_err());
+    }
+
+    #[test]
+    fn a_program_open_for_writing_is_tried_again_until_it_is_closed_or_the_waits_run_out() {
+        let dir = std::env::temp_dir().join(format!("spawn-txtbsy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("helper.sh");
+        let write = |path: &std::path::Path| {
+            let mut f = std::fs::File::create(path).unwrap();
+            f.write_all(b"#!/bin/sh\necho ran\n").unwrap();
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            f
+        };
+        // Closed 30 ms after the spawn began: a retry starts it.
+        let held = write(&script);
+        let prepared = Prepared::new(&[script.display().to_string()], "X").unwrap();
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            drop(held);
+        });
+        let mut spawned = prepared.spawn(c"X=1").unwrap();
+        closer.join().unwrap();
+        let mut out = String::new();
+        spawned.stdout.read_to_string(&mut out).unwrap();
+        assert_eq!(out, "ran\n");
+        assert!(spawned.process.wait().unwrap().success());
+        // Held open throughout: the error after the waits, not a hang.
+        let other = dir.join("held.sh");
+        let _held = write(&other);
+        let prepared = Prepared::new(&[other.display().to_string()], "X").unwrap();
+        let started = std::time::Instant::now();
+        let e = prepared.spawn(c"X=1").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ETXTBSY), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

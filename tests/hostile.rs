@@ -54,7 +54,7 @@ const BAD_IDENTITIES: [(&str, &str, &str); 13] = [
     ("a NUL byte", "evil\0.example.net", "character"),
     ("a tab", "evil\t.example.net", "character"),
     ("non-ASCII", "névil.example.net", "character"),
-    ("an underscore", "evil_node.example.net", "character"),
+    ("a slash", "evil/../node.example.net", "character"),
     ("an empty label", "evil..example.net", "empty_label"),
     ("a leading dot", ".evil.example.net", "empty_label"),
     ("a trailing dot", "evil.example.net.", "empty_label"),

@@ -6,11 +6,14 @@
 //! `Identity` (the fleet, the sequence, the helper's input, a subject) can trust it.
 //!
 //! The rule is go-choria's own (`validIdentity` in
-//! `providers/discovery/flatfile/flatfile.go`): dot-separated labels of ASCII letters,
-//! digits and inner hyphens, plus the DNS limit of 253 bytes. It is stricter than
-//! what a NATS subject token needs (no `*`, `>`, whitespace, control characters or
-//! empty tokens can get through), so an identity is always safe in a subject, a log
-//! line and a file name.
+//! `providers/discovery/flatfile/flatfile.go`: dot-separated labels of ASCII letters,
+//! digits and inner hyphens) with one addition, `_`, plus the DNS limit of 253 bytes.
+//! A go-choria server never checks its own identity (only flatfile discovery does), so
+//! a host named `web_01.example.net` runs, connects and is discovered; refusing it
+//! would lose an honest node for a character that is harmless in a subject, a log line
+//! and a file name. The rule is still far stricter than what a NATS subject token
+//! needs (no `*`, `>`, `/`, whitespace, control characters or empty tokens can get
+//! through), so an identity is always safe in a subject, a log line and a file name.
 
 use std::fmt;
 
@@ -28,7 +31,7 @@ pub enum IdentityError {
     Empty,
     /// Longer than [`MAX_IDENTITY_LEN`] bytes (the length).
     TooLong(usize),
-    /// A byte that is not a letter, digit, `-` or `.` (its offset and value).
+    /// A byte that is not a letter, digit, `_`, `-` or `.` (its offset and value).
     Character {
         /// Byte offset.
         at: usize,
@@ -65,7 +68,7 @@ impl fmt::Display for IdentityError {
             ),
             IdentityError::Character { at, byte } => write!(
                 f,
-                "the identity has the byte 0x{byte:02x} at offset {at}; only letters, digits, '-' and '.' are allowed"
+                "the identity has the byte 0x{byte:02x} at offset {at}; only letters, digits, '_', '-' and '.' are allowed"
             ),
             IdentityError::EmptyLabel => {
                 f.write_str("the identity has an empty label (a leading, trailing or doubled '.')")
@@ -89,7 +92,7 @@ impl Identity {
         }
         if let Some(at) = bytes
             .iter()
-            .position(|b| !(b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.'))
+            .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')))
         {
             return Err(IdentityError::Character {
                 at,
@@ -161,6 +164,8 @@ mod tests {
             "node-1.example.net",
             "A.b-c.D9",
             "x",
+            "web_01.example.net",
+            "_a._b_",
             &"a".repeat(253),
         ] {
             assert_eq!(Identity::parse(ok).unwrap().as_str(), ok);
@@ -177,7 +182,7 @@ mod tests {
             ("tab\there", "character"),
             ("nul\0", "character"),
             ("ünï.example", "character"),
-            ("under_score", "character"),
+            ("a/b.example", "character"),
             ("a..b", "empty_label"),
             (".a", "empty_label"),
             ("a.", "empty_label"),

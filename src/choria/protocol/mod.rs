@@ -10,6 +10,7 @@
 
 mod credentials;
 mod debug;
+mod flat;
 pub mod gojson;
 pub mod mcorpc;
 mod v1;

@@ -3,10 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::borrow::Cow;
+
 use super::credentials::Credentials;
 use super::{
-    expect_protocol, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter, Layer,
-    Protocol, ProtocolError, RequestSpec,
+    expect_protocol, flat, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter,
+    Layer, Protocol, ProtocolError, RequestSpec,
 };
 
 /// Transport protocol string.
@@ -64,11 +66,25 @@ struct SecureRequest {
     pubcert: String,
 }
 
-#[derive(Serialize, Deserialize)]
+/// The secure reply as serde would write it; [`encode_reply`] writes it by hand and
+/// [`SecureReplyIn`] reads it.
+#[cfg(test)]
+#[derive(Serialize)]
 struct SecureReply {
     protocol: String,
     message: String,
     hash: String,
+}
+
+/// [`SecureReply`] as decoded: borrowed from the data where a value has no escape.
+#[derive(Deserialize)]
+struct SecureReplyIn<'a> {
+    #[serde(borrow)]
+    protocol: Cow<'a, str>,
+    #[serde(borrow)]
+    message: Cow<'a, str>,
+    #[serde(borrow)]
+    hash: Cow<'a, str>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -245,10 +261,9 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
 /// [`decode_reply`] of a transport [`parse`]d already.
 pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolError> {
     let (data, _) = open_parsed(t.0)?;
-    let secure: SecureReply =
-        serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
+    let secure = secure_reply(&data)?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
-    if hash(secure.message.as_bytes()) != secure.hash {
+    if hash(secure.message.as_bytes()) != *secure.hash {
         return Err(ProtocolError::new(
             Layer::Secure,
             "the reply hash does not match the message",
@@ -265,6 +280,19 @@ pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolErr
         time: reply.envelope.time,
         body: reply.message.into_bytes(),
     })
+}
+
+/// The secure reply in `data`: Go's usual bytes in one pass ([`flat::strings`]),
+/// anything else through serde, which judges it as it always did.
+fn secure_reply(data: &[u8]) -> Result<SecureReplyIn<'_>, ProtocolError> {
+    if let Some([protocol, message, hash]) = flat::strings(data, ["protocol", "message", "hash"]) {
+        return Ok(SecureReplyIn {
+            protocol,
+            message,
+            hash,
+        });
+    }
+    serde_json::from_slice(data).map_err(|e| ProtocolError::json(Layer::Secure, &e))
 }
 
 pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {

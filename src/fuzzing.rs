@@ -553,7 +553,7 @@ pub fn helper_output(data: &[u8]) {
     let output = match HelperOutput::decode(data) {
         Ok(output) => output,
         Err(e) => {
-            assert!(!e.is_empty());
+            assert!(!e.to_string().is_empty());
             return;
         }
     };

@@ -114,3 +114,124 @@ fn the_provisioner_layers_never_name_nats() {
         }
     }
 }
+
+/// `text` without its `#[cfg(test)] mod` (the unit tests, always last in a file).
+fn without_test_module(text: &str) -> &str {
+    let mut offset = 0;
+    while let Some(at) = text[offset..].find("#[cfg(test)]") {
+        let at = offset + at;
+        let rest = text[at + "#[cfg(test)]".len()..].trim_start();
+        // Other attributes (`#[path = ...]`) may stand between it and the `mod`.
+        let item = rest
+            .lines()
+            .map(str::trim_start)
+            .find(|line| !line.starts_with("#["))
+            .unwrap_or_default();
+        if item.starts_with("mod ") {
+            return &text[..at];
+        }
+        offset = at + 1;
+    }
+    text
+}
+
+/// The signatures of the `fn`s in `text`: from `fn ` to the body's `{` (or the `;`
+/// of a trait method without a default).
+fn fn_signatures(text: &str) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("fn ") {
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let mut depth = 0i32;
+        let end = text[at..]
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '(' | '[' => depth += 1,
+                    ')' | ']' => depth -= 1,
+                    _ => {}
+                }
+                c == '{' || (c == ';' && depth == 0)
+            })
+            .map_or(text.len(), |(i, _)| at + i);
+        out.push(&text[at..end]);
+    }
+    out
+}
+
+/// The error types of the `Result<T, E>`s in `signature` (`E`, trimmed; a trailing
+/// comma, as rustfmt writes a long one over several lines, is allowed).
+fn result_errors(signature: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in signature.match_indices("Result<") {
+        let inner = &signature[at + "Result<".len()..];
+        let (mut depth, mut start, mut prev) = (0i32, 0, ' ');
+        let mut args = Vec::new();
+        for (i, c) in inner.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' if prev == '-' => {}
+                ')' | ']' => depth -= 1,
+                ',' if depth == 0 => {
+                    args.push(inner[start..i].trim());
+                    start = i + 1;
+                }
+                '>' if depth == 0 => {
+                    args.push(inner[start..i].trim());
+                    break;
+                }
+                '>' => depth -= 1,
+                _ => {}
+            }
+            prev = c;
+        }
+        args.retain(|a| !a.is_empty());
+        if args.len() == 2 {
+            out.push(args[1].to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_middle_layers_return_typed_errors_not_strings() {
+    for module in ["host", "hosts", "choria", "crypto"] {
+        for (path, text) in src(module) {
+            let name = path.file_name().unwrap().to_string_lossy();
+            if name == "tests.rs" || name.ends_with("_tests.rs") {
+                continue;
+            }
+            for signature in fn_signatures(without_test_module(&text)) {
+                assert!(
+                    !result_errors(signature)
+                        .iter()
+                        .any(|e| e == "String" || e == "std::string::String"),
+                    "{} has a fn returning a String error, not a typed one: {signature}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_string_error_check_reads_signatures_as_meant() {
+    let text = "pub fn a(x: [u8; 32]) -> Result<HashMap<String, String>, E> {\n}\n\
+                fn b(&self) -> Result<Vec<(String, u8)>,\n    String,\n>;\n\
+                fn c(f: impl Fn() -> u8) -> Result<(), Box<dyn Fn(u8) -> String>> { x }\n\
+                #[cfg(test)]\n#[path = \"t.rs\"]\nmod tests;\nfn d() -> Result<(), String> {}";
+    let errors: Vec<Vec<String>> = fn_signatures(without_test_module(text))
+        .into_iter()
+        .map(result_errors)
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            vec!["E".to_string()],
+            vec!["String".to_string()],
+            vec!["Box<dyn Fn(u8) -> String>".to_string()],
+        ]
+    );
+}

@@ -10,7 +10,8 @@
 
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nats::rustls;
@@ -59,12 +60,74 @@ impl ServerCertVerifier for AnyServerCertificate {
     }
 }
 
+/// Why the client certificate for an unverified broker could not be used: which
+/// file, and the TLS library's reason. No variant holds the key's content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerTlsError {
+    /// The certificate file could not be read or is not PEM.
+    ReadCertificate {
+        /// The certificate file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The certificate file holds no certificate.
+    NoCertificate {
+        /// The certificate file.
+        path: PathBuf,
+    },
+    /// The private key file could not be read or holds no usable key.
+    ReadKey {
+        /// The key file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The certificate and key were refused together (they do not match, or the key
+    /// type is not supported).
+    UseCertificate {
+        /// The certificate file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl fmt::Display for BrokerTlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BrokerTlsError::ReadCertificate { path, reason } => {
+                write!(
+                    f,
+                    "cannot read the certificate {}: {reason}",
+                    path.display()
+                )
+            }
+            BrokerTlsError::NoCertificate { path } => {
+                write!(f, "no certificate in {}", path.display())
+            }
+            BrokerTlsError::ReadKey { path, reason } => {
+                write!(
+                    f,
+                    "cannot read the private key {}: {reason}",
+                    path.display()
+                )
+            }
+            BrokerTlsError::UseCertificate { path, reason } => {
+                write!(f, "cannot use the certificate {}: {reason}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for BrokerTlsError {}
+
 /// A client TLS configuration that does not verify the broker's certificate and
 /// presents `certificate` with `key` when both are given.
 pub(crate) fn unverified(
     certificate: Option<&Path>,
     key: Option<&Path>,
-) -> Result<rustls::ClientConfig, String> {
+) -> Result<rustls::ClientConfig, BrokerTlsError> {
     let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
     let builder = rustls::ClientConfig::builder()
         .dangerous()
@@ -73,16 +136,62 @@ pub(crate) fn unverified(
         (Some(cert), Some(key)) => {
             let chain = CertificateDer::pem_file_iter(cert)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("cannot read the certificate {}: {e}", cert.display()))?;
+                .map_err(|e| BrokerTlsError::ReadCertificate {
+                    path: cert.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
             if chain.is_empty() {
-                return Err(format!("no certificate in {}", cert.display()));
+                return Err(BrokerTlsError::NoCertificate {
+                    path: cert.to_path_buf(),
+                });
             }
-            let private = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("cannot read the private key {}: {e}", key.display()))?;
-            builder
-                .with_client_auth_cert(chain, private)
-                .map_err(|e| format!("cannot use the certificate {}: {e}", cert.display()))
+            let private =
+                PrivateKeyDer::from_pem_file(key).map_err(|e| BrokerTlsError::ReadKey {
+                    path: key.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
+            builder.with_client_auth_cert(chain, private).map_err(|e| {
+                BrokerTlsError::UseCertificate {
+                    path: cert.to_path_buf(),
+                    reason: e.to_string(),
+                }
+            })
         }
         _ => Ok(builder.with_no_client_auth()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_certificate_that_cannot_be_used_names_its_file() {
+        let dir =
+            std::env::temp_dir().join(format!("choria-prov-brokertls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let e = unverified(Some(&cert), Some(&key)).unwrap_err();
+        assert!(
+            matches!(&e, BrokerTlsError::ReadCertificate { path, .. } if *path == cert),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("cannot read the certificate {}: ", cert.display())),
+            "{e}"
+        );
+        std::fs::write(&cert, "no PEM here\n").unwrap();
+        let e = unverified(Some(&cert), Some(&key)).unwrap_err();
+        assert_eq!(e, BrokerTlsError::NoCertificate { path: cert.clone() });
+        assert_eq!(
+            e.to_string(),
+            format!("no certificate in {}", cert.display())
+        );
+        assert!(
+            unverified(None, None).is_ok(),
+            "no client certificate is fine"
+        );
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

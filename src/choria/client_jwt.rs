@@ -179,7 +179,7 @@ impl ClientJwt {
         if text.is_empty() {
             return Err(err("is empty".into()));
         }
-        let claims: ClientClaims = unverified_claims(text).map_err(err)?;
+        let claims: ClientClaims = unverified_claims(text).map_err(|e| err(e.to_string()))?;
         if claims.purpose != CLIENT_ID_PURPOSE {
             let shown: String = claims.purpose.chars().take(40).collect();
             return Err(err(format!(

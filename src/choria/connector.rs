@@ -39,7 +39,30 @@ use crate::metrics::Metrics;
 
 use super::bus::Bus;
 use super::client_config::{split_broker_url, ClientConfig, SecurityProvider, UrlCredentials};
-use super::client_jwt::{self, ClientJwt, Seed, PROVISIONER_USER};
+use super::client_jwt::{self, ClientJwt, CredentialError, Seed, PROVISIONER_USER};
+
+pub use super::broker_tls::BrokerTlsError;
+
+/// Why the client configuration cannot produce a connection, found before any
+/// broker is dialled. No variant holds a credential: the file is named, not quoted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DialError {
+    /// The client JWT or its seed cannot be used (which setting, which file, why).
+    Credentials(CredentialError),
+    /// The client certificate for a broker that is not verified cannot be used.
+    Tls(BrokerTlsError),
+}
+
+impl fmt::Display for DialError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DialError::Credentials(e) => e.fmt(f),
+            DialError::Tls(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for DialError {}
 
 /// Why no connection was made.
 #[derive(Debug)]
@@ -47,14 +70,14 @@ pub enum ConnectError {
     /// The daemon was told to stop while still trying to connect.
     Shutdown,
     /// The configuration cannot produce a connection (unreadable token file ...).
-    Config(String),
+    Config(DialError),
 }
 
 impl fmt::Display for ConnectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConnectError::Shutdown => f.write_str("exiting on shut down"),
-            ConnectError::Config(why) => f.write_str(why),
+            ConnectError::Config(why) => why.fmt(f),
         }
     }
 }
@@ -65,7 +88,7 @@ impl std::error::Error for ConnectError {}
 #[derive(Debug)]
 pub enum AttemptError {
     /// The configuration cannot produce a connection.
-    Config(String),
+    Config(DialError),
     /// The broker answered the CONNECT with `-ERR`: its text, and our report of what
     /// was sent and what a Choria broker would object to.
     Refused {
@@ -82,7 +105,8 @@ pub enum AttemptError {
 impl fmt::Display for AttemptError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AttemptError::Config(why) | AttemptError::Failed(why) => f.write_str(why),
+            AttemptError::Config(why) => why.fmt(f),
+            AttemptError::Failed(why) => f.write_str(why),
             AttemptError::Refused { report, .. } => f.write_str(report),
         }
     }
@@ -136,7 +160,7 @@ struct Credentials {
 }
 
 impl Credentials {
-    fn new(client: &ClientConfig) -> Result<Credentials, String> {
+    fn new(client: &ClientConfig) -> Result<Credentials, CredentialError> {
         let (user, pass, url_token) = match client.url_credentials() {
             Some(UrlCredentials::UserPass { user, pass }) => (Some(user), Some(pass), None),
             Some(UrlCredentials::Token(token)) => (None, None, Some(token)),
@@ -149,9 +173,8 @@ impl Credentials {
         };
         let jwt_and_seed = if client.uses_client_jwt() {
             let path = |key| client.get(key).unwrap_or_default();
-            let jwt =
-                ClientJwt::load(path(client_jwt::TOKEN_FILE_KEY)).map_err(|e| e.to_string())?;
-            let seed = Seed::load(path(client_jwt::SEED_FILE_KEY)).map_err(|e| e.to_string())?;
+            let jwt = ClientJwt::load(path(client_jwt::TOKEN_FILE_KEY))?;
+            let seed = Seed::load(path(client_jwt::SEED_FILE_KEY))?;
             Some((jwt, seed))
         } else {
             None
@@ -237,7 +260,7 @@ enum Tls {
 }
 
 impl Tls {
-    fn new(client: &ClientConfig) -> Result<Tls, String> {
+    fn new(client: &ClientConfig) -> Result<Tls, BrokerTlsError> {
         let Some(files) = client.tls_files() else {
             return Ok(Tls::Off);
         };
@@ -309,14 +332,14 @@ struct Dialer {
 }
 
 impl Dialer {
-    fn new(client: &ClientConfig) -> Result<Dialer, String> {
+    fn new(client: &ClientConfig) -> Result<Dialer, DialError> {
         let addresses = client.broker_addresses();
         Ok(Dialer {
             client: client.clone(),
             urls: addresses.join(","),
             shown: addresses.join(", "),
-            credentials: Arc::new(Credentials::new(client)?),
-            tls: Tls::new(client)?,
+            credentials: Arc::new(Credentials::new(client).map_err(DialError::Credentials)?),
+            tls: Tls::new(client).map_err(DialError::Tls)?,
         })
     }
 

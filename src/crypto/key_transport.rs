@@ -48,41 +48,117 @@ pub fn encrypt_pem_block(der: &[u8], password: &[u8], iv: [u8; 16]) -> String {
     })
 }
 
+/// Why an encrypted PEM block could not be decrypted (the node side of the key
+/// transport); `Display` gives Go's text where Go has one. No variant holds the
+/// password, the key or the plaintext.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PemDecryptError {
+    /// The block has no `DEK-Info` header.
+    NotEncrypted,
+    /// The `DEK-Info` header is not `cipher,iv`.
+    MalformedDekInfo,
+    /// The cipher is not AES-256-CBC (the header's cipher name).
+    UnsupportedCipher(String),
+    /// The IV is not 16 bytes of hex.
+    IvSize,
+    /// The ciphertext is empty or not a whole number of AES blocks.
+    BlockSize,
+    /// The padding is wrong after decryption: the wrong password.
+    IncorrectPassword,
+}
+
+impl std::fmt::Display for PemDecryptError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PemDecryptError::NotEncrypted => f.write_str("key is not encrypted"),
+            PemDecryptError::MalformedDekInfo => f.write_str("malformed DEK-Info header"),
+            PemDecryptError::UnsupportedCipher(cipher) => {
+                write!(f, "unsupported cipher {cipher}")
+            }
+            PemDecryptError::IvSize => f.write_str("incorrect IV size"),
+            PemDecryptError::BlockSize => {
+                f.write_str("x509: encrypted PEM data is not a multiple of the block size")
+            }
+            PemDecryptError::IncorrectPassword => {
+                f.write_str("x509: decryption password incorrect")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PemDecryptError {}
+
 /// Go's `x509.DecryptPEMBlock` for AES-256-CBC blocks (the node side).
-pub fn decrypt_pem_block(block: &Block, password: &[u8]) -> Result<Vec<u8>, String> {
-    let info = block.header("DEK-Info").ok_or("key is not encrypted")?;
-    let (cipher, iv_hex) = info.split_once(',').ok_or("malformed DEK-Info header")?;
+pub fn decrypt_pem_block(block: &Block, password: &[u8]) -> Result<Vec<u8>, PemDecryptError> {
+    let info = block
+        .header("DEK-Info")
+        .ok_or(PemDecryptError::NotEncrypted)?;
+    let (cipher, iv_hex) = info
+        .split_once(',')
+        .ok_or(PemDecryptError::MalformedDekInfo)?;
     if cipher != "AES-256-CBC" {
-        return Err(format!("unsupported cipher {cipher}"));
+        return Err(PemDecryptError::UnsupportedCipher(cipher.to_string()));
     }
     let iv: [u8; 16] = hexdec(iv_hex)
         .and_then(|v| v.try_into().ok())
-        .ok_or("incorrect IV size")?;
+        .ok_or(PemDecryptError::IvSize)?;
     if block.der.is_empty() || block.der.len() % 16 != 0 {
-        return Err("x509: encrypted PEM data is not a multiple of the block size".into());
+        return Err(PemDecryptError::BlockSize);
     }
     let key = evp_bytes_to_key(password, &iv[..8]);
     Dec::new(&key.into(), &iv.into())
         .decrypt_padded_vec_mut::<Pkcs7>(&block.der)
-        .map_err(|_| "x509: decryption password incorrect".to_string())
+        .map_err(|_| PemDecryptError::IncorrectPassword)
 }
+
+/// Why the helper's private key could not be encrypted for a node; the caller names
+/// the node. No variant holds the key, the shared secret or our X25519 key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyTransportError {
+    /// The helper's key is not PEM.
+    BadKey,
+    /// The node's `ecdh_public` is not 32 bytes of hex.
+    NodeKeyNotHex,
+    /// No ephemeral X25519 key could be made.
+    Generate,
+    /// The ephemeral key's public half could not be computed.
+    ComputePublic,
+    /// The agreement with the node's `ecdh_public` failed (a low-order point).
+    UnusableNodeKey,
+}
+
+impl std::fmt::Display for KeyTransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KeyTransportError::BadKey => "bad key received",
+            KeyTransportError::NodeKeyNotHex => "the node's ecdh_public is not 64 hex characters",
+            KeyTransportError::Generate => "could not generate an X25519 key",
+            KeyTransportError::ComputePublic => "could not compute the X25519 public key",
+            KeyTransportError::UnusableNodeKey => {
+                "the node's ecdh_public is not a usable X25519 key"
+            }
+        })
+    }
+}
+
+impl std::error::Error for KeyTransportError {}
 
 /// Encrypts the helper's private key PEM for the node whose X25519 public key is
 /// `node_public_hex`; returns the encrypted PEM and our public key in hex.
 pub fn encrypt_key_for_node(
     key_pem: &str,
     node_public_hex: &str,
-) -> Result<(String, String), String> {
-    let block = pem::decode(key_pem).ok_or("bad key received")?;
+) -> Result<(String, String), KeyTransportError> {
+    let block = pem::decode(key_pem).ok_or(KeyTransportError::BadKey)?;
     let node_public = hexdec(node_public_hex)
         .filter(|k| k.len() == 32)
-        .ok_or("the node's ecdh_public is not 64 hex characters")?;
+        .ok_or(KeyTransportError::NodeKeyNotHex)?;
     let rng = SystemRandom::new();
-    let ours = EphemeralPrivateKey::generate(&X25519, &rng)
-        .map_err(|_| "could not generate an X25519 key")?;
+    let ours =
+        EphemeralPrivateKey::generate(&X25519, &rng).map_err(|_| KeyTransportError::Generate)?;
     let our_public = ours
         .compute_public_key()
-        .map_err(|_| "could not compute the X25519 public key")?;
+        .map_err(|_| KeyTransportError::ComputePublic)?;
     let mut iv = [0u8; 16];
     random_bytes(&mut iv);
     let pem = agree_ephemeral(
@@ -90,7 +166,7 @@ pub fn encrypt_key_for_node(
         &UnparsedPublicKey::new(&X25519, &node_public),
         |secret| encrypt_pem_block(&block.der, secret, iv),
     )
-    .map_err(|_| "the node's ecdh_public is not a usable X25519 key")?;
+    .map_err(|_| KeyTransportError::UnusableNodeKey)?;
     Ok((pem, hex(our_public.as_ref())))
 }
 
@@ -122,7 +198,9 @@ mod tests {
             decrypt_pem_block(&block, &secret).unwrap(),
             b"choria provisioning!"
         );
-        let wrong = decrypt_pem_block(&block, &[0u8; 32]).unwrap_err();
+        let wrong = decrypt_pem_block(&block, &[0u8; 32])
+            .unwrap_err()
+            .to_string();
         assert!(
             wrong.contains("decryption password incorrect") || wrong.contains("block size"),
             "{wrong}"
@@ -173,12 +251,23 @@ mod tests {
             der: vec![1, 2, 3],
         });
         assert_eq!(
-            encrypt_key_for_node("not pem", &"00".repeat(32)).unwrap_err(),
+            encrypt_key_for_node("not pem", &"00".repeat(32))
+                .unwrap_err()
+                .to_string(),
             "bad key received"
         );
-        assert!(encrypt_key_for_node(&key_pem, "abc").is_err());
-        assert!(encrypt_key_for_node(&key_pem, &"zz".repeat(32)).is_err());
+        assert_eq!(
+            encrypt_key_for_node(&key_pem, "abc"),
+            Err(KeyTransportError::NodeKeyNotHex)
+        );
+        assert_eq!(
+            encrypt_key_for_node(&key_pem, &"zz".repeat(32)),
+            Err(KeyTransportError::NodeKeyNotHex)
+        );
         // The all-zero point is a low-order point: no usable shared secret.
-        assert!(encrypt_key_for_node(&key_pem, &"00".repeat(32)).is_err());
+        assert_eq!(
+            encrypt_key_for_node(&key_pem, &"00".repeat(32)),
+            Err(KeyTransportError::UnusableNodeKey)
+        );
     }
 }

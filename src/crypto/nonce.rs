@@ -8,36 +8,69 @@ pub fn new_nonce() -> String {
     v1_request_id()
 }
 
+/// Why a `gen25519` reply was refused. `Display` gives the text the retry log and
+/// the attempt's failure show; the node is named by the caller (this layer knows
+/// nothing of nodes). No variant holds the key, the nonce or the signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NonceError {
+    /// The reply held no public key.
+    NoPublicKey,
+    /// The reply held no signature.
+    NoSignature,
+    /// The public key is not hex.
+    PublicKeyNotHex,
+    /// The public key is not 32 bytes (its length).
+    PublicKeySize(usize),
+    /// The signature is not hex.
+    SignatureNotHex,
+    /// The signature is not 64 bytes (its length).
+    SignatureSize(usize),
+    /// The signature does not verify the nonce with the public key.
+    BadSignature,
+}
+
+impl std::fmt::Display for NonceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NonceError::NoPublicKey => f.write_str("no public key received"),
+            NonceError::NoSignature => f.write_str("no signature received"),
+            NonceError::PublicKeyNotHex => f.write_str("invalid public key received: not hex"),
+            NonceError::PublicKeySize(n) => {
+                write!(f, "invalid public key received: {n} bytes, not 32")
+            }
+            NonceError::SignatureNotHex => f.write_str("invalid signature"),
+            NonceError::SignatureSize(n) => write!(f, "invalid signature: {n} bytes, not 64"),
+            NonceError::BadSignature => f.write_str("invalid nonce signature"),
+        }
+    }
+}
+
+impl std::error::Error for NonceError {}
+
 /// Checks a `gen25519` reply as Go does, with the lengths checked first (Go's
 /// `ed25519.Verify` panics on a key that is not 32 bytes).
 pub fn verify_nonce_signature(
     public_key_hex: &str,
     nonce: &str,
     signature_hex: &str,
-) -> Result<(), String> {
+) -> Result<(), NonceError> {
     if public_key_hex.is_empty() {
-        return Err("no public key received".into());
+        return Err(NonceError::NoPublicKey);
     }
     if signature_hex.is_empty() {
-        return Err("no signature received".into());
+        return Err(NonceError::NoSignature);
     }
-    let public = hexdec(public_key_hex).ok_or("invalid public key received: not hex")?;
+    let public = hexdec(public_key_hex).ok_or(NonceError::PublicKeyNotHex)?;
     if public.len() != 32 {
-        return Err(format!(
-            "invalid public key received: {} bytes, not 32",
-            public.len()
-        ));
+        return Err(NonceError::PublicKeySize(public.len()));
     }
-    let signature = hexdec(signature_hex).ok_or("invalid signature")?;
+    let signature = hexdec(signature_hex).ok_or(NonceError::SignatureNotHex)?;
     if signature.len() != 64 {
-        return Err(format!(
-            "invalid signature: {} bytes, not 64",
-            signature.len()
-        ));
+        return Err(NonceError::SignatureSize(signature.len()));
     }
     ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, &public)
         .verify(nonce.as_bytes(), &signature)
-        .map_err(|_| "invalid nonce signature".to_string())
+        .map_err(|_| NonceError::BadSignature)
 }
 
 #[cfg(test)]
@@ -51,25 +84,34 @@ mod tests {
         let sig = "ed441a6ca0a293309266a2e30a72b8cc19c6c8b4e3816a683398f2bc1cc1c15c0eaf07ff94022e68f156da33aaf4e7c3eeea5a18e6b1a2f54fa5d7745afaec09";
         assert_eq!(verify_nonce_signature(public, nonce, sig), Ok(()));
         assert_eq!(
-            verify_nonce_signature(public, "other", sig).unwrap_err(),
+            verify_nonce_signature(public, "other", sig)
+                .unwrap_err()
+                .to_string(),
             "invalid nonce signature"
         );
         assert_eq!(
-            verify_nonce_signature("", nonce, sig).unwrap_err(),
+            verify_nonce_signature("", nonce, sig)
+                .unwrap_err()
+                .to_string(),
             "no public key received"
         );
         assert_eq!(
-            verify_nonce_signature(public, nonce, "").unwrap_err(),
+            verify_nonce_signature(public, nonce, "")
+                .unwrap_err()
+                .to_string(),
             "no signature received"
         );
         assert!(verify_nonce_signature(&public[..62], nonce, sig)
             .unwrap_err()
+            .to_string()
             .contains("31 bytes"));
         assert!(verify_nonce_signature("xyz", nonce, sig)
             .unwrap_err()
+            .to_string()
             .contains("not hex"));
         assert!(verify_nonce_signature(public, nonce, &sig[..10])
             .unwrap_err()
+            .to_string()
             .contains("5 bytes"));
         assert_eq!(new_nonce().len(), 32);
     }

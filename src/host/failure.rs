@@ -12,6 +12,7 @@ use crate::choria::identity::Identity;
 use crate::choria::rpc::Contested;
 use crate::crypto::csr::CsrError;
 use crate::crypto::jwt::TokenError;
+use crate::crypto::key_transport::KeyTransportError;
 
 /// The failure of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +64,7 @@ pub enum AttemptError {
         /// The node.
         identity: Identity,
         /// Why.
-        why: String,
+        why: KeyTransportError,
     },
     /// The helper asked for an upgrade that cannot be made (and upgrades are not
     /// optional).

@@ -168,11 +168,11 @@ impl HelperOutput {
     /// The error says what was wrong, where (line and column for bad JSON) and in
     /// which field (for a wrong type), but never quotes a value: the output carries
     /// private keys and passwords.
-    pub fn decode(bytes: &[u8]) -> Result<HelperOutput, String> {
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| json_text::describe(&e))?;
+    pub(crate) fn decode(bytes: &[u8]) -> Result<HelperOutput, OutputError> {
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| OutputError::Json(json_text::describe(&e)))?;
         let serde_json::Value::Object(map) = value else {
-            return Err(format!("expected a JSON object, got {}", json_kind(&value)));
+            return Err(OutputError::NotObject(json_kind(&value)));
         };
         let folded: serde_json::Map<String, serde_json::Value> = map
             .into_iter()
@@ -185,29 +185,66 @@ impl HelperOutput {
             };
         if let Some(claims) = &output.server_claims {
             if !claims.is_object() && !claims.is_null() {
-                return Err(format!(
-                    "server_claims: expected an object, got {}",
-                    json_kind(claims)
-                ));
+                return Err(OutputError::ServerClaims(json_kind(claims)));
             }
         }
         Ok(output)
     }
 }
 
+/// Why helper output could not be decoded: what was wrong, where (line and column
+/// for bad JSON) and in which field (for a wrong type), never a value (the output
+/// carries private keys and passwords). The caller names the helper
+/// ([`HelperError::Decode`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OutputError {
+    /// Not JSON, more than one value, or a wrong type no single field explains
+    /// (what and where, from `json_text`).
+    Json(String),
+    /// JSON, but not an object (the kind it is).
+    NotObject(&'static str),
+    /// A known field whose value has the wrong type.
+    Field {
+        /// The field, lowercased (a known one: unknown fields are ignored).
+        name: String,
+        /// What was expected (from `json_text`, without the value).
+        why: String,
+    },
+    /// `server_claims` is neither an object nor null (the kind it is).
+    ServerClaims(&'static str),
+}
+
+impl fmt::Display for OutputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OutputError::Json(why) => f.write_str(why),
+            OutputError::NotObject(kind) => write!(f, "expected a JSON object, got {kind}"),
+            OutputError::Field { name, why } => write!(f, "field {name:?}: {why}"),
+            OutputError::ServerClaims(kind) => {
+                write!(f, "server_claims: expected an object, got {kind}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OutputError {}
+
 /// Names the first field of `fields` whose value has the wrong type (decoding each
 /// known field alone finds it; serde_json's error on the whole object does not say).
 fn field_error(
     fields: serde_json::Map<String, serde_json::Value>,
     e: &serde_json::Error,
-) -> String {
+) -> OutputError {
     for (key, value) in fields {
         let alone = serde_json::Map::from_iter([(key.clone(), value)]);
         if let Err(e) = serde_json::from_value::<HelperOutput>(serde_json::Value::Object(alone)) {
-            return format!("field {key:?}: {}", json_text::describe(&e));
+            return OutputError::Field {
+                name: key,
+                why: json_text::describe(&e),
+            };
         }
     }
-    json_text::describe(e)
+    OutputError::Json(json_text::describe(e))
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {
@@ -431,7 +468,7 @@ impl Helper {
         // The decoder never quotes values; the known secrets are masked on top, in
         // case a field name is one.
         let output = HelperOutput::decode(&bytes)
-            .map_err(|e| HelperError::Decode(name, redact(e.as_bytes(), secrets)))?;
+            .map_err(|e| HelperError::Decode(name, redact(e.to_string().as_bytes(), secrets)))?;
         Ok(HelperRun { output, elapsed })
     }
 }
@@ -485,12 +522,15 @@ mod tests {
 
     #[test]
     fn output_rejects_wrong_types_and_trailing_data() {
-        let e = HelperOutput::decode(br#"{"configuration": {"a": 1}}"#).unwrap_err();
+        let e = HelperOutput::decode(br#"{"configuration": {"a": 1}}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("invalid type: integer"), "{e}");
         assert!(HelperOutput::decode(br#"{"defer": true} {"x":1}"#).is_err());
-        assert!(HelperOutput::decode(br#"[1]"#)
-            .unwrap_err()
-            .contains("an array"));
+        assert_eq!(
+            HelperOutput::decode(br#"[1]"#).err(),
+            Some(OutputError::NotObject("an array"))
+        );
         assert!(HelperOutput::decode(br#"{"server_claims": "x"}"#).is_err());
         assert!(
             HelperOutput::decode(b"  {\"defer\": true}\n")
@@ -517,7 +557,9 @@ mod tests {
                 "expected a string",
             ),
         ] {
-            let e = HelperOutput::decode(json.as_bytes()).unwrap_err();
+            let e = HelperOutput::decode(json.as_bytes())
+                .unwrap_err()
+                .to_string();
             assert!(!e.contains(token) && !e.contains("17"), "{e}");
             assert!(
                 e.starts_with(&format!("field \"{field}\": invalid type: ")),
@@ -527,11 +569,15 @@ mod tests {
         }
         // Bad JSON: what and where.
         let e = HelperOutput::decode(b"{\"msg\": \"tok-3f9a\",\n \"defer\": tru }").unwrap_err();
-        assert_eq!(e, "expected ident at line 2 column 14");
+        assert_eq!(e.to_string(), "expected ident at line 2 column 14");
         let e = HelperOutput::decode(b"{\"key\": \"-----BEGIN tok-3f9a").unwrap_err();
-        assert_eq!(e, "unexpected end of input at line 1 column 28");
+        assert_eq!(e.to_string(), "unexpected end of input at line 1 column 28");
         let e = HelperOutput::decode(br#"{"server_claims": "tok-3f9a"}"#).unwrap_err();
-        assert_eq!(e, "server_claims: expected an object, got a string");
+        assert_eq!(e, OutputError::ServerClaims("a string"));
+        assert_eq!(
+            e.to_string(),
+            "server_claims: expected an object, got a string"
+        );
     }
 
     #[test]

@@ -13,12 +13,12 @@ use super::failure::AttemptError;
 use super::helper::{Ed25519Info, HelperOutput};
 use crate::choria::identity::Identity;
 use crate::config::Config;
-use crate::crypto::csr::DenyList;
+use crate::crypto::csr::{DenyList, DenyListError};
 use crate::crypto::ids;
 use crate::crypto::jwt::{
     check_provisioning_claims, sign_server_token, signed_provisioning_claims, ProvisioningClaims,
     RequestedServerClaims, ServerClaimsInput, SignedServerToken, SigningKey, SigningToken,
-    VerifyKey,
+    TokenError, VerifyKey,
 };
 
 /// Distinct provisioning JWTs whose signature is remembered: a site gives its whole
@@ -50,29 +50,52 @@ impl std::fmt::Debug for SignedTokens {
     }
 }
 
+/// Why the key material could not be loaded at start: which setting, and the error
+/// underneath (which names the file, never its content).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyLoadError {
+    /// A `cert_deny_list` pattern does not compile.
+    DenyList(DenyListError),
+    /// `jwt_verify_cert` cannot be loaded (`jwt` feature).
+    VerifyCert(TokenError),
+    /// `jwt_signing_key` cannot be loaded (`ed25519` feature).
+    SigningKey(TokenError),
+    /// `jwt_signing_token` cannot be loaded (`ed25519` feature, when set).
+    SigningToken(TokenError),
+}
+
+impl std::fmt::Display for KeyLoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyLoadError::DenyList(e) => write!(f, "cert_deny_list: {e}"),
+            KeyLoadError::VerifyCert(e) => write!(f, "jwt_verify_cert: {e}"),
+            KeyLoadError::SigningKey(e) => write!(f, "jwt_signing_key: {e}"),
+            KeyLoadError::SigningToken(e) => write!(f, "jwt_signing_token: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for KeyLoadError {}
+
 fn failed(msg: String) -> AttemptError {
     AttemptError::Keys(msg)
 }
 
 impl KeyMaterial {
     /// Loads everything the enabled features need.
-    pub fn load(config: &Config) -> Result<KeyMaterial, String> {
-        let deny =
-            DenyList::new(&config.cert_deny_list).map_err(|e| format!("cert_deny_list: {e}"))?;
+    pub fn load(config: &Config) -> Result<KeyMaterial, KeyLoadError> {
+        let deny = DenyList::new(&config.cert_deny_list).map_err(KeyLoadError::DenyList)?;
         let verify = if config.features.jwt {
-            Some(
-                VerifyKey::load(&config.jwt_verify_cert)
-                    .map_err(|e| format!("jwt_verify_cert: {e}"))?,
-            )
+            Some(VerifyKey::load(&config.jwt_verify_cert).map_err(KeyLoadError::VerifyCert)?)
         } else {
             None
         };
         let signing = if config.features.ed25519 {
-            let key = SigningKey::load(&config.jwt_signing_key)
-                .map_err(|e| format!("jwt_signing_key: {e}"))?;
+            let key =
+                SigningKey::load(&config.jwt_signing_key).map_err(KeyLoadError::SigningKey)?;
             if !config.jwt_signing_token.is_empty() {
                 SigningToken::load(&config.jwt_signing_token)
-                    .map_err(|e| format!("jwt_signing_token: {e}"))?;
+                    .map_err(KeyLoadError::SigningToken)?;
             }
             Some(key)
         } else {
@@ -118,7 +141,7 @@ impl KeyMaterial {
         jwt: &str,
         key: &VerifyKey,
         now: i64,
-    ) -> Result<ProvisioningClaims, crate::crypto::jwt::TokenError> {
+    ) -> Result<ProvisioningClaims, TokenError> {
         let known = self.signed.0.lock().get(jwt).cloned();
         let claims = match known {
             Some(claims) => claims,
@@ -221,6 +244,41 @@ mod tests {
         config.jwt_signing_key = seed.display().to_string();
         config.server_jwt_validity = validity;
         (KeyMaterial::load(&config).unwrap(), dir)
+    }
+
+    #[test]
+    fn a_key_that_does_not_load_names_its_setting_and_the_file() {
+        let dir = std::env::temp_dir().join(format!(
+            "choria-prov-keyload-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let mut config = Config::defaults(&dir.join("p.yaml"));
+        config.features.ed25519 = true;
+        config.jwt_signing_key = dir.join("missing.seed").display().to_string();
+        let e = KeyMaterial::load(&config).unwrap_err();
+        assert!(
+            matches!(&e, KeyLoadError::SigningKey(TokenError::ReadFile { path, .. })
+                if *path == config.jwt_signing_key),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "jwt_signing_key: could not read {}: ",
+                config.jwt_signing_key
+            )),
+            "{text}"
+        );
+        config.features.ed25519 = false;
+        config.cert_deny_list = vec!["(".into()];
+        let e = KeyMaterial::load(&config).unwrap_err();
+        assert!(matches!(e, KeyLoadError::DenyList(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("cert_deny_list: invalid cert_deny_list pattern \"(\": "),
+            "{e}"
+        );
     }
 
     fn node() -> Ed25519Info {

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::failure::AttemptError;
 use super::helper::{CsrInfo, Ed25519Info, Helper, HelperError, HelperInput, HelperOutput};
-use super::key_material::KeyMaterial;
+use super::key_material::{KeyLoadError, KeyMaterial};
 use super::loop_check::{HelperStamp, LoopWarnings};
 use super::node_rpc::{NodeRpc, ReplyWatch};
 use super::outcome::Outcome;
@@ -90,7 +90,7 @@ impl NodeSequence {
         metrics: Arc<Metrics>,
         pause: Arc<Pause>,
         timeouts: Timeouts,
-    ) -> Result<NodeSequence, String> {
+    ) -> Result<NodeSequence, KeyLoadError> {
         let keys = KeyMaterial::load(&config)?;
         Ok(NodeSequence {
             helper: Helper::new(&config.helper, config.helper_timeout),
@@ -328,7 +328,7 @@ impl NodeSequence {
                     &info.signature,
                 ) {
                     Ok(()) => Check::Accept(info),
-                    Err(e) => Check::Retry(e),
+                    Err(e) => Check::Retry(e.to_string()),
                 }
             },
         )?;

@@ -11,16 +11,17 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::discovery::{BroadcastDiscovery, Rediscovery, REDISCOVERY};
-use super::election::{Callbacks, Election, ElectionOptions, ElectionState};
-use super::membership::{Membership, HEARTBEAT};
+use super::election::{Callbacks, Election, ElectionError, ElectionOptions, ElectionState};
+use super::membership::{Membership, MembershipError, HEARTBEAT};
 use super::{Fleet, FleetOptions, Provision, COOLDOWN, LOCK_WINDOW, QUEUE_CAPACITY};
 use crate::choria::client_config::ClientConfig;
 use crate::choria::connector::{ConnectError, ConnectionState, Connector};
-use crate::choria::identity::Identity;
+use crate::choria::identity::{Identity, IdentityError};
 use crate::choria::lifecycle::{self, Event};
-use crate::choria::rpc::RpcClient;
-use crate::choria::subject::QueueGroup;
+use crate::choria::rpc::{RpcClient, RpcError};
+use crate::choria::subject::{QueueGroup, SubjectError};
 use crate::config::{Config, Pause};
+use crate::host::key_material::KeyLoadError;
 use crate::host::sequence::{NodeSequence, Timeouts, REPLY_GRACE};
 use crate::metrics::Metrics;
 
@@ -64,6 +65,69 @@ impl Default for DaemonOptions {
     }
 }
 
+/// Why a provisioner could not start; `Display` gives the text `run` prints.
+#[derive(Debug)]
+pub enum StartError {
+    /// No connection to a broker (the configuration cannot make one, or the daemon
+    /// was told to stop while still trying).
+    Connect(ConnectError),
+    /// The RPC client could not be set up on the connection.
+    Rpc(RpcError),
+    /// The key material the enabled features need could not be loaded.
+    Keys(KeyLoadError),
+    /// The leader election could not be set up.
+    Election(ElectionError),
+    /// `active_active` is on but this instance's identity is not a valid identity.
+    Identity(IdentityError),
+    /// The active-active membership could not start.
+    Membership(MembershipError),
+    /// The site makes no valid queue group for the startup events.
+    QueueGroup(SubjectError),
+    /// The startup events of the lifecycle component could not be subscribed to.
+    Events {
+        /// The component (`lifecycle_component`).
+        component: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A thread could not be started.
+    Thread {
+        /// Which (`events`, `election`, `discovery`).
+        name: &'static str,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Connect(e) => write!(
+                f,
+                "Provisioning could not start: could not create initial events connection: {e}"
+            ),
+            StartError::Rpc(e) => write!(f, "Provisioning could not configure Choria: {e}"),
+            StartError::Keys(e) => write!(f, "Provisioning could not be configured: {e}"),
+            StartError::Election(e) => e.fmt(f),
+            StartError::Identity(e) => write!(
+                f,
+                "active_active needs a valid identity for this instance: {e}"
+            ),
+            StartError::Membership(e) => e.fmt(f),
+            StartError::QueueGroup(e) => write!(f, "invalid site for a queue group: {e}"),
+            StartError::Events { component, error } => write!(
+                f,
+                "Could not subscribe to startup events of {component}: {error}"
+            ),
+            StartError::Thread { name, error } => {
+                write!(f, "cannot start the {name} thread: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
 /// A running provisioner.
 pub struct Daemon {
     fleet: Arc<Fleet>,
@@ -86,19 +150,15 @@ impl Daemon {
         pause: &Arc<Pause>,
         options: DaemonOptions,
         shutdown: &Receiver<()>,
-    ) -> Result<Daemon, String> {
-        let connector = Connector::connect(client, metrics, shutdown).map_err(|e| match e {
-            ConnectError::Shutdown | ConnectError::Config(_) => format!(
-                "Provisioning could not start: could not create initial events connection: {e}"
-            ),
-        })?;
+    ) -> Result<Daemon, StartError> {
+        let connector =
+            Connector::connect(client, metrics, shutdown).map_err(StartError::Connect)?;
         let startup = Event::new("startup", &client.identity, COMPONENT, crate::VERSION);
         if let Err(e) = lifecycle::publish(connector.bus(), &startup) {
             log::warn!("Could not publish the startup event: {e}");
         }
         let rpc = Arc::new(
-            RpcClient::new(&connector, client, Arc::clone(metrics))
-                .map_err(|e| format!("Provisioning could not configure Choria: {e}"))?,
+            RpcClient::new(&connector, client, Arc::clone(metrics)).map_err(StartError::Rpc)?,
         );
         let timeouts = Timeouts {
             provision: client.rpc_timeout(Duration::from_secs(20)),
@@ -112,7 +172,7 @@ impl Daemon {
             Arc::clone(pause),
             timeouts,
         )
-        .map_err(|e| format!("Provisioning could not be configured: {e}"))?;
+        .map_err(StartError::Keys)?;
         let fleet = Fleet::new(
             FleetOptions {
                 workers: config.workers,
@@ -150,9 +210,7 @@ impl Daemon {
             daemon.threads.push(thread);
         }
         if config.active_active {
-            let me = Identity::parse(&client.identity).map_err(|e| {
-                format!("active_active needs a valid identity for this instance: {e}")
-            })?;
+            let me = Identity::parse(&client.identity).map_err(StartError::Identity)?;
             let membership = Membership::new(
                 me,
                 &config.site,
@@ -161,9 +219,11 @@ impl Daemon {
                 Arc::clone(metrics),
             );
             fleet.set_ownership(Arc::clone(&membership) as Arc<dyn super::Ownership>);
-            daemon
-                .threads
-                .push(membership.start(Arc::clone(&fleet), trigger_tx.clone())?);
+            daemon.threads.push(
+                membership
+                    .start(Arc::clone(&fleet), trigger_tx.clone())
+                    .map_err(StartError::Membership)?,
+            );
             daemon.membership = Some(membership);
         }
         fleet.start();
@@ -185,7 +245,10 @@ impl Daemon {
                 .spawn(move || {
                     super::discovery::run_with(&fleet, &discoverer, interval, &trigger, rediscovery)
                 })
-                .map_err(|e| format!("cannot start the discovery thread: {e}"))?,
+                .map_err(|error| StartError::Thread {
+                    name: "discovery",
+                    error,
+                })?,
         );
         Ok(daemon)
     }
@@ -265,12 +328,12 @@ impl Daemon {
         &self,
         config: &Config,
         metrics: &Arc<Metrics>,
-    ) -> Result<JoinHandle<()>, String> {
+    ) -> Result<JoinHandle<()>, StartError> {
         let component = &config.lifecycle_component;
         let queue = match &self.membership {
             Some(_) => Some(
                 QueueGroup::new(format!("provisioner.{}", config.site))
-                    .map_err(|e| format!("invalid site for a queue group: {e}"))?,
+                    .map_err(StartError::QueueGroup)?,
             ),
             None => None,
         };
@@ -280,7 +343,10 @@ impl Daemon {
             queue.as_ref(),
             Arc::clone(metrics),
         )
-        .map_err(|e| format!("Could not subscribe to startup events of {component}: {e}"))?;
+        .map_err(|error| StartError::Events {
+            component: component.clone(),
+            error,
+        })?;
         let fleet = Arc::clone(&self.fleet);
         let membership = self.membership.clone();
         std::thread::Builder::new()
@@ -295,7 +361,10 @@ impl Daemon {
                     None => super::events::run(&fleet, &identities),
                 }
             })
-            .map_err(|e| format!("cannot start the events thread: {e}"))
+            .map_err(|error| StartError::Thread {
+                name: "events",
+                error,
+            })
     }
 
     fn start_election(
@@ -304,13 +373,14 @@ impl Daemon {
         metrics: &Arc<Metrics>,
         options: ElectionOptions,
         trigger: Sender<()>,
-    ) -> Result<(JoinHandle<()>, Arc<Mutex<ElectionState>>), String> {
+    ) -> Result<(JoinHandle<()>, Arc<Mutex<ElectionState>>), StartError> {
         let election = Election::new(
             self.connector.bus().clone(),
             &client.identity,
             options,
             Arc::clone(metrics),
-        )?;
+        )
+        .map_err(StartError::Election)?;
         let state = election.state();
         let (won, lost, stop) = (
             Arc::clone(&self.fleet),
@@ -337,7 +407,10 @@ impl Daemon {
                 };
                 election.run(callbacks, &stop.stopped());
             })
-            .map_err(|e| format!("cannot start the election thread: {e}"))?;
+            .map_err(|error| StartError::Thread {
+                name: "election",
+                error,
+            })?;
         Ok((thread, state))
     }
 }

@@ -11,11 +11,12 @@ use crossbeam_channel::{never, select, tick, Receiver};
 
 use super::{AddResult, Fleet, Source};
 use crate::choria::identity::Identity;
+use crate::choria::rpc::RpcError;
 
 /// Finds the identities of nodes in provisioning mode (a broadcast discovery).
 pub trait Discover: Send + Sync {
     /// One discovery; the valid identities that answered, in any order.
-    fn discover(&self) -> Result<Vec<Identity>, String>;
+    fn discover(&self) -> Result<Vec<Identity>, RpcError>;
 }
 
 /// When a discovery could not queue every node it found, the next one starts once
@@ -146,11 +147,8 @@ pub struct BroadcastDiscovery {
 }
 
 impl Discover for BroadcastDiscovery {
-    fn discover(&self) -> Result<Vec<Identity>, String> {
-        let found = self
-            .rpc
-            .discover(self.initial, self.window, self.limit)
-            .map_err(|e| e.to_string())?;
+    fn discover(&self) -> Result<Vec<Identity>, RpcError> {
+        let found = self.rpc.discover(self.initial, self.window, self.limit)?;
         if found.refused > 0 {
             log::warn!(
                 "Discovery refused {} of {} replies (invalid or undecodable senders)",

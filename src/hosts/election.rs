@@ -24,6 +24,7 @@ use crate::backoff::{random_u64, FIVE_SEC, TWENTY_SEC};
 use crate::choria::bus::Bus;
 use crate::choria::kv::{KvError, KvKey};
 use crate::choria::peers::{self, Resignation};
+use crate::choria::subject::SubjectError;
 use crate::metrics::Metrics;
 use crate::throttle::Throttle;
 
@@ -113,6 +114,25 @@ pub struct Election {
     state: Arc<Mutex<ElectionState>>,
 }
 
+/// Why a candidate could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElectionError {
+    /// The bucket or key (with the API prefix) makes no valid NATS subject.
+    InvalidBucketOrKey(SubjectError),
+}
+
+impl std::fmt::Display for ElectionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ElectionError::InvalidBucketOrKey(e) => {
+                write!(f, "invalid election bucket or key: {e}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ElectionError {}
+
 impl Election {
     /// A candidate named `identity` on `bus`.
     pub fn new(
@@ -120,7 +140,7 @@ impl Election {
         identity: &str,
         options: ElectionOptions,
         metrics: Arc<Metrics>,
-    ) -> Result<Election, String> {
+    ) -> Result<Election, ElectionError> {
         let kv = KvKey::new(
             bus.clone(),
             &options.api_prefix,
@@ -128,7 +148,7 @@ impl Election {
             &options.key,
             options.request_timeout,
         )
-        .map_err(|e| format!("invalid election bucket or key: {e}"))?;
+        .map_err(ElectionError::InvalidBucketOrKey)?;
         Ok(Election {
             bus,
             kv,

@@ -93,6 +93,39 @@ struct Peer {
     every: Duration,
 }
 
+/// Why the membership could not start; `Display` says what failed.
+#[derive(Debug)]
+pub enum MembershipError {
+    /// The heartbeats of the site could not be subscribed to.
+    Heartbeats {
+        /// The site.
+        site: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The handoffs to this instance could not be subscribed to.
+    Handoffs(std::io::Error),
+    /// The membership thread could not be started.
+    Thread(std::io::Error),
+}
+
+impl std::fmt::Display for MembershipError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MembershipError::Heartbeats { site, error } => {
+                write!(
+                    f,
+                    "cannot subscribe to the heartbeats of site {site}: {error}"
+                )
+            }
+            MembershipError::Handoffs(e) => write!(f, "cannot subscribe to node handoffs: {e}"),
+            MembershipError::Thread(e) => write!(f, "cannot start the membership thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for MembershipError {}
+
 /// One instance's view of its site's live instances.
 pub struct Membership {
     me: Identity,
@@ -231,7 +264,7 @@ impl Membership {
         self: &Arc<Self>,
         fleet: Arc<Fleet>,
         trigger: Sender<()>,
-    ) -> Result<std::thread::JoinHandle<()>, String> {
+    ) -> Result<std::thread::JoinHandle<()>, MembershipError> {
         // One channel for both kinds, so that a handoff sent after a peer's `leaving`
         // is taken after it (NATS keeps one publisher's order).
         let (inbox_tx, inbox) = bounded::<Inbox>(BACKLOG);
@@ -256,11 +289,9 @@ impl Membership {
                 }
                 Err(e) => on_beat(e),
             })
-            .map_err(|e| {
-                format!(
-                    "cannot subscribe to the heartbeats of site {}: {e}",
-                    self.site
-                )
+            .map_err(|error| MembershipError::Heartbeats {
+                site: self.site.clone(),
+                error,
             })?;
         let handoff_subscription =
             peers::subscribe_handoffs(&self.bus, &self.site, &self.me, move |m| match m {
@@ -269,7 +300,7 @@ impl Membership {
                 }
                 Err(e) => refused(e),
             })
-            .map_err(|e| format!("cannot subscribe to node handoffs: {e}"))?;
+            .map_err(MembershipError::Handoffs)?;
         let this = Arc::clone(self);
         std::thread::Builder::new()
             .name("membership".into())
@@ -277,7 +308,7 @@ impl Membership {
                 let _subscriptions = (beat_subscription, handoff_subscription);
                 this.run(&fleet, &inbox, &trigger);
             })
-            .map_err(|e| format!("cannot start the membership thread: {e}"))
+            .map_err(MembershipError::Thread)
     }
 
     fn run(&self, fleet: &Fleet, inbox: &Receiver<Inbox>, trigger: &Sender<()>) {

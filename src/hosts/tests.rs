@@ -2,6 +2,7 @@
 //! controls (the network paths are covered by the integration tests).
 
 use super::*;
+use crate::choria::rpc::RpcError;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 
@@ -267,10 +268,10 @@ fn two_fleets_in_one_process_are_independent() {
     b.fleet.stop();
 }
 
-struct FixedDiscovery(Result<Vec<Identity>, String>);
+struct FixedDiscovery(Result<Vec<Identity>, RpcError>);
 
 impl discovery::Discover for FixedDiscovery {
-    fn discover(&self) -> Result<Vec<Identity>, String> {
+    fn discover(&self) -> Result<Vec<Identity>, RpcError> {
         self.0.clone()
     }
 }
@@ -283,7 +284,10 @@ fn a_discovery_cycle_counts_and_queues_each_identity_once() {
     let m = r.fleet.metrics();
     assert_eq!(m.discover_cycles.get(), 1);
     assert_eq!(m.discovered.get(), 2, "duplicates are not counted twice");
-    discovery::cycle(&r.fleet, &FixedDiscovery(Err("no brokers".into())));
+    discovery::cycle(
+        &r.fleet,
+        &FixedDiscovery(Err(RpcError::Publish("no brokers".into()))),
+    );
     assert_eq!(m.discover_cycles.get(), 2);
     assert_eq!(m.discovery_errors.get(), 1);
     r.fleet.pause().pause();
@@ -324,7 +328,7 @@ struct EndlessDiscovery {
 }
 
 impl discovery::Discover for EndlessDiscovery {
-    fn discover(&self) -> Result<Vec<Identity>, String> {
+    fn discover(&self) -> Result<Vec<Identity>, RpcError> {
         let mut calls = self.calls.lock();
         let first = calls.len() * self.per_call;
         calls.push(Instant::now());

@@ -561,7 +561,7 @@ impl Node {
         let shared = x25519_dalek::StaticSecret::from(secret)
             .diffie_hellman(&x25519_dalek::PublicKey::from(theirs));
         let block = pem::decode(key).ok_or("bad key received")?;
-        crypto::decrypt_pem_block(&block, shared.as_bytes())
+        crypto::decrypt_pem_block(&block, shared.as_bytes()).map_err(|e| e.to_string())
     }
 
     fn restart(&mut self, data: &Value) -> Result<(RpcReply, Effect), (StatusCode, String)> {

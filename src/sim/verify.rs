@@ -44,7 +44,7 @@ pub fn verify_issued_token<T: DeserializeOwned>(
     issuer: &[u8; 32],
     now: i64,
 ) -> Result<T, String> {
-    let std: StandardClaims = unverified_claims(token)?;
+    let std: StandardClaims = unverified_claims(token).map_err(|e| e.to_string())?;
     if std.purpose != purpose {
         return Err(format!("purpose {:?} is not {purpose}", std.purpose));
     }

@@ -325,7 +325,7 @@ impl Shared {
     }
 
     fn issuer_for(&self, token: &str) -> Result<[u8; 32], String> {
-        let claims: serde_json::Value = unverified_claims(token)?;
+        let claims: serde_json::Value = unverified_claims(token).map_err(|e| e.to_string())?;
         match claims.get("ou").and_then(|o| o.as_str()) {
             None => Err("no ou claim in token".into()),
             Some("choria") => self.options.issuer.ok_or("no issuer configured".into()),
@@ -376,7 +376,8 @@ impl Shared {
     /// `handleDefaultConnection`.
     fn default_connection(&self, c: &Connect, nonce: &str, tls_verified: bool) -> Decision {
         if !c.token.is_empty() {
-            let purpose: serde_json::Value = unverified_claims(&c.token)?;
+            let purpose: serde_json::Value =
+                unverified_claims(&c.token).map_err(|e| e.to_string())?;
             match purpose
                 .get("purpose")
                 .and_then(|p| p.as_str())

@@ -280,15 +280,13 @@ pub struct RequestedServerClaims {
 }
 
 /// The claims of `token`, read without verifying its signature.
-pub fn unverified_claims<T: serde::de::DeserializeOwned>(token: &str) -> Result<T, String> {
+pub fn unverified_claims<T: serde::de::DeserializeOwned>(token: &str) -> Result<T, ClaimsError> {
     let mut parts = token.split('.');
     let claims = match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(_), Some(claims), Some(_), None) => claims,
-        _ => return Err("the token is not a JWT (three dot-separated parts)".into()),
+        _ => return Err(ClaimsError::NotJwt),
     };
-    let claims = B64URL
-        .decode(claims)
-        .map_err(|_| "the token's claims are not base64url".to_string())?;
-    // serde_json's messages quote no input beyond a position.
-    serde_json::from_slice(&claims).map_err(|e| format!("the token's claims do not parse: {e}"))
+    let claims = B64URL.decode(claims).map_err(|_| ClaimsError::NotBase64)?;
+    // serde_json's messages name a position, and quote a value only of the wrong type.
+    serde_json::from_slice(&claims).map_err(|e| ClaimsError::Parse(e.to_string()))
 }

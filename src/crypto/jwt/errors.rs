@@ -132,3 +132,31 @@ impl fmt::Display for TokenError {
 }
 
 impl std::error::Error for TokenError {}
+
+/// Why [`unverified_claims`] could not read a token's claims. No variant quotes the
+/// token; the JSON parser's message names a position and what was expected, and
+/// quotes a claim's value only where it has the wrong type (so the string claims
+/// `cht` and `chpwd`, the secret ones, are not quoted when they are strings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimsError {
+    /// Not three dot-separated parts.
+    NotJwt,
+    /// The claims part is not base64url.
+    NotBase64,
+    /// The claims are not JSON of the expected shape (the parser's message).
+    Parse(String),
+}
+
+impl fmt::Display for ClaimsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClaimsError::NotJwt => {
+                f.write_str("the token is not a JWT (three dot-separated parts)")
+            }
+            ClaimsError::NotBase64 => f.write_str("the token's claims are not base64url"),
+            ClaimsError::Parse(e) => write!(f, "the token's claims do not parse: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ClaimsError {}

@@ -287,6 +287,48 @@ pub fn unverified_claims<T: serde::de::DeserializeOwned>(token: &str) -> Result<
         _ => return Err(ClaimsError::NotJwt),
     };
     let claims = B64URL.decode(claims).map_err(|_| ClaimsError::NotBase64)?;
-    // serde_json's messages name a position, and quote a value only of the wrong type.
-    serde_json::from_slice(&claims).map_err(|e| ClaimsError::Parse(e.to_string()))
+    // Described without the value: a claim of the wrong type may be a secret (a
+    // token, a password) or bytes meant to forge a log line.
+    serde_json::from_slice(&claims).map_err(|e| ClaimsError::Parse(crate::json_text::describe(&e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Times {
+        #[allow(dead_code)]
+        exp: u64,
+    }
+
+    fn token_with(claims: &str) -> String {
+        format!("e30.{}.c2ln", B64URL.encode(claims))
+    }
+
+    #[test]
+    fn a_claim_of_the_wrong_type_is_named_but_never_quoted() {
+        let e = unverified_claims::<Times>(&token_with(r#"{"exp":"s3cret\nforged line"}"#))
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("invalid type: string, expected u64"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret") && !text.contains('\n'), "{text}");
+        assert_eq!(
+            unverified_claims::<Times>("a.b").unwrap_err(),
+            ClaimsError::NotJwt
+        );
+        assert_eq!(
+            unverified_claims::<Times>("a.!!.c").unwrap_err(),
+            ClaimsError::NotBase64
+        );
+        assert_eq!(
+            unverified_claims::<Times>(&token_with(r#"{"exp":5}"#))
+                .unwrap()
+                .exp,
+            5
+        );
+    }
 }

@@ -134,16 +134,16 @@ impl fmt::Display for TokenError {
 impl std::error::Error for TokenError {}
 
 /// Why [`unverified_claims`] could not read a token's claims. No variant quotes the
-/// token; the JSON parser's message names a position and what was expected, and
-/// quotes a claim's value only where it has the wrong type (so the string claims
-/// `cht` and `chpwd`, the secret ones, are not quoted when they are strings).
+/// token or any claim's value: the JSON error says what was wrong, what was expected
+/// and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimsError {
     /// Not three dot-separated parts.
     NotJwt,
     /// The claims part is not base64url.
     NotBase64,
-    /// The claims are not JSON of the expected shape (the parser's message).
+    /// The claims are not JSON of the expected shape (what was wrong and where, never
+    /// the value: [`crate::json_text::describe`]).
     Parse(String),
 }
 

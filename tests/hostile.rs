@@ -20,7 +20,7 @@ use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
 use choria_provisioner::hosts::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim};
 use support::hostile::{ok, Hostile};
-use support::rig::{fast, sim, wait_provisioned, wait_until, Provisioner};
+use support::rig::{fast, helper_answering, sim, wait_provisioned, wait_until, Provisioner};
 use support::{NatsServer, TempDir};
 
 /// Every honest node is provisioned, each restarted exactly once.
@@ -367,6 +367,278 @@ fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
         || fleet.progress().provisioned == 10,
     );
     assert_all_provisioned_once(&fleet);
+    assert_connection_held(&prov);
+}
+
+/// A reader for the whole run: a second hostile node that only records what every
+/// node may read (each `configure` request among them).
+fn reader(server: &NatsServer) -> (Hostile, nats::Handler) {
+    let reader = Hostile::connect(&server.url(), None);
+    let read = reader.race(Box::new(|_, _, _| None));
+    reader.flush();
+    (reader, read)
+}
+
+/// The `public_key` claim of a server JWT (read, not verified).
+fn server_jwt_key(token: &str) -> String {
+    let claims: serde_json::Value =
+        choria_provisioner::crypto::jwt::unverified_claims(token).expect("a server JWT");
+    claims["public_key"]
+        .as_str()
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+}
+
+#[test]
+fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_provisioned_once_it_stops(
+) {
+    use ring::signature::KeyPair as _;
+    let server = NatsServer::start();
+    let dir = TempDir::new("race-gen25519");
+    let (reader, _read) = reader(&server);
+    // The attacker's own ed25519 key: its reply signs each request's nonce, so it
+    // would pass every check if it were the only one.
+    let attacker_key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&[66; 32]).unwrap();
+    let attacker_public = choria_provisioner::crypto::ids::hex(attacker_key.public_key().as_ref());
+    let public = attacker_public.clone();
+    let attacker = Hostile::connect(&server.url(), None);
+    let race = attacker.race(Box::new(move |_, _, body| {
+        if body.action != "gen25519" {
+            return None;
+        }
+        let nonce = body.data["nonce"].as_str()?;
+        let signature = attacker_key.sign(nonce.as_bytes());
+        Some(ok(
+            "gen25519",
+            serde_json::json!({
+                "public_key": public,
+                "directory": "/etc/choria",
+                "signature": choria_provisioner::crypto::ids::hex(signature.as_ref()),
+            }),
+        ))
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 10, |o| o.issuer_seed = Some(ISSUER_SEED));
+    // What `packaging/examples/ed25519-helper.py` answers: the choria security
+    // provider, whose node boots only with a server JWT for its own seed.
+    let helper = helper_answering(
+        &dir,
+        "ed25519-helper.sh",
+        r#"{"configuration": {"identity": "$id", "plugin.choria.server.provision": "false",
+            "plugin.security.provider": "choria",
+            "plugin.security.choria.token_file": "/etc/choria/server.jwt",
+            "plugin.security.choria.seed_file": "/etc/choria/server.seed"},
+          "server_claims": {"exp": 3600, "permissions": {"streams": true, "submission": true}}}"#,
+        "0",
+    );
+    let seed_file = dir.write(
+        "signer.seed",
+        &choria_provisioner::crypto::ids::hex(&ISSUER_SEED),
+    );
+    // As for inventory: the attacker and the nodes answer at once, but on a loaded
+    // machine either can be late by more than the production 50 ms.
+    let options = DaemonOptions {
+        reply_grace: Duration::from_millis(500),
+        ..fast()
+    };
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "helper: {}\nfeatures: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n",
+            helper.display(),
+            issuer_public_hex(),
+            seed_file.display()
+        ),
+        options,
+    );
+    wait_until("every node contested", Duration::from_secs(30), || {
+        prov.counter("contested_replies", &["choria_provision#gen25519"]) >= 10
+    });
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "nothing configured under attack"
+    );
+    assert!(
+        attacker.loot.configures.lock().is_empty() && reader.loot.configures.lock().is_empty(),
+        "no configure (hence no server JWT) was sent while the replies were contested"
+    );
+    assert!(fleet.summary().nodes.iter().all(|n| n.server_jwt.is_none()));
+    assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
+    race.unsubscribe().unwrap();
+    attacker.flush();
+    wait_until(
+        "provisioned once the race stops",
+        Duration::from_secs(60),
+        || fleet.progress().provisioned == 10,
+    );
+    // Provisioned under the choria security provider: each node booted with a server
+    // JWT for its own seed, signed by the issuer.
+    assert_all_provisioned_once(&fleet);
+    for node in fleet.summary().nodes {
+        let jwt = node.server_jwt.expect("the node got a server JWT");
+        assert_ne!(
+            server_jwt_key(&jwt),
+            attacker_public,
+            "{}: a server JWT for the attacker's key",
+            node.identity
+        );
+    }
+    let configures = reader.loot.configures.lock();
+    assert!(configures.len() >= 10, "every configure was readable");
+    for (node, data) in configures.iter() {
+        let jwt = data["server_jwt"].as_str().unwrap_or_default();
+        assert!(!jwt.is_empty(), "{node}: a configure without a server JWT");
+        assert_ne!(
+            server_jwt_key(jwt),
+            attacker_public,
+            "the server JWT for {node} was issued for the attacker's key"
+        );
+    }
+    assert_connection_held(&prov);
+}
+
+/// A PKCS#10 request for `cn` signed with `key`, as a node's `gencsr` makes it.
+fn csr_for(cn: &str, key: &p256::ecdsa::SigningKey) -> String {
+    use std::str::FromStr;
+    use x509_cert::builder::{Builder, RequestBuilder};
+    use x509_cert::der::EncodePem;
+    let subject = x509_cert::name::Name::from_str(&format!("CN={cn}")).unwrap();
+    RequestBuilder::new(subject, key)
+        .and_then(|b| b.build::<p256::ecdsa::DerSignature>())
+        .unwrap()
+        .to_pem(x509_cert::der::pem::LineEnding::LF)
+        .unwrap()
+}
+
+/// A certificate's subject and its public key (SubjectPublicKeyInfo, DER in hex).
+fn certificate_key(pem: &str) -> (String, String) {
+    use x509_cert::der::{DecodePem, Encode};
+    let cert = x509_cert::Certificate::from_pem(pem).expect("a PEM certificate");
+    let tbs = cert.tbs_certificate;
+    (
+        tbs.subject.to_string(),
+        choria_provisioner::crypto::ids::hex(&tbs.subject_public_key_info.to_der().unwrap()),
+    )
+}
+
+#[test]
+fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_provisioned_once_it_stops(
+) {
+    use p256::pkcs8::EncodePublicKey as _;
+    if !support::on_path("python3") || !support::on_path("openssl") {
+        eprintln!("SKIP: the CA-signing helper needs python3 and openssl");
+        return;
+    }
+    let server = NatsServer::start();
+    let dir = TempDir::new("race-gencsr");
+    let Some(tls) = support::make_tls(&dir) else {
+        return;
+    };
+    let (reader, _read) = reader(&server);
+    // The attacker's own key: its CSR names the asked node, so it would pass every
+    // check if it were the only reply.
+    let attacker_key = p256::ecdsa::SigningKey::from_slice(&[66; 32]).unwrap();
+    let attacker_spki = choria_provisioner::crypto::ids::hex(
+        attacker_key
+            .verifying_key()
+            .to_public_key_der()
+            .unwrap()
+            .as_bytes(),
+    );
+    let public_pem = attacker_key
+        .verifying_key()
+        .to_public_key_pem(p256::pkcs8::LineEnding::LF)
+        .unwrap();
+    let attacker = Hostile::connect(&server.url(), None);
+    let race = attacker.race(Box::new(move |target, _, body| {
+        (body.action == "gencsr").then(|| {
+            ok(
+                "gencsr",
+                serde_json::json!({
+                    "csr": csr_for(target, &attacker_key),
+                    "public_key": public_pem,
+                    "ssldir": "/etc/choria/ssl",
+                }),
+            )
+        })
+    }));
+    attacker.flush();
+    // P-256 keys, so each real reply comes within the grace. A real reply later than
+    // the grace (and the helper run) after the attacker's is outside the watch: the
+    // simulator's RSA keys take 0.5-2 s in a debug build, and with them the attacker's
+    // CSR would be signed and sent.
+    let fleet = sim(&server.url(), 10, |o| {
+        o.csr_key = choria_provisioner::sim::CsrKey::Ec
+    });
+    // The shipped example helper, signing every CSR it is given with a test CA.
+    let helper = format!(
+        "env PROVISION_CA_CERT={} PROVISION_CA_KEY={} {}/packaging/examples/provision-helper.py",
+        tls.ca.display(),
+        dir.path().join("ca.key").display(),
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let options = DaemonOptions {
+        reply_grace: Duration::from_millis(500),
+        ..fast()
+    };
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!("helper: {helper}\nfeatures: {{pki: true}}\n"),
+        options,
+    );
+    wait_until("every node contested", Duration::from_secs(30), || {
+        prov.counter("contested_replies", &["choria_provision#gencsr"]) >= 10
+    });
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "nothing configured under attack"
+    );
+    assert!(
+        attacker.loot.configures.lock().is_empty() && reader.loot.configures.lock().is_empty(),
+        "no configure (hence no certificate) was sent while the replies were contested"
+    );
+    assert!(fleet
+        .summary()
+        .nodes
+        .iter()
+        .all(|n| n.certificate.is_none()));
+    assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
+    race.unsubscribe().unwrap();
+    attacker.flush();
+    wait_until(
+        "provisioned once the race stops",
+        Duration::from_secs(60),
+        || fleet.progress().provisioned == 10,
+    );
+    assert_all_provisioned_once(&fleet);
+    for node in fleet.summary().nodes {
+        let cert = node.certificate.expect("the node got a certificate");
+        let (subject, spki) = certificate_key(&cert);
+        assert_eq!(subject, format!("CN={}", node.identity));
+        assert_ne!(
+            spki, attacker_spki,
+            "{}: a certificate for the attacker's key",
+            node.identity
+        );
+    }
+    let configures = reader.loot.configures.lock();
+    assert!(configures.len() >= 10, "every configure was readable");
+    for (node, data) in configures.iter() {
+        let cert = data["certificate"].as_str().unwrap_or_default();
+        assert!(
+            !cert.is_empty(),
+            "{node}: a configure without a certificate"
+        );
+        assert_ne!(
+            certificate_key(cert).1,
+            attacker_spki,
+            "the certificate for {node} was issued for the attacker's key"
+        );
+    }
     assert_connection_held(&prov);
 }
 

@@ -643,6 +643,11 @@ fn an_active_active_instance_is_ready_once_it_has_joined_and_says_so() {
         "{health}"
     );
     assert_eq!(health["active_active"]["share"], 1.0, "{health}");
+    assert_eq!(
+        health["active_active"]["upgrade_slots"],
+        serde_json::Value::Null,
+        "no upgrades_max_in_flight: unlimited, {health}"
+    );
     let (_, body) = http_get(port, "/metrics");
     assert!(
         body.contains("choria_provisioner_peers{site=\"testsite\"} 1\n"),
@@ -650,6 +655,10 @@ fn an_active_active_instance_is_ready_once_it_has_joined_and_says_so() {
     );
     assert!(
         body.contains("choria_provisioner_share{site=\"testsite\"} 1\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("choria_provisioner_upgrade_slots{site=\"testsite\"} 0\n"),
         "{body}"
     );
     signal(&child, libc::SIGTERM);

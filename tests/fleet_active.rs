@@ -1,7 +1,8 @@
 //! Active-active (issue #14): several provisioners of one site provisioning one
 //! simulated fleet at once over a real nats-server, all in this process: each node
-//! exactly once, fair shares, an instance that dies, one that stops cleanly, and
-//! servers older than go-choria v0.29 (no provisioning lock).
+//! exactly once, fair shares, an instance that dies, one that stops cleanly,
+//! servers older than go-choria v0.29 (no provisioning lock), and
+//! `upgrades_max_in_flight` split among the live instances.
 #![cfg(feature = "sim")]
 
 mod support;
@@ -530,4 +531,85 @@ fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
     for p in &ps {
         assert_eq!(p.metrics.provision_errors.get(), 0, "{}", p.identity);
     }
+}
+
+/// The gauge `choria_provisioner_upgrade_slots` of each of `ps` and the part its
+/// membership reports, once they are `parts`.
+fn wait_for_upgrade_parts(ps: &[&Provisioner], parts: &[i64]) {
+    wait_until(
+        &format!("upgrade slots {parts:?}"),
+        Duration::from_secs(10),
+        || {
+            ps.iter().zip(parts).all(|(p, &part)| {
+                let m = p.daemon().membership().expect("active-active");
+                p.metrics.upgrade_slots.get() == part && m.upgrade_part() == Some(part as usize)
+            })
+        },
+    );
+}
+
+#[test]
+fn upgrades_max_in_flight_caps_the_site_split_among_the_live_instances() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("active-upgrade-cap");
+    let h = helper_answering(
+        &dir,
+        "h.sh",
+        &format!(r#"{{"upgrade": "0.31.0", {CONFIG}}}"#),
+        "0",
+    );
+    let yaml = format!(
+        "{ACTIVE}workers: 8\nhelper: {}\nfeatures: {{upgrades: true}}\n\
+         upgrades_repository: https://repo.example.net\nupgrades_max_in_flight: 2\n",
+        h.display()
+    );
+    // No discovery after the first: nodes that waited are queued again when a slot
+    // is given back; a slower beat keeps the live set stable on a busy machine.
+    let mut ps = start_with(&server, &["a.lon", "b.lon"], &yaml, || DaemonOptions {
+        interval: Some(Duration::from_secs(600)),
+        ..beating(500)
+    });
+    let both: Vec<&Provisioner> = ps.iter().collect();
+    wait_for_members(&both, 2);
+    wait_for_upgrade_parts(&both, &[1, 1]);
+    let fleet = sim(&server.url(), 12, |o| {
+        o.upgradable = true;
+        o.version = "0.30.2".into();
+        o.restart_delay = Duration::from_millis(300);
+    });
+    wait_provisioned(&fleet, 12, Duration::from_secs(30));
+    let summary = fleet.summary();
+    for node in &summary.nodes {
+        assert_eq!(node.upgrades, ["0.31.0"], "{}", node.identity);
+    }
+    let peak = fleet.progress().upgrading_peak;
+    assert!(
+        (1..=2).contains(&peak),
+        "at most 2 nodes away upgrading at once across both instances, saw {peak}"
+    );
+    let mut waited = 0;
+    for p in &ps {
+        assert!(
+            restarted_by(&summary, &p.identity) > 0,
+            "{} upgraded and provisioned its share",
+            p.identity
+        );
+        assert_eq!(p.metrics.provision_errors.get(), 0, "{}", p.identity);
+        waited += p
+            .metrics
+            .outcomes
+            .with_label_values(&["upgrade_waiting"])
+            .get();
+    }
+    assert!(waited > 0, "some nodes waited for a slot of their instance");
+    // A paused instance has no slot and its peer has the whole cap, until resumed.
+    ps[1].pause.pause();
+    wait_for_upgrade_parts(&both, &[2, 0]);
+    ps[1].pause.resume();
+    wait_for_upgrade_parts(&both, &[1, 1]);
+    // So does the instance left after a clean stop.
+    let mut b = ps.pop().unwrap();
+    assert!(b.stop(), "b stopped in time");
+    assert_eq!(b.metrics.upgrade_slots.get(), 0, "a leaver has no slot");
+    wait_for_upgrade_parts(&[&ps[0]], &[2]);
 }

@@ -138,7 +138,8 @@ impl HealthView {
             .map(|e| e.lock().clone())
     }
 
-    /// `null` unless active-active: then the state, the live peers and the share.
+    /// `null` unless active-active: then the state, the live peers, the share and
+    /// this instance's part of `upgrades_max_in_flight` (`null` when unlimited).
     fn active_active(&self) -> serde_json::Value {
         if !self.active_active {
             return serde_json::Value::Null;
@@ -148,8 +149,14 @@ impl HealthView {
                 "state": m.state().name(),
                 "peers": m.live().iter().map(|p| p.as_str()).collect::<Vec<_>>(),
                 "share": m.share(),
+                "upgrade_slots": m.upgrade_part(),
             }),
-            None => serde_json::json!({"state": "starting", "peers": [], "share": 0.0}),
+            None => serde_json::json!({
+                "state": "starting",
+                "peers": [],
+                "share": 0.0,
+                "upgrade_slots": null,
+            }),
         }
     }
 }
@@ -277,5 +284,9 @@ mod tests {
         v.active_active = true;
         assert_eq!(v.readiness().role, Role::Waiting("starting".into()));
         assert_eq!(v.health()["active_active"]["state"], "starting");
+        assert_eq!(
+            v.health()["active_active"]["upgrade_slots"],
+            serde_json::Value::Null
+        );
     }
 }

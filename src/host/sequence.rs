@@ -58,7 +58,7 @@ pub struct NodeSequence {
     keys: KeyMaterial,
     /// Warns (once a minute) about active-active nodes older than go-choria v0.29.
     lockless: crate::throttle::Throttle,
-    slots: UpgradeSlots,
+    slots: Arc<UpgradeSlots>,
     loops: LoopWarnings,
 }
 
@@ -94,7 +94,11 @@ impl NodeSequence {
         let keys = KeyMaterial::load(&config)?;
         Ok(NodeSequence {
             helper: Helper::new(&config.helper, config.helper_timeout),
-            slots: UpgradeSlots::new(config.upgrades_max_in_flight, SLOT_TIMEOUT),
+            slots: Arc::new(UpgradeSlots::with_gauge(
+                config.upgrades_max_in_flight,
+                SLOT_TIMEOUT,
+                metrics.upgrade_slots.clone(),
+            )),
             loops: LoopWarnings::default(),
             config,
             rpc,
@@ -151,6 +155,12 @@ impl NodeSequence {
     /// when they were sent.
     pub fn upgrading(&self) -> Vec<(Identity, Instant)> {
         self.slots.holders()
+    }
+
+    /// This instance's upgrade slots, shared with whatever splits the cap among
+    /// several instances (the active-active membership sets its part).
+    pub fn upgrade_slots(&self) -> Arc<UpgradeSlots> {
+        Arc::clone(&self.slots)
     }
 
     /// Nodes that waited for an upgrade slot and whose turn has come.
@@ -581,10 +591,16 @@ impl NodeSequence {
         }
         progress.record(|f| f.version_after = Some(crate::untrusted::shown(target)));
         if !self.slots.try_take(identity, &a.version) {
+            let max = self.config.upgrades_max_in_flight.unwrap_or(0);
+            let why = match self.slots.part() {
+                Some(part) if part != max => format!(
+                    "this instance's part ({part}) of upgrades_max_in_flight ({max}) is in use"
+                ),
+                _ => format!("upgrades_max_in_flight ({max}) nodes are upgrading"),
+            };
             return Ok(Some(Outcome::UpgradeWaiting(format!(
-                "{identity} waits to be upgraded to {}: upgrades_max_in_flight ({}) nodes are upgrading",
+                "{identity} waits to be upgraded to {}: {why}",
                 crate::untrusted::shown(target),
-                self.config.upgrades_max_in_flight.unwrap_or(0)
             ))));
         }
         self.metrics

@@ -581,6 +581,41 @@ fn upgrades_over_the_cap_wait_without_an_rpc_and_a_returning_node_frees_its_slot
 }
 
 #[test]
+fn an_upgrade_waits_for_this_instances_part_of_the_cap_and_says_so() {
+    let inventory = Answer::Ok(json!({"version": "0.30.2", "upgradable": true}));
+    let node = FakeNode::answering(&[("inventory", &[inventory])]);
+    let r = rig(
+        node,
+        r#"{"configuration": {"a": "b"}, "upgrade": "0.31.0"}"#,
+        |c| {
+            c.features.upgrades = true;
+            c.upgrades_repository = "https://repo.example.net".into();
+            c.upgrades_max_in_flight = Some(3);
+        },
+    );
+    assert_eq!(r.metrics.upgrade_slots.get(), 3, "the whole cap");
+    let slots = r.sequence.upgrade_slots();
+    // What the active-active membership does while this instance is out of the set.
+    slots.set_part(0);
+    assert_eq!(r.metrics.upgrade_slots.get(), 0);
+    let go = || {
+        r.sequence
+            .provision(&n1(), Instant::now(), &AtomicBool::new(false))
+    };
+    assert_eq!(
+        go(),
+        Outcome::UpgradeWaiting(
+            "n1.example.net waits to be upgraded to 0.31.0: this instance's part (0) of upgrades_max_in_flight (3) is in use".into()
+        )
+    );
+    assert_eq!(r.node.count("release_update"), 0);
+    slots.set_part(1);
+    assert_eq!(r.sequence.woken(), [n1()], "a larger part wakes it");
+    assert_eq!(go(), Outcome::Upgraded);
+    assert_eq!(r.metrics.upgrades_in_flight.get(), 1);
+}
+
+#[test]
 fn the_attempt_reports_its_step_and_facts() {
     let node = FakeNode::answering(&[(
         "inventory",

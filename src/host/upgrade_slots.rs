@@ -1,6 +1,5 @@
-//! `upgrades_max_in_flight`: how many nodes of this provisioner may be upgrading at
-//! once, so that a wrong `upgrade` answer from the helper cannot take a whole site
-//! down at once.
+//! `upgrades_max_in_flight`: how many nodes may be upgrading at once, so that a wrong
+//! `upgrade` answer from the helper cannot take a whole site down at once.
 //!
 //! A node takes a slot just before its `release_update` and holds it while it is
 //! away upgrading: the slot is given back when a later inventory of the node reports
@@ -13,11 +12,26 @@
 //! [`WAITING_MAX`]), and each slot given back wakes the next one
 //! ([`UpgradeSlots::take_woken`]), which the fleet queues again at once; a node is
 //! also tried again whenever it is found.
+//!
+//! The slots are those of one provisioner instance: its *part* of the cap. Alone (or
+//! with leader election) the part is the whole cap. With `active_active` the cap is
+//! a site's, and the membership (`hosts::membership`) splits it among the live
+//! instances with [`split`] and sets each instance's part with
+//! [`UpgradeSlots::set_part`] whenever the live set changes: the parts add up to the
+//! cap, except that every live instance gets at least one slot, so with fewer slots
+//! than instances the site may have `max(cap, instances)` nodes upgrading at once. A
+//! part that grows wakes as many waiting nodes as it frees slots; a part that shrinks
+//! below the slots held revokes nothing (those nodes are already away): new nodes
+//! wait until fewer than the part are held. So just after the live set changed, the
+//! slots held under the old split still count only with the instance that took them
+//! (and not at all once that instance is gone), and the site may briefly have more
+//! nodes away than the cap, until they come back or [`SLOT_TIMEOUT`] passes.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use prometheus::IntGauge;
 
 use crate::choria::identity::Identity;
 
@@ -28,13 +42,49 @@ pub const SLOT_TIMEOUT: Duration = Duration::from_secs(600);
 /// it a node is tried again only when it is found again.
 pub const WAITING_MAX: usize = 50_000;
 
-/// The slots of one provisioner.
+/// The part of a cap of `max` slots that the instance at `rank` (0-based) in the
+/// sorted list of `live` instances gets: `max / live`, one more for the first
+/// `max % live` ranks, and at least 1, so that no live instance's nodes wait forever
+/// when `max < live` (the site-wide total is then `live`). Every instance sorts the
+/// same live set the same way, so the parts add up to `max` when `max >= live`.
+/// With no live instance (never asked by the membership) the whole cap.
+pub fn split(max: usize, live: usize, rank: usize) -> usize {
+    if live == 0 {
+        return max;
+    }
+    (max / live + usize::from(rank < max % live)).max(1)
+}
+
+/// The slots of one provisioner instance.
 #[derive(Debug)]
 pub struct UpgradeSlots {
     max: Option<usize>,
     timeout: Duration,
-    held: Mutex<HashMap<Identity, Held>>,
+    held: Mutex<Holders>,
     queue: Mutex<Waiting>,
+    /// `choria_provisioner_upgrade_slots`: the part, 0 when unlimited.
+    gauge: Option<IntGauge>,
+}
+
+/// The nodes holding a slot, and how many slots this instance has now. Locked
+/// before [`Waiting`] whenever both are.
+#[derive(Debug)]
+struct Holders {
+    part: usize,
+    nodes: HashMap<Identity, Held>,
+}
+
+impl Holders {
+    /// How many slots are free now (none while more than the part are held).
+    fn free(&self) -> usize {
+        self.part.saturating_sub(self.nodes.len())
+    }
+
+    /// Gives back the slots held longer than `timeout`.
+    fn expire(&mut self, now: Instant, timeout: Duration) {
+        self.nodes
+            .retain(|_, h| now.duration_since(h.since) < timeout);
+    }
 }
 
 /// The nodes waiting for a slot, first come first served, and those woken.
@@ -65,30 +115,73 @@ struct Held {
 }
 
 impl UpgradeSlots {
-    /// `max` slots (`None`: unlimited, as Go), each held at most `timeout`.
+    /// `max` slots (`None`: unlimited, as Go), each held at most `timeout`; the part
+    /// starts as the whole cap.
     pub fn new(max: Option<usize>, timeout: Duration) -> UpgradeSlots {
         UpgradeSlots {
             max,
             timeout,
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(Holders {
+                part: max.unwrap_or(0),
+                nodes: HashMap::new(),
+            }),
             queue: Mutex::new(Waiting::default()),
+            gauge: None,
         }
     }
 
+    /// The same, showing the part in `gauge` (0 when unlimited).
+    pub fn with_gauge(max: Option<usize>, timeout: Duration, gauge: IntGauge) -> UpgradeSlots {
+        gauge.set(gauge_value(max.unwrap_or(0)));
+        UpgradeSlots {
+            gauge: Some(gauge),
+            ..UpgradeSlots::new(max, timeout)
+        }
+    }
+
+    /// The configured cap (`upgrades_max_in_flight`); `None` when unlimited.
+    pub fn cap(&self) -> Option<usize> {
+        self.max
+    }
+
+    /// How many slots this instance has now; `None` when unlimited.
+    pub fn part(&self) -> Option<usize> {
+        self.max.map(|_| self.held.lock().part)
+    }
+
+    /// Sets how many slots this instance has (its part of the cap, see [`split`]);
+    /// nothing when unlimited. A larger part wakes as many waiting nodes as it frees
+    /// slots; a smaller one takes no slot back: new nodes wait until fewer than the
+    /// part are held.
+    pub fn set_part(&self, part: usize) {
+        if self.max.is_none() {
+            return;
+        }
+        let mut held = self.held.lock();
+        let before = held.free();
+        held.expire(Instant::now(), self.timeout);
+        held.part = part;
+        let after = held.free();
+        if let Some(g) = &self.gauge {
+            g.set(gauge_value(part));
+        }
+        drop(held);
+        self.wake(after.saturating_sub(before));
+    }
+
     /// Takes a slot for `identity`, upgrading from version `from`; false when all
-    /// are held by other nodes.
+    /// of this instance's part are held by other nodes.
     pub fn try_take(&self, identity: &Identity, from: &str) -> bool {
-        let Some(max) = self.max else {
+        if self.max.is_none() {
             return true;
-        };
+        }
         let mut held = self.held.lock();
         let now = Instant::now();
-        let timeout = self.timeout;
-        let before = held.len();
-        held.retain(|_, h| now.duration_since(h.since) < timeout);
-        self.freed(before - held.len());
-        if held.contains_key(identity) || held.len() < max {
-            held.insert(
+        let before = held.free();
+        held.expire(now, self.timeout);
+        self.wake(held.free().saturating_sub(before));
+        if held.nodes.contains_key(identity) || held.free() > 0 {
+            held.nodes.insert(
                 identity.clone(),
                 Held {
                     since: now,
@@ -105,8 +198,9 @@ impl UpgradeSlots {
         }
     }
 
-    /// `n` slots were given back: wake as many waiting nodes.
-    fn freed(&self, n: usize) {
+    /// `n` slots came free (given back, or a larger part): wake as many waiting
+    /// nodes.
+    fn wake(&self, n: usize) {
         if n > 0 {
             self.queue.lock().wake(n);
         }
@@ -124,18 +218,27 @@ impl UpgradeSlots {
         if self.max.is_none() {
             return;
         }
-        let mut held = self.held.lock();
-        if held.get(identity).is_some_and(|h| h.from != version) {
-            held.remove(identity);
-            drop(held);
-            self.freed(1);
+        let held = self.held.lock();
+        if held.nodes.get(identity).is_some_and(|h| h.from != version) {
+            self.give_back(held, identity);
         }
     }
 
     /// Gives `identity`'s slot back, if it holds one.
     pub fn release(&self, identity: &Identity) {
-        if self.max.is_some() && self.held.lock().remove(identity).is_some() {
-            self.freed(1);
+        if self.max.is_some() {
+            self.give_back(self.held.lock(), identity);
+        }
+    }
+
+    /// Takes `identity`'s slot (if any) out of `held` and wakes a waiting node if
+    /// that freed a slot of the part (not when more than the part were held).
+    fn give_back(&self, mut held: parking_lot::MutexGuard<'_, Holders>, identity: &Identity) {
+        let before = held.free();
+        if held.nodes.remove(identity).is_some() {
+            let freed = held.free().saturating_sub(before);
+            drop(held);
+            self.wake(freed);
         }
     }
 
@@ -144,11 +247,17 @@ impl UpgradeSlots {
         let now = Instant::now();
         self.held
             .lock()
+            .nodes
             .iter()
             .filter(|(_, h)| now.duration_since(h.since) < self.timeout)
             .map(|(i, h)| (i.clone(), h.since))
             .collect()
     }
+}
+
+/// A part as a gauge value.
+fn gauge_value(part: usize) -> i64 {
+    i64::try_from(part).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
@@ -213,5 +322,81 @@ mod tests {
         assert!(!slots.try_take(&id("b"), "1.0"));
         std::thread::sleep(Duration::from_millis(40));
         assert!(slots.try_take(&id("b"), "1.0"), "a's slot timed out");
+    }
+
+    #[test]
+    fn the_cap_is_split_among_the_live_instances_at_least_one_each() {
+        let parts = |max, live| (0..live).map(|r| split(max, live, r)).collect::<Vec<_>>();
+        assert_eq!(parts(5, 3), [2, 2, 1]);
+        assert_eq!(parts(7, 2), [4, 3]);
+        assert_eq!(parts(6, 3), [2, 2, 2]);
+        assert_eq!(parts(4, 1), [4]);
+        // Fewer slots than instances: one each, so the site total is the instances.
+        assert_eq!(parts(2, 3), [1, 1, 1]);
+        assert_eq!(parts(1, 4), [1, 1, 1, 1]);
+        for max in 1..40 {
+            for live in 1..12 {
+                let p = parts(max, live);
+                assert_eq!(p.iter().sum::<usize>(), max.max(live), "{max} over {live}");
+                assert!(p.iter().all(|&n| n >= 1), "{max} over {live}: {p:?}");
+                assert!(p.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1));
+            }
+        }
+        assert_eq!(split(3, 0, 0), 3, "nobody live: the whole cap");
+    }
+
+    #[test]
+    fn a_larger_part_wakes_as_many_waiting_nodes_as_it_frees_slots() {
+        let gauge = IntGauge::new("slots", "slots").unwrap();
+        let slots = UpgradeSlots::with_gauge(Some(4), SLOT_TIMEOUT, gauge.clone());
+        assert_eq!((slots.part(), gauge.get()), (Some(4), 4), "the whole cap");
+        slots.set_part(1);
+        assert_eq!((slots.part(), gauge.get()), (Some(1), 1));
+        assert!(slots.try_take(&id("a"), "1.0"));
+        for n in ["b", "c", "d"] {
+            assert!(!slots.try_take(&id(n), "1.0"), "{n} waits");
+        }
+        slots.set_part(1);
+        assert!(slots.take_woken().is_empty(), "the same part frees nothing");
+        slots.set_part(3);
+        assert_eq!(gauge.get(), 3);
+        assert_eq!(
+            slots.take_woken(),
+            [id("b"), id("c")],
+            "two slots came free"
+        );
+        assert!(slots.try_take(&id("b"), "1.0"));
+        assert!(slots.try_take(&id("c"), "1.0"));
+        assert!(!slots.try_take(&id("d"), "1.0"), "the part is full again");
+        slots.set_part(0);
+        assert!(slots.take_woken().is_empty());
+        assert_eq!(gauge.get(), 0);
+        slots.set_part(4);
+        assert_eq!(slots.take_woken(), [id("d")], "one slot free of four");
+    }
+
+    #[test]
+    fn a_smaller_part_revokes_nothing_and_new_nodes_wait_until_fewer_are_held() {
+        let slots = UpgradeSlots::new(Some(4), SLOT_TIMEOUT);
+        for n in ["a", "b", "c", "d"] {
+            assert!(slots.try_take(&id(n), "1.0"));
+        }
+        slots.set_part(2);
+        assert_eq!(slots.holders().len(), 4, "nothing revoked");
+        assert!(slots.try_take(&id("a"), "1.0"), "a holder keeps its slot");
+        assert!(!slots.try_take(&id("e"), "1.0"), "4 held, part 2: e waits");
+        slots.release(&id("a"));
+        slots.seen(&id("b"), "2.0");
+        assert!(slots.take_woken().is_empty(), "still 2 held of a part of 2");
+        assert!(!slots.try_take(&id("f"), "1.0"));
+        slots.release(&id("c"));
+        assert_eq!(slots.take_woken(), [id("e")], "1 held of 2: one comes free");
+        assert!(slots.try_take(&id("e"), "1.0"));
+        assert!(!slots.try_take(&id("g"), "1.0"));
+        assert_eq!(slots.holders().len(), 2);
+        let unlimited = UpgradeSlots::new(None, SLOT_TIMEOUT);
+        unlimited.set_part(1);
+        assert_eq!(unlimited.part(), None, "nothing to split");
+        assert!(unlimited.try_take(&id("a"), "1.0") && unlimited.try_take(&id("b"), "1.0"));
     }
 }

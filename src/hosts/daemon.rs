@@ -173,6 +173,7 @@ impl Daemon {
             timeouts,
         )
         .map_err(StartError::Keys)?;
+        let upgrade_slots = provisioner.upgrade_slots();
         let fleet = Fleet::new(
             FleetOptions {
                 workers: config.workers,
@@ -218,6 +219,8 @@ impl Daemon {
                 daemon.connector.bus().clone(),
                 Arc::clone(metrics),
             );
+            // The cap is the site's: split among the live instances.
+            membership.share_upgrade_slots(upgrade_slots);
             fleet.set_ownership(Arc::clone(&membership) as Arc<dyn super::Ownership>);
             daemon.threads.push(
                 membership

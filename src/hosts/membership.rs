@@ -22,6 +22,11 @@
 //! instance out of the set as `leaving` does, until it is resumed: a paused
 //! instance's share goes to the others rather than waiting with it.
 //!
+//! The upgrade cap (`upgrades_max_in_flight`) is the site's: the membership splits
+//! it among the live instances (`host::upgrade_slots::split`, by rank in the sorted
+//! live set) and sets this instance's part on the slots the provisioning sequence
+//! takes from ([`Membership::share_upgrade_slots`]) whenever the live set changes.
+//!
 //! Leaving: [`Membership::leave`] says `leaving` and owns nothing from then on; the
 //! daemon lets the nodes in flight finish (they hold the node's provisioning lock) and
 //! forgets the rest, which their new owners have already discovered.
@@ -40,6 +45,7 @@ use crate::backoff::random_u64;
 use crate::choria::bus::Bus;
 use crate::choria::identity::Identity;
 use crate::choria::peers::{self, Handoff, Heartbeat, PeerMessageError, PeerState};
+use crate::host::upgrade_slots::{split, UpgradeSlots};
 use crate::metrics::Metrics;
 use crate::throttle::Throttle;
 
@@ -140,6 +146,10 @@ pub struct Membership {
     settled: AtomicBool,
     away: AtomicBool,
     leaving: AtomicBool,
+    /// The upgrade slots whose part this membership sets, once shared; locked while
+    /// a part is computed and set, so that two changes (the membership thread's and
+    /// `leave`) cannot set their parts in the wrong order.
+    slots: Mutex<Option<Arc<UpgradeSlots>>>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -181,6 +191,7 @@ impl Membership {
             settled: AtomicBool::new(false),
             away: AtomicBool::new(false),
             leaving: AtomicBool::new(false),
+            slots: Mutex::new(None),
         })
     }
 
@@ -220,6 +231,55 @@ impl Membership {
     /// The live instance that owns `node` (this one while joining, too).
     pub fn owner(&self, node: &Identity) -> Option<Identity> {
         self.view.read().owner(node.as_str()).cloned()
+    }
+
+    /// Splits the upgrade cap of `slots` among the live instances from now on,
+    /// setting this instance's part at once.
+    pub fn share_upgrade_slots(&self, slots: Arc<UpgradeSlots>) {
+        *self.slots.lock() = Some(slots);
+        self.update_upgrade_part();
+    }
+
+    /// This instance's part of the upgrade cap now; `None` when unlimited (or no
+    /// slots were shared).
+    pub fn upgrade_part(&self) -> Option<usize> {
+        self.slots.lock().as_ref().and_then(|s| s.part())
+    }
+
+    /// This instance's part of a cap of `max` for the current view: its [`split`]
+    /// while active; 0 while out of the active set (joining, paused, leaving).
+    ///
+    /// Why 0 and not the last part or the whole cap: out of the active set this
+    /// instance owns no node, and its peers have already split the whole cap among
+    /// themselves, so any slot it took (an attempt that was in flight when it paused
+    /// or began leaving) would be one over the cap; 0 cannot exceed. It cannot starve
+    /// either: meanwhile its nodes belong to the active instances, which upgrade them
+    /// under their own parts, and becoming active (after joining, when resumed) sets
+    /// a part of at least 1, which wakes the nodes waiting here.
+    fn part_of(&self, max: usize) -> usize {
+        let view = Arc::clone(&self.view.read());
+        let rank = view.identities().position(|i| *i == self.me);
+        match rank {
+            Some(rank) if self.state() == MemberState::Active => split(max, view.len(), rank),
+            _ => 0,
+        }
+    }
+
+    /// Sets this instance's part of the upgrade cap for the current view.
+    fn update_upgrade_part(&self) {
+        let slots = self.slots.lock();
+        let Some(slots) = slots.as_ref() else {
+            return;
+        };
+        if let Some(max) = slots.cap() {
+            let part = self.part_of(max);
+            if slots.part() != Some(part) {
+                log::info!(
+                    "Upgrade slots of this instance: {part} of the site's {max} (upgrades_max_in_flight)"
+                );
+            }
+            slots.set_part(part);
+        }
     }
 
     /// Says `leaving` to the peers (best effort: flushed within 1 s) and owns nothing
@@ -516,6 +576,7 @@ impl Membership {
         *self.view.write() = Arc::new(members);
         self.metrics.peers.set(self.view.read().len() as i64);
         self.metrics.share.set(self.share());
+        self.update_upgrade_part();
     }
 }
 

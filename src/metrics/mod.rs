@@ -117,6 +117,10 @@ pub struct Metrics {
     pub looping_configurations: IntCounterVec,
     /// Nodes holding an upgrade slot (`upgrades_max_in_flight`).
     pub upgrades_in_flight: IntGauge,
+    /// How many nodes this instance may have upgrading at once: its part of
+    /// `upgrades_max_in_flight` (the whole cap unless active-active splits it among
+    /// the live instances; 0 when unlimited, or while out of the active-active set).
+    pub upgrade_slots: IntGauge,
 }
 
 /// The `outcome` label values of `choria_provisioner_outcomes`, each created at 0 on
@@ -422,6 +426,10 @@ impl Metrics {
             upgrades_in_flight: gauge(
                 "choria_provisioner_upgrades_in_flight",
                 "How many nodes hold an upgrade slot (upgrades_max_in_flight)",
+            )?,
+            upgrade_slots: gauge(
+                "choria_provisioner_upgrade_slots",
+                "How many nodes this instance may have upgrading at once: its part of upgrades_max_in_flight (0 when unlimited)",
             )?,
             looping_configurations,
             refused_identities,

@@ -518,19 +518,24 @@ fn a_stopping_daemon_ends_the_attempt_between_steps() {
     assert_eq!(r.node.calls(), ["inventory"]);
 }
 
-#[test]
-fn upgrades_over_the_cap_wait_without_an_rpc_and_a_returning_node_frees_its_slot() {
+/// A node on 0.30.2 that the helper upgrades to 0.31.0, with `cap` upgrade slots.
+fn upgrade_rig(cap: usize) -> Rig {
     let inventory = Answer::Ok(json!({"version": "0.30.2", "upgradable": true}));
     let node = FakeNode::answering(&[("inventory", &[inventory])]);
-    let r = rig(
+    rig(
         node,
         r#"{"configuration": {"a": "b"}, "upgrade": "0.31.0"}"#,
         |c| {
             c.features.upgrades = true;
             c.upgrades_repository = "https://repo.example.net".into();
-            c.upgrades_max_in_flight = Some(1);
+            c.upgrades_max_in_flight = Some(cap);
         },
-    );
+    )
+}
+
+#[test]
+fn upgrades_over_the_cap_wait_without_an_rpc_and_a_returning_node_frees_its_slot() {
+    let r = upgrade_rig(1);
     let n2 = Identity::parse("n2.example.net").unwrap();
     let go = |id: &Identity| {
         r.sequence
@@ -582,17 +587,7 @@ fn upgrades_over_the_cap_wait_without_an_rpc_and_a_returning_node_frees_its_slot
 
 #[test]
 fn an_upgrade_waits_for_this_instances_part_of_the_cap_and_says_so() {
-    let inventory = Answer::Ok(json!({"version": "0.30.2", "upgradable": true}));
-    let node = FakeNode::answering(&[("inventory", &[inventory])]);
-    let r = rig(
-        node,
-        r#"{"configuration": {"a": "b"}, "upgrade": "0.31.0"}"#,
-        |c| {
-            c.features.upgrades = true;
-            c.upgrades_repository = "https://repo.example.net".into();
-            c.upgrades_max_in_flight = Some(3);
-        },
-    );
+    let r = upgrade_rig(3);
     assert_eq!(r.metrics.upgrade_slots.get(), 3, "the whole cap");
     let slots = r.sequence.upgrade_slots();
     // What the active-active membership does while this instance is out of the set.

@@ -849,6 +849,7 @@ pub fn config_yaml(data: &[u8]) {
         |a: Duration, b: Duration| a.abs_diff(b) <= Duration::from_millis(1) + a / 1_000_000;
     assert!(close(again.interval, c.interval));
     assert!(close(again.helper_timeout, c.helper_timeout));
+    assert!(close(again.csr_reply_grace, c.csr_reply_grace));
     assert!(close(again.shutdown_timeout, c.shutdown_timeout));
     assert!(close(again.server_jwt_validity, c.server_jwt_validity));
     assert_eq!(again.workers, c.workers);
@@ -1344,7 +1345,7 @@ pub fn seeds() -> Vec<Seed> {
     add(
         "config_yaml",
         "provisioner_yaml",
-        b"workers: 4\ninterval: 1m\nlogfile: discard\nloglevel: info\nhelper: /bin/true --site 'a b'\nhelper_timeout: 10s\ntoken: s3cret-token\nsite: testing\nmonitor_port: 8080\nmonitor_host: 127.0.0.1\nbroker_provisioning_password: s3cret-password\ncert_deny_list: ['/\\.admin$/', 'root']\nserver_jwt_validity: 1y\nleader_election: true\nshutdown_timeout: 1.5s\nfeatures:\n  PKI: yes\n  upgrades: true\nupgrades_optional: on\n".to_vec(),
+        b"workers: 4\ninterval: 1m\nlogfile: discard\nloglevel: info\nhelper: /bin/true --site 'a b'\nhelper_timeout: 10s\ncsr_reply_grace: 1.5s\ntoken: s3cret-token\nsite: testing\nmonitor_port: 8080\nmonitor_host: 127.0.0.1\nbroker_provisioning_password: s3cret-password\ncert_deny_list: ['/\\.admin$/', 'root']\nserver_jwt_validity: 1y\nleader_election: true\nshutdown_timeout: 1.5s\nfeatures:\n  PKI: yes\n  upgrades: true\nupgrades_optional: on\n".to_vec(),
     );
     add("config_yaml", "ed25519", b"helper: /bin/true\nfeatures: {ed25519: true}\njwt_verify_cert: 3aa7308f0a2e6342498bc8a8f8c2a9211cd110d7a61dcb4420ab9cb5838604ec\njwt_signing_key: /nonexistent/seed\nunknown_key: 1\n".to_vec());
     for (name, d) in [

@@ -565,13 +565,12 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
         })
     }));
     attacker.flush();
-    // P-256 keys, so each real reply comes within the grace. A real reply later than
-    // the grace (and the helper run) after the attacker's is outside the watch: the
-    // simulator's RSA keys take 0.5-2 s in a debug build, and with them the attacker's
-    // CSR would be signed and sent.
-    let fleet = sim(&server.url(), 10, |o| {
-        o.csr_key = choria_provisioner::sim::CsrKey::Ec
-    });
+    // The simulator's default RSA 2048 keys, as real nodes make: each real reply
+    // comes only once its key is made, well after the attacker's. `csr_reply_grace`
+    // keeps the gencsr request watched that long before anything is sent; 5 s here
+    // instead of the default 2 s, since the simulator's RSA keys take 0.5-2.3 s in a
+    // debug build on a loaded machine (go-choria's take tens to hundreds of ms).
+    let fleet = sim(&server.url(), 10, |_| {});
     // The shipped example helper, signing every CSR it is given with a test CA.
     let helper = format!(
         "env PROVISION_CA_CERT={} PROVISION_CA_KEY={} {}/packaging/examples/provision-helper.py",
@@ -579,15 +578,11 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
         dir.path().join("ca.key").display(),
         env!("CARGO_MANIFEST_DIR")
     );
-    let options = DaemonOptions {
-        reply_grace: Duration::from_millis(500),
-        ..fast()
-    };
     let prov = Provisioner::start(
         &server.url(),
         "p1.test",
-        &format!("helper: {helper}\nfeatures: {{pki: true}}\n"),
-        options,
+        &format!("helper: {helper}\nfeatures: {{pki: true}}\ncsr_reply_grace: 5s\n"),
+        fast(),
     );
     wait_until("every node contested", Duration::from_secs(30), || {
         prov.counter("contested_replies", &["choria_provision#gencsr"]) >= 10

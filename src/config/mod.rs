@@ -35,6 +35,15 @@ pub const DEFAULT_CERT_DENY_LIST: [&str; 4] = [
 /// The lifecycle component provisioning-mode servers announce themselves with.
 pub const DEFAULT_LIFECYCLE_COMPONENT: &str = "provision_mode_server";
 
+/// The default `csr_reply_grace`: longer than go-choria takes to make an RSA 2048 key
+/// on ordinary hardware, short enough that a pki node's attempt is not much slower
+/// (the grace overlaps the helper run).
+pub const DEFAULT_CSR_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The longest `csr_reply_grace` accepted: a twin later than this is past any node's
+/// `gencsr` timeout in practice, and a longer wait only stalls the workers.
+pub const MAX_CSR_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Optional provisioning features (the `features` map).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Features {
@@ -118,6 +127,10 @@ pub struct Config {
     pub helper: String,
     /// How long one helper run may take before it is killed (new key).
     pub helper_timeout: Duration,
+    /// How long after a node's `gencsr` reply a second, different one in its name still
+    /// stops the attempt before its certificate is sent (new key; see the README's
+    /// threat model).
+    pub csr_reply_grace: Duration,
     /// Token sent with every `choria_provision` action.
     pub token: Secret,
     /// Component of the startup events listened to.
@@ -181,6 +194,7 @@ impl Config {
             loglevel: LogLevel::Info,
             helper: String::new(),
             helper_timeout: Duration::from_secs(10),
+            csr_reply_grace: DEFAULT_CSR_REPLY_GRACE,
             token: Secret::default(),
             lifecycle_component: DEFAULT_LIFECYCLE_COMPONENT.into(),
             choria_insecure: false,

@@ -95,6 +95,7 @@ fn every_key_has_its_default() {
         "absent loglevel is info, not warn"
     );
     assert_eq!(c.helper_timeout, Duration::from_secs(10));
+    assert_eq!(c.csr_reply_grace, Duration::from_secs(2));
     assert!(c.token.is_empty());
     assert_eq!(c.lifecycle_component, "provision_mode_server");
     assert!(!c.choria_insecure);
@@ -127,7 +128,7 @@ fn every_key_is_read() {
     let log = dir.join("p.log");
     let c = config(&format!(
         "workers: 7\ninterval: 5m\nlogfile: {}\nloglevel: debug\nhelper_timeout: 30s\n\
-         token: s3cret\nlifecycle_component: custom\nchoria_insecure: true\nsite: lon\n\
+         csr_reply_grace: 5s\ntoken: s3cret\nlifecycle_component: custom\nchoria_insecure: true\nsite: lon\n\
          monitor_port: 8080\nmonitor_host: 127.0.0.1\nbroker_provisioning_password: pw\n\
          cert_deny_list: ['/\\.evil$/', 'bad']\njwt_verify_cert: {}\njwt_signing_key: {}\n\
          jwt_signing_token: {}\nserver_jwt_validity: 2w\nleader_election: true\n\
@@ -143,6 +144,7 @@ fn every_key_is_read() {
     assert_eq!(c.logfile, LogTarget::File(log));
     assert_eq!(c.loglevel, LogLevel::Debug);
     assert_eq!(c.helper_timeout, Duration::from_secs(30));
+    assert_eq!(c.csr_reply_grace, Duration::from_secs(5));
     assert_eq!(c.token.expose(), "s3cret");
     assert_eq!(c.lifecycle_component, "custom");
     assert!(c.choria_insecure);
@@ -386,6 +388,22 @@ fn rule_timeouts_positive() {
     assert_problem(
         "helper_timeout: 0s",
         "helper_timeout: \"0s\": must be longer than zero",
+    );
+}
+
+#[test]
+fn rule_csr_reply_grace_at_most_a_minute() {
+    assert_problem(
+        "csr_reply_grace: 61s",
+        "csr_reply_grace: \"1m1s\": must be at most 1m: a longer wait only stalls the workers",
+    );
+    assert_eq!(
+        config("csr_reply_grace: 0s").csr_reply_grace,
+        Duration::ZERO
+    );
+    assert_eq!(
+        config("csr_reply_grace: 1m").csr_reply_grace,
+        Duration::from_secs(60)
     );
 }
 

@@ -131,6 +131,16 @@ fn timeouts(c: &Config, problems: &mut Vec<Problem>) {
             problems.push(Problem::with_value(key, "0s", "must be longer than zero"));
         }
     }
+    if c.csr_reply_grace > super::MAX_CSR_REPLY_GRACE {
+        problems.push(Problem::with_value(
+            "csr_reply_grace",
+            super::format_duration(c.csr_reply_grace),
+            format!(
+                "must be at most {}: a longer wait only stalls the workers",
+                super::format_duration(super::MAX_CSR_REPLY_GRACE)
+            ),
+        ));
+    }
     if c.server_jwt_validity.is_zero() {
         problems.push(Problem::with_value(
             "server_jwt_validity",

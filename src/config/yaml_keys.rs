@@ -20,6 +20,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "loglevel",
     "helper",
     "helper_timeout",
+    "csr_reply_grace",
     "token",
     "lifecycle_component",
     "choria_insecure",
@@ -157,6 +158,9 @@ fn apply_top(
         "helper" => string(key, v).map(|s| c.helper = s),
         "helper_timeout" => {
             duration(key, v).map(|d| c.helper_timeout = d.unwrap_or(c.helper_timeout))
+        }
+        "csr_reply_grace" => {
+            duration(key, v).map(|d| c.csr_reply_grace = d.unwrap_or(c.csr_reply_grace))
         }
         "token" => secret(key, v).map(|s| c.token = s),
         "lifecycle_component" => string(key, v).map(|s| {
@@ -448,6 +452,7 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
     put("loglevel", s(c.loglevel.as_str()));
     put("helper", s(&c.helper));
     put("helper_timeout", s(&format_duration(c.helper_timeout)));
+    put("csr_reply_grace", s(&format_duration(c.csr_reply_grace)));
     put("token", secret(&c.token));
     put("lifecycle_component", s(&c.lifecycle_component));
     put("choria_insecure", Value::Bool(c.choria_insecure));

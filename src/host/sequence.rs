@@ -38,7 +38,8 @@ pub struct Timeouts {
     pub rpcutil: Duration,
     /// How long after accepting a reply from `jwt`, `gen25519`, `gencsr` or
     /// `inventory` a second, different reply in the node's name still stops the
-    /// attempt before anything secret is sent ([`REPLY_GRACE`] by default).
+    /// attempt before anything secret is sent ([`REPLY_GRACE`] by default; for
+    /// `gencsr` at least the configuration's `csr_reply_grace`).
     pub reply_grace: Duration,
 }
 
@@ -69,7 +70,7 @@ pub const LOCK_SINCE: &str = "0.29.0";
 #[derive(Default)]
 struct Attempt<'r> {
     /// The accepted replies whose requests are still watched for forged twins.
-    watches: Vec<Box<dyn ReplyWatch + 'r>>,
+    watches: Vec<Watched<'r>>,
     claims: Option<Value>,
     ecdh_public: String,
     ed25519: Option<Ed25519Info>,
@@ -77,6 +78,24 @@ struct Attempt<'r> {
     version: String,
     upgradable: bool,
     csr: Option<CsrInfo>,
+}
+
+/// An accepted reply still watched for a forged twin, and the least time after it
+/// that is watched before anything secret is made or sent.
+struct Watched<'r> {
+    watch: Box<dyn ReplyWatch + 'r>,
+    at_least: Duration,
+}
+
+impl<'r> Watched<'r> {
+    /// A reply that a real node sends at once (`jwt`, `gen25519`, `inventory`): its
+    /// twin is awaited for the attempt's reply grace.
+    fn prompt(watch: Box<dyn ReplyWatch + 'r>) -> Watched<'r> {
+        Watched {
+            watch,
+            at_least: Duration::ZERO,
+        }
+    }
 }
 
 /// A step that either gives its result or fails the attempt.
@@ -290,7 +309,7 @@ impl NodeSequence {
                 Check::Accept((jwt, ecdh))
             },
         )?;
-        a.watches.push(watch);
+        a.watches.push(Watched::prompt(watch));
         if jwt.is_empty() {
             return Err(AttemptError::NoJwt {
                 identity: identity.clone(),
@@ -342,7 +361,7 @@ impl NodeSequence {
                 }
             },
         )?;
-        a.watches.push(watch);
+        a.watches.push(Watched::prompt(watch));
         a.ed25519 = Some(info);
         Ok(())
     }
@@ -397,7 +416,7 @@ impl NodeSequence {
                 }
             },
         )?;
-        a.watches.push(watch);
+        a.watches.push(Watched::prompt(watch));
         a.version = data["version"].as_str().unwrap_or_default().to_string();
         a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
         self.warn_if_lockless(identity, &a.version);
@@ -439,7 +458,13 @@ impl NodeSequence {
                 })
             },
         )?;
-        a.watches.push(watch);
+        // A real node answers only once it has made its key (RSA 2048 in go-choria:
+        // tens of milliseconds to seconds), while a forger answers at once: its twin
+        // is awaited for `csr_reply_grace`, not the short grace of the others.
+        a.watches.push(Watched {
+            watch,
+            at_least: self.config.csr_reply_grace,
+        });
         self.keys.check_csr(identity, &csr.csr)?;
         a.csr = Some(csr);
         Ok(())
@@ -499,10 +524,11 @@ impl NodeSequence {
     }
 
     /// Stops the attempt if any watched request got a second, different reply in the
-    /// node's name within `grace` of its accepted one (or by now, if later).
+    /// node's name within `grace` (or the watch's own longer grace) of its accepted
+    /// one, or by now if later.
     fn settle(&self, identity: &Identity, a: &Attempt, grace: Duration) -> Step<()> {
-        for watch in &a.watches {
-            if let Err(contested) = watch.settle(watch.accepted_at() + grace) {
+        for Watched { watch, at_least } in &a.watches {
+            if let Err(contested) = watch.settle(watch.accepted_at() + grace.max(*at_least)) {
                 log::error!(
                     "SECURITY: {contested}; nothing secret was sent to {identity}, it is tried again after the cool-down"
                 );

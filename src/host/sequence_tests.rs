@@ -30,6 +30,8 @@ enum Answer {
     NoResponders,
     /// OK with this data, and a second, different reply in the node's name.
     Contested(Value),
+    /// OK with this data, and a second, different reply this long after it.
+    LateTwin(Value, Duration),
 }
 
 /// A node whose answers are scripted per action (the last one repeats).
@@ -42,6 +44,8 @@ struct FakeNode {
 struct FakeWatch {
     at: Instant,
     contested: Option<Contested>,
+    /// When the forged twin arrives after the accepted reply (`ZERO`: already there).
+    twin_after: Duration,
 }
 
 impl ReplyWatch for FakeWatch {
@@ -49,8 +53,16 @@ impl ReplyWatch for FakeWatch {
         self.at
     }
 
-    fn settle(&self, _until: Instant) -> Result<(), Contested> {
-        self.contested.clone().map_or(Ok(()), Err)
+    fn settle(&self, until: Instant) -> Result<(), Contested> {
+        let Some(contested) = self.contested.clone() else {
+            return Ok(());
+        };
+        let twin = self.at + self.twin_after;
+        if until < twin {
+            return Ok(()); // the twin comes after the watch ends
+        }
+        std::thread::sleep(twin.saturating_duration_since(Instant::now()));
+        Err(contested)
     }
 }
 
@@ -100,20 +112,25 @@ impl NodeRpc for FakeNode {
             statusmsg: statusmsg.to_string(),
             data,
         };
-        let watch = |contested| -> Box<dyn ReplyWatch> {
+        let watch = |contested, twin_after| -> Box<dyn ReplyWatch> {
             Box::new(FakeWatch {
                 at: Instant::now(),
                 contested,
+                twin_after,
             })
+        };
+        let forged = || Contested {
+            identity: identity.clone(),
+            rpc: format!("{agent}#{action}"),
         };
         match answer {
             Answer::Ok(data) => Ok(Called {
                 reply: reply(0, "OK", data),
-                watch: watch(None),
+                watch: watch(None, Duration::ZERO),
             }),
             Answer::Status(code, msg) => Ok(Called {
                 reply: reply(code, msg, json!({})),
-                watch: watch(None),
+                watch: watch(None, Duration::ZERO),
             }),
             Answer::Silent => Err(RpcError::NoReply {
                 identity: identity.clone(),
@@ -125,10 +142,11 @@ impl NodeRpc for FakeNode {
             }),
             Answer::Contested(data) => Ok(Called {
                 reply: reply(0, "OK", data),
-                watch: watch(Some(Contested {
-                    identity: identity.clone(),
-                    rpc: format!("{agent}#{action}"),
-                })),
+                watch: watch(Some(forged()), Duration::ZERO),
+            }),
+            Answer::LateTwin(data, after) => Ok(Called {
+                reply: reply(0, "OK", data),
+                watch: watch(Some(forged()), after),
             }),
         }
     }
@@ -392,6 +410,58 @@ fn a_contested_reply_stops_the_attempt_before_configure() {
     );
     assert!(outcome.needs_cooldown(), "tried again only later");
     assert_eq!(r.node.calls(), ["inventory"], "no configure was sent");
+}
+
+/// A pki node whose `gencsr` (or `inventory`) reply gets a forged twin 300 ms later,
+/// with `csr_reply_grace` of `csr_grace` and a reply grace of 50 ms.
+fn late_twin(action: &'static str, csr_grace: Duration) -> (Rig, Outcome) {
+    let csr = json!({"csr": include_str!("../../tests/fixtures/csr-n1.pem"), "ssldir": "/ssl"});
+    let inventory = json!({"version": "0.30.2"});
+    let late = Duration::from_millis(300);
+    let script: [(&str, &[Answer]); 2] = if action == "gencsr" {
+        [
+            ("gencsr", &[Answer::LateTwin(csr, late)]),
+            ("inventory", &[Answer::Ok(inventory)]),
+        ]
+    } else {
+        [
+            ("gencsr", &[Answer::Ok(csr)]),
+            ("inventory", &[Answer::LateTwin(inventory, late)]),
+        ]
+    };
+    let mut r = rig(FakeNode::answering(&script), CONFIGURED, |c| {
+        c.features.pki = true;
+        c.csr_reply_grace = csr_grace;
+    });
+    r.sequence.timeouts.reply_grace = Duration::from_millis(50);
+    let outcome = r.attempt();
+    (r, outcome)
+}
+
+#[test]
+fn a_gencsr_twin_later_than_the_reply_grace_but_within_csr_reply_grace_stops_the_attempt() {
+    // A real node answers gencsr only once it has made its key; a forger at once.
+    let (r, outcome) = late_twin("gencsr", Duration::from_secs(2));
+    assert!(
+        matches!(&outcome, Outcome::Contested(m) if m.contains("choria_provision#gencsr was answered twice")),
+        "{outcome}"
+    );
+    assert_eq!(r.node.count("configure"), 0, "no certificate was sent");
+    // With a csr_reply_grace shorter than the twin, the attempt goes on: the longer
+    // grace is what catches it.
+    let (r, outcome) = late_twin("gencsr", Duration::from_millis(100));
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(r.node.count("configure"), 1);
+    // A prompt reply's twin is awaited only for the reply grace, not csr_reply_grace.
+    let started = Instant::now();
+    let (r, outcome) = late_twin("inventory", Duration::from_secs(2));
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(r.node.count("configure"), 1);
+    assert!(
+        started.elapsed() < Duration::from_millis(1900),
+        "the gencsr grace ran from its reply, overlapping the helper: {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

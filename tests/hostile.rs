@@ -249,6 +249,57 @@ fn attacker_decrypts(secret: &[u8; 32], data: &serde_json::Value, key_der: &[u8]
         .is_ok_and(|der| der == key_der)
 }
 
+/// Waits until `rpc` was contested for each of the 10 nodes of `fleet` while
+/// `attacker` races it, checks that nothing was configured or sent (nor seen by
+/// `readers`) and that `nothing_issued` holds, then stops the race and waits until every
+/// node is provisioned exactly once.
+fn contested_then_provisioned(
+    prov: &Provisioner,
+    fleet: &Sim,
+    attacker: &Hostile,
+    readers: &[&Hostile],
+    race: nats::Handler,
+    rpc: &str,
+    nothing_issued: impl FnOnce() -> bool,
+) {
+    wait_until("every node contested", Duration::from_secs(30), || {
+        prov.counter("contested_replies", &[rpc]) >= 10
+    });
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "nothing configured under attack"
+    );
+    for hostile in std::iter::once(attacker).chain(readers.iter().copied()) {
+        assert!(
+            hostile.loot.configures.lock().is_empty(),
+            "no configure was sent while the {rpc} replies were contested"
+        );
+    }
+    assert!(nothing_issued(), "nothing issued while contested");
+    assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
+    race.unsubscribe().unwrap();
+    attacker.flush();
+    wait_until(
+        "provisioned once the race stops",
+        Duration::from_secs(60),
+        || fleet.progress().provisioned == 10,
+    );
+    assert_all_provisioned_once(fleet);
+}
+
+/// Every `configure` `reader` saw (at least one per node of 10) carries a non-empty
+/// `field`, which `check` is given with the node's name.
+fn each_configure_read(reader: &Hostile, field: &str, check: impl Fn(&str, &str)) {
+    let configures = reader.loot.configures.lock();
+    assert!(configures.len() >= 10, "every configure was readable");
+    for (node, data) in configures.iter() {
+        let value = data[field].as_str().unwrap_or_default();
+        assert!(!value.is_empty(), "{node}: a configure without {field}");
+        check(node, value);
+    }
+}
+
 #[test]
 fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_once_it_stops() {
     let server = NatsServer::start();
@@ -297,26 +348,15 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
         ),
         fast(),
     );
-    wait_until("every node contested", Duration::from_secs(30), || {
-        prov.counter("contested_replies", &["choria_provision#jwt"]) >= 10
-    });
-    assert_eq!(
-        fleet.progress().configured,
-        0,
-        "nothing configured under attack"
+    contested_then_provisioned(
+        &prov,
+        &fleet,
+        &attacker,
+        &[&reader],
+        race,
+        "choria_provision#jwt",
+        || true,
     );
-    assert!(
-        attacker.loot.configures.lock().is_empty(),
-        "no configure was sent while the replies were contested"
-    );
-    race.unsubscribe().unwrap();
-    attacker.flush();
-    wait_until(
-        "provisioned once the race stops",
-        Duration::from_secs(60),
-        || fleet.progress().provisioned == 10,
-    );
-    assert_all_provisioned_once(&fleet);
     for node in fleet.summary().nodes {
         let got = node.private_key.expect("the node got its key");
         let got = choria_provisioner::crypto::pem::decode(&got).unwrap().der;
@@ -330,7 +370,6 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
             "the key for {node} was encrypted for the attacker"
         );
     }
-    assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
     assert_connection_held(&prov);
 }
 
@@ -355,18 +394,15 @@ fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
         ..fast()
     };
     let prov = Provisioner::start(&server.url(), "p1.test", "", options);
-    wait_until("every node contested", Duration::from_secs(30), || {
-        prov.counter("contested_replies", &["rpcutil#inventory"]) >= 10
-    });
-    assert_eq!(fleet.progress().configured, 0);
-    race.unsubscribe().unwrap();
-    attacker.flush();
-    wait_until(
-        "provisioned after the attack",
-        Duration::from_secs(60),
-        || fleet.progress().provisioned == 10,
+    contested_then_provisioned(
+        &prov,
+        &fleet,
+        &attacker,
+        &[],
+        race,
+        "rpcutil#inventory",
+        || true,
     );
-    assert_all_provisioned_once(&fleet);
     assert_connection_held(&prov);
 }
 
@@ -452,30 +488,17 @@ fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_pr
         ),
         options,
     );
-    wait_until("every node contested", Duration::from_secs(30), || {
-        prov.counter("contested_replies", &["choria_provision#gen25519"]) >= 10
-    });
-    assert_eq!(
-        fleet.progress().configured,
-        0,
-        "nothing configured under attack"
-    );
-    assert!(
-        attacker.loot.configures.lock().is_empty() && reader.loot.configures.lock().is_empty(),
-        "no configure (hence no server JWT) was sent while the replies were contested"
-    );
-    assert!(fleet.summary().nodes.iter().all(|n| n.server_jwt.is_none()));
-    assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
-    race.unsubscribe().unwrap();
-    attacker.flush();
-    wait_until(
-        "provisioned once the race stops",
-        Duration::from_secs(60),
-        || fleet.progress().provisioned == 10,
-    );
     // Provisioned under the choria security provider: each node booted with a server
     // JWT for its own seed, signed by the issuer.
-    assert_all_provisioned_once(&fleet);
+    contested_then_provisioned(
+        &prov,
+        &fleet,
+        &attacker,
+        &[&reader],
+        race,
+        "choria_provision#gen25519",
+        || fleet.summary().nodes.iter().all(|n| n.server_jwt.is_none()),
+    );
     for node in fleet.summary().nodes {
         let jwt = node.server_jwt.expect("the node got a server JWT");
         assert_ne!(
@@ -485,17 +508,13 @@ fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_pr
             node.identity
         );
     }
-    let configures = reader.loot.configures.lock();
-    assert!(configures.len() >= 10, "every configure was readable");
-    for (node, data) in configures.iter() {
-        let jwt = data["server_jwt"].as_str().unwrap_or_default();
-        assert!(!jwt.is_empty(), "{node}: a configure without a server JWT");
+    each_configure_read(&reader, "server_jwt", |node, jwt| {
         assert_ne!(
             server_jwt_key(jwt),
             attacker_public,
             "the server JWT for {node} was issued for the attacker's key"
         );
-    }
+    });
     assert_connection_held(&prov);
 }
 
@@ -584,32 +603,21 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
         &format!("helper: {helper}\nfeatures: {{pki: true}}\ncsr_reply_grace: 5s\n"),
         fast(),
     );
-    wait_until("every node contested", Duration::from_secs(30), || {
-        prov.counter("contested_replies", &["choria_provision#gencsr"]) >= 10
-    });
-    assert_eq!(
-        fleet.progress().configured,
-        0,
-        "nothing configured under attack"
+    contested_then_provisioned(
+        &prov,
+        &fleet,
+        &attacker,
+        &[&reader],
+        race,
+        "choria_provision#gencsr",
+        || {
+            fleet
+                .summary()
+                .nodes
+                .iter()
+                .all(|n| n.certificate.is_none())
+        },
     );
-    assert!(
-        attacker.loot.configures.lock().is_empty() && reader.loot.configures.lock().is_empty(),
-        "no configure (hence no certificate) was sent while the replies were contested"
-    );
-    assert!(fleet
-        .summary()
-        .nodes
-        .iter()
-        .all(|n| n.certificate.is_none()));
-    assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
-    race.unsubscribe().unwrap();
-    attacker.flush();
-    wait_until(
-        "provisioned once the race stops",
-        Duration::from_secs(60),
-        || fleet.progress().provisioned == 10,
-    );
-    assert_all_provisioned_once(&fleet);
     for node in fleet.summary().nodes {
         let cert = node.certificate.expect("the node got a certificate");
         let (subject, spki) = certificate_key(&cert);
@@ -620,20 +628,13 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
             node.identity
         );
     }
-    let configures = reader.loot.configures.lock();
-    assert!(configures.len() >= 10, "every configure was readable");
-    for (node, data) in configures.iter() {
-        let cert = data["certificate"].as_str().unwrap_or_default();
-        assert!(
-            !cert.is_empty(),
-            "{node}: a configure without a certificate"
-        );
+    each_configure_read(&reader, "certificate", |node, cert| {
         assert_ne!(
             certificate_key(cert).1,
             attacker_spki,
             "the certificate for {node} was issued for the attacker's key"
         );
-    }
+    });
     assert_connection_held(&prov);
 }
 

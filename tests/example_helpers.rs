@@ -5,6 +5,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::host::helper::{CsrInfo, Ed25519Info, Helper, HelperInput};
 
 fn example(name: &str) -> String {
@@ -25,7 +26,7 @@ fn has(program: &str) -> bool {
 
 fn input(inventory: &str, csr: Option<&CsrInfo>, ed: Option<&Ed25519Info>) -> Vec<u8> {
     serde_json::to_vec(&HelperInput {
-        identity: "n1.example.net",
+        identity: &Identity::parse("n1.example.net").unwrap(),
         csr,
         ed25519_pubkey: ed,
         inventory,

@@ -5,12 +5,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::host::helper::{Helper, HelperError, HelperInput, MAX_OUTPUT};
 use support::TempDir;
 
 fn input() -> Vec<u8> {
     serde_json::to_vec(&HelperInput {
-        identity: "n1.example.net",
+        identity: &Identity::parse("n1.example.net").unwrap(),
         csr: None,
         ed25519_pubkey: None,
         inventory: r#"{"facts":{"role":"web"}}"#,

@@ -24,6 +24,7 @@ use super::pipes::{self, End};
 use super::proctree;
 use super::redact::redact;
 use super::spawn;
+use crate::choria::identity::Identity;
 use crate::config::shell_words;
 use crate::json_text;
 
@@ -39,8 +40,8 @@ pub const MAX_STDERR: usize = 16 * 1024;
 /// (they hold the token and the broker password) nor the inventory.
 #[derive(Serialize)]
 pub struct HelperInput<'a> {
-    /// Node identity.
-    pub identity: &'a str,
+    /// Node identity (validated: only an [`Identity`] reaches a helper).
+    pub identity: &'a Identity,
     /// The CSR reply (`pki`).
     pub csr: Option<&'a CsrInfo>,
     /// The ed25519 reply (`ed25519`).
@@ -497,7 +498,7 @@ mod tests {
     #[test]
     fn input_keys_in_go_order_with_nulls() {
         let input = HelperInput {
-            identity: "n1",
+            identity: &Identity::parse("n1").unwrap(),
             csr: None,
             ed25519_pubkey: None,
             inventory: "{\"a\":1}",
@@ -584,7 +585,7 @@ mod tests {
     fn debug_output_hides_secrets() {
         let claims = serde_json::json!({"cht": "tok-3f9a", "chpwd": "hunter22"});
         let input = HelperInput {
-            identity: "n1",
+            identity: &Identity::parse("n1").unwrap(),
             csr: None,
             ed25519_pubkey: None,
             inventory: r#"{"password":"inv-secret"}"#,

@@ -1,15 +1,17 @@
-//! A fast path for the secure layer of a reply: a JSON object whose values are all
-//! strings, written as Go writes it (no whitespace, no `\u` escape), decoded in one
-//! pass over its bytes.
+//! A fast path for the two nested layers of a v1 reply, written as Go writes them
+//! (no whitespace, no `\u` escape), decoded in one pass over their bytes: the secure
+//! layer, a flat object of strings ([`strings`]), and the reply layer, two strings
+//! and an envelope of three strings and an integer ([`reply`]).
 //!
 //! serde_json unescapes a string escape by escape (a scan set up anew after each
-//! one); the secure `message` is JSON text in a string, so its escapes are a few
-//! bytes apart and that costs about 14 instructions a byte. [`strings`] takes the
-//! usual shape only and answers `None` for anything else (whitespace, another key, a
-//! key twice or missing, a value that is not a string, a `\u` escape, a control
-//! character, invalid UTF-8, trailing bytes): the caller then decodes with serde,
-//! which gives the errors it always gave. Where it answers, the values are the ones
-//! serde gives (tested byte for byte against it below).
+//! one); each layer's `message` is JSON text in a string, so its escapes are a few
+//! bytes apart and that costs about 14 instructions a byte. These functions take the
+//! usual shape only and answer `None` for anything else (whitespace, another key, a
+//! key twice or missing, a value of another type, a number that is not a plain
+//! integer, a `\u` escape, a control character, invalid UTF-8, trailing bytes): the
+//! caller then decodes with serde, which gives the errors it always gave. Where they
+//! answer, the values are the ones serde gives (tested byte for byte against it
+//! below).
 
 use std::borrow::Cow;
 
@@ -20,26 +22,142 @@ pub(super) fn strings<'a, const N: usize>(
     keys: [&str; N],
 ) -> Option<[Cow<'a, str>; N]> {
     let mut values: [Option<Cow<'a, str>>; N] = std::array::from_fn(|_| None);
-    let mut at = expect(bytes, 0, b'{')?;
+    let end = object(bytes, 0, |key, at| {
+        let slot = keys.iter().position(|k| *k == key)?;
+        let (value, next) = string(bytes, at)?;
+        fill(&mut values[slot], value)?;
+        Some(next)
+    })?;
+    whole(bytes, end)?;
+    all(values)
+}
+
+/// A v1 reply layer's fields, borrowed where nothing is escaped.
+#[derive(Debug, PartialEq)]
+pub(super) struct ReplyFields<'a> {
+    pub(super) protocol: Cow<'a, str>,
+    pub(super) message: Cow<'a, str>,
+    pub(super) requestid: Cow<'a, str>,
+    pub(super) senderid: Cow<'a, str>,
+    pub(super) agent: Cow<'a, str>,
+    pub(super) time: i64,
+}
+
+/// The reply layer `{"protocol","message","envelope":{"requestid","senderid","agent",
+/// "time"}}` in `bytes`, each key exactly once and no other, in any order; `None` for
+/// any other shape.
+pub(super) fn reply(bytes: &[u8]) -> Option<ReplyFields<'_>> {
+    let [mut protocol, mut message] = [None, None];
+    let mut envelope = None;
+    let end = object(bytes, 0, |key, at| match &*key {
+        "protocol" | "message" => {
+            let (value, next) = string(bytes, at)?;
+            fill(
+                if key == "protocol" {
+                    &mut protocol
+                } else {
+                    &mut message
+                },
+                value,
+            )?;
+            Some(next)
+        }
+        "envelope" => {
+            let mut strs: [Option<Cow<'_, str>>; 3] = [None, None, None];
+            let mut time = None;
+            let next = object(bytes, at, |key, at| {
+                if key == "time" {
+                    let (value, next) = integer(bytes, at)?;
+                    fill(&mut time, value)?;
+                    return Some(next);
+                }
+                let slot = ["requestid", "senderid", "agent"]
+                    .iter()
+                    .position(|k| *k == key)?;
+                let (value, next) = string(bytes, at)?;
+                fill(&mut strs[slot], value)?;
+                Some(next)
+            })?;
+            let [requestid, senderid, agent] = all(strs)?;
+            fill(&mut envelope, (requestid, senderid, agent, time?))?;
+            Some(next)
+        }
+        _ => None,
+    })?;
+    whole(bytes, end)?;
+    let (requestid, senderid, agent, time) = envelope?;
+    Some(ReplyFields {
+        protocol: protocol?,
+        message: message?,
+        requestid,
+        senderid,
+        agent,
+        time,
+    })
+}
+
+/// Walks the object starting at `at`: `field` is given each key and the index of its
+/// value, and answers the index after the value. The index after the closing brace,
+/// or `None` (an empty object is left to serde as well).
+fn object<'a>(
+    bytes: &'a [u8],
+    at: usize,
+    mut field: impl FnMut(Cow<'a, str>, usize) -> Option<usize>,
+) -> Option<usize> {
+    let mut at = expect(bytes, at, b'{')?;
     loop {
         let (key, next) = string(bytes, at)?;
-        let slot = keys.iter().position(|k| *k == key)?;
         at = expect(bytes, next, b':')?;
-        let (value, next) = string(bytes, at)?;
-        if values[slot].replace(value).is_some() {
-            return None; // serde refuses a duplicate field
-        }
+        let next = field(key, at)?;
         match bytes.get(next) {
             Some(b',') => at = next + 1,
-            Some(b'}') if next + 1 == bytes.len() => break,
+            Some(b'}') => return Some(next + 1),
             _ => return None,
         }
     }
-    // A missing key is serde's error to give.
+}
+
+/// `Some` when `end` is the end of `bytes` (serde refuses trailing bytes).
+fn whole(bytes: &[u8], end: usize) -> Option<()> {
+    (end == bytes.len()).then_some(())
+}
+
+/// Puts `value` in an empty `slot`; `None` for a key given twice (serde refuses a
+/// duplicate field).
+fn fill<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    slot.replace(value).is_none().then_some(())
+}
+
+/// Every value, or `None` when a key was missing (serde's error to give).
+fn all<T, const N: usize>(values: [Option<T>; N]) -> Option<[T; N]> {
     if values.iter().any(Option::is_none) {
         return None;
     }
-    Some(values.map(Option::unwrap_or_default))
+    Some(values.map(|v| v.expect("checked above")))
+}
+
+/// A JSON integer at `at` as serde reads an `i64` (`-?(0|[1-9][0-9]*)`), and the index
+/// after it; `None` for a fraction, an exponent, a leading zero or an overflow.
+fn integer(bytes: &[u8], at: usize) -> Option<(i64, usize)> {
+    let negative = bytes.get(at) == Some(&b'-');
+    let mut i = at + usize::from(negative);
+    let mut value: i64 = 0;
+    match *bytes.get(i)? {
+        b'0' => i += 1,
+        b'1'..=b'9' => {
+            while let Some(&digit @ b'0'..=b'9') = bytes.get(i) {
+                value = value
+                    .checked_mul(10)?
+                    .checked_add(i64::from(digit - b'0'))?;
+                i += 1;
+            }
+        }
+        _ => return None,
+    }
+    if matches!(bytes.get(i), Some(b'.' | b'e' | b'E' | b'0'..=b'9')) {
+        return None;
+    }
+    Some((if negative { -value } else { value }, i))
 }
 
 fn expect(bytes: &[u8], at: usize, byte: u8) -> Option<usize> {
@@ -221,6 +339,135 @@ mod tests {
                 let mut changed = bytes.clone();
                 changed[i] = r;
                 fast += usize::from(same_as_serde(&changed));
+            }
+        }
+        assert!(
+            fast > bytes.len(),
+            "the fast path is taken for many of them: {fast}"
+        );
+    }
+
+    #[derive(Deserialize, Debug)]
+    struct Reply {
+        protocol: String,
+        message: String,
+        envelope: Envelope,
+    }
+
+    #[derive(Deserialize, Debug)]
+    struct Envelope {
+        requestid: String,
+        senderid: String,
+        agent: String,
+        time: i64,
+    }
+
+    /// [`reply`] against serde: where it answers, serde gives the same values; where
+    /// serde refuses, it does not answer.
+    fn reply_as_serde(bytes: &[u8]) -> bool {
+        let fast = reply(bytes);
+        let serde = serde_json::from_slice::<Reply>(bytes).ok();
+        match (fast, serde) {
+            (Some(f), Some(s)) => {
+                assert_eq!(
+                    (&*f.protocol, &*f.message, f.time),
+                    (&*s.protocol, &*s.message, s.envelope.time)
+                );
+                assert_eq!(
+                    (&*f.requestid, &*f.senderid, &*f.agent),
+                    (
+                        &*s.envelope.requestid,
+                        &*s.envelope.senderid,
+                        &*s.envelope.agent
+                    )
+                );
+                true
+            }
+            (Some(f), None) => panic!("fast path accepts what serde refuses: {f:?} from {bytes:?}"),
+            (None, _) => false,
+        }
+    }
+
+    fn go_reply(message: &str, time: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        super::super::gojson::Object::start(&mut out)
+            .str("protocol", "choria:reply:1")
+            .str("message", message)
+            .raw("envelope", |out| {
+                super::super::gojson::Object::start(out)
+                    .str("requestid", "0123456789abcdef0123456789abcdef")
+                    .str("senderid", "n1.example.net")
+                    .str("agent", "rpcutil")
+                    .int("time", time)
+                    .end()
+            })
+            .end();
+        out
+    }
+
+    #[test]
+    fn replies_as_go_writes_them_are_read_as_serde_reads_them() {
+        let body = r#"{"action":"inventory","statuscode":0,"statusmsg":"OK","data":{"facts":{"a":"\"q\"\n"}}}"#;
+        for time in [0, 1_733_300_000, -5, i64::MAX] {
+            let bytes = go_reply(body, time);
+            assert!(reply_as_serde(&bytes), "{time}");
+            let f = reply(&bytes).unwrap();
+            assert_eq!((&*f.message, f.time), (body, time));
+        }
+        // Keys in another order are still the usual shape.
+        let bytes = br#"{"envelope":{"time":7,"agent":"a","senderid":"s","requestid":"r"},"message":"m","protocol":"p"}"#;
+        assert!(reply_as_serde(bytes));
+        // Everything else is serde's: numbers that are not plain integers, unknown,
+        // duplicate or missing keys, other types, whitespace, i64::MIN.
+        for bytes in [
+            &br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":1.0}}"#[..],
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":1e3}}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":01}}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":99999999999999999999}}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":-9223372036854775808}}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":"1"}}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a"}}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":1,"x":"y"}}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":1,"time":2}}"#,
+            br#"{"protocol":"p","message":"m","envelope":{}}"#,
+            br#"{"protocol":"p","message":"m"}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":1},"x":1}"#,
+            br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":1}} "#,
+            br#"{"protocol":"p", "message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":1}}"#,
+        ] {
+            assert!(
+                reply(bytes).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(bytes)
+            );
+            reply_as_serde(bytes);
+        }
+        assert_eq!(
+            serde_json::from_slice::<Reply>(br#"{"protocol":"p","message":"m","envelope":{"requestid":"r","senderid":"s","agent":"a","time":-9223372036854775808}}"#).unwrap().envelope.time,
+            i64::MIN,
+            "left to serde, which reads it"
+        );
+    }
+
+    #[test]
+    fn every_one_byte_change_of_a_reply_layer_agrees_with_serde() {
+        let bytes = go_reply(
+            r#"{"statuscode":0,"data":{"a":"\u003c\\\"é","n":-12}}"#,
+            1_733_300_123,
+        );
+        let replacements = [
+            b'"', b'\\', b'{', b'}', b',', b':', b' ', b'-', b'0', b'9', b'.', b'e', b'u', 0x1f,
+            0xc3, 0xff,
+        ];
+        let mut fast = 0;
+        for i in 0..bytes.len() {
+            let mut cut = bytes.clone();
+            cut.remove(i);
+            fast += usize::from(reply_as_serde(&cut));
+            for r in replacements {
+                let mut changed = bytes.clone();
+                changed[i] = r;
+                fast += usize::from(reply_as_serde(&changed));
             }
         }
         assert!(

@@ -191,6 +191,7 @@ fn check_on_a_good_config_prints_it_without_secrets() {
     assert!(out.contains("token: '***'"), "{out}");
     assert!(out.contains("broker_provisioning_password: '***'"), "{out}");
     assert!(out.contains("nats_user: provisioner"), "{out}");
+    assert!(out.contains("csr_reply_grace: 2s"), "{out}");
     assert!(out.contains("configuration is valid"), "{out}");
     let all = format!("{out}{}", stderr(&o));
     assert!(
@@ -202,7 +203,8 @@ fn check_on_a_good_config_prints_it_without_secrets() {
 #[test]
 fn check_on_a_broken_config_lists_every_problem() {
     let rig = Rig::new(
-        "interval: 10s\nworkers: -1\nfeatures: {pki: true, ed25519: true}\nupgrade_repository: x\n",
+        "interval: 10s\nworkers: -1\nfeatures: {pki: true, ed25519: true}\nupgrade_repository: x\n\
+         csr_reply_grace: 2m\n",
     );
     std::fs::write(&rig.cfg, "identity = x.test\n").unwrap();
     let mut args = vec!["check".to_string()];
@@ -222,6 +224,10 @@ fn check_on_a_broken_config_lists_every_problem() {
         "{e}"
     );
     assert!(e.contains("jwt_signing_key: is required"), "{e}");
+    assert!(
+        e.contains("csr_reply_grace: \"2m\": must be at most 1m"),
+        "{e}"
+    );
     assert!(!e.contains("s3cr3t-t0ken"), "{e}");
 }
 

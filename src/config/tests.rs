@@ -397,6 +397,11 @@ fn rule_csr_reply_grace_at_most_a_minute() {
         "csr_reply_grace: 61s",
         "csr_reply_grace: \"1m1s\": must be at most 1m: a longer wait only stalls the workers",
     );
+    assert_problem(
+        "csr_reply_grace: -1s",
+        "csr_reply_grace: \"-1s\": invalid duration \"-1s\": negative durations are not allowed",
+    );
+    assert!(config("").effective_yaml().contains("csr_reply_grace: 2s"));
     assert_eq!(
         config("csr_reply_grace: 0s").csr_reply_grace,
         Duration::ZERO

@@ -30,8 +30,11 @@ enum Answer {
     NoResponders,
     /// OK with this data, and a second, different reply in the node's name.
     Contested(Value),
-    /// OK with this data, and a second, different reply this long after it.
+    /// OK with this data, and a second, different reply this long after it; its
+    /// watch waits as a real one does.
     LateTwin(Value, Duration),
+    /// OK with this data and no second reply; its watch waits as a real one does.
+    Alone(Value),
 }
 
 /// A node whose answers are scripted per action (the last one repeats).
@@ -43,9 +46,12 @@ struct FakeNode {
 
 struct FakeWatch {
     at: Instant,
-    contested: Option<Contested>,
-    /// When the forged twin arrives after the accepted reply (`ZERO`: already there).
-    twin_after: Duration,
+    /// The forged twin and when it arrives after the accepted reply (`ZERO`: already
+    /// there).
+    twin: Option<(Contested, Duration)>,
+    /// Whether `settle` reads until its deadline, as the real watch does (off for the
+    /// plain answers, so that the other tests do not wait out the graces).
+    waits: bool,
 }
 
 impl ReplyWatch for FakeWatch {
@@ -53,16 +59,22 @@ impl ReplyWatch for FakeWatch {
         self.at
     }
 
+    /// As the real watch: a twin that arrived by `until`, or by now if later, stops
+    /// the attempt (once it has arrived); otherwise the watch reads until `until`.
     fn settle(&self, until: Instant) -> Result<(), Contested> {
-        let Some(contested) = self.contested.clone() else {
-            return Ok(());
-        };
-        let twin = self.at + self.twin_after;
-        if until < twin {
-            return Ok(()); // the twin comes after the watch ends
+        let deadline = until.max(Instant::now());
+        match &self.twin {
+            Some((contested, after)) if self.at + *after <= deadline => {
+                std::thread::sleep((self.at + *after).saturating_duration_since(Instant::now()));
+                Err(contested.clone())
+            }
+            _ => {
+                if self.waits {
+                    std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                }
+                Ok(())
+            }
         }
-        std::thread::sleep(twin.saturating_duration_since(Instant::now()));
-        Err(contested)
     }
 }
 
@@ -112,11 +124,11 @@ impl NodeRpc for FakeNode {
             statusmsg: statusmsg.to_string(),
             data,
         };
-        let watch = |contested, twin_after| -> Box<dyn ReplyWatch> {
+        let watch = |twin, waits| -> Box<dyn ReplyWatch> {
             Box::new(FakeWatch {
                 at: Instant::now(),
-                contested,
-                twin_after,
+                twin,
+                waits,
             })
         };
         let forged = || Contested {
@@ -126,11 +138,11 @@ impl NodeRpc for FakeNode {
         match answer {
             Answer::Ok(data) => Ok(Called {
                 reply: reply(0, "OK", data),
-                watch: watch(None, Duration::ZERO),
+                watch: watch(None, false),
             }),
             Answer::Status(code, msg) => Ok(Called {
                 reply: reply(code, msg, json!({})),
-                watch: watch(None, Duration::ZERO),
+                watch: watch(None, false),
             }),
             Answer::Silent => Err(RpcError::NoReply {
                 identity: identity.clone(),
@@ -142,11 +154,15 @@ impl NodeRpc for FakeNode {
             }),
             Answer::Contested(data) => Ok(Called {
                 reply: reply(0, "OK", data),
-                watch: watch(Some(forged()), Duration::ZERO),
+                watch: watch(Some((forged(), Duration::ZERO)), false),
             }),
             Answer::LateTwin(data, after) => Ok(Called {
                 reply: reply(0, "OK", data),
-                watch: watch(Some(forged()), after),
+                watch: watch(Some((forged(), after)), true),
+            }),
+            Answer::Alone(data) => Ok(Called {
+                reply: reply(0, "OK", data),
+                watch: watch(None, true),
             }),
         }
     }
@@ -412,12 +428,12 @@ fn a_contested_reply_stops_the_attempt_before_configure() {
     assert_eq!(r.node.calls(), ["inventory"], "no configure was sent");
 }
 
-/// A pki node whose `gencsr` (or `inventory`) reply gets a forged twin 300 ms later,
+/// A pki node whose `gencsr` (or `inventory`) reply gets a forged twin 600 ms later,
 /// with `csr_reply_grace` of `csr_grace` and a reply grace of 50 ms.
 fn late_twin(action: &'static str, csr_grace: Duration) -> (Rig, Outcome) {
     let csr = json!({"csr": include_str!("../../tests/fixtures/csr-n1.pem"), "ssldir": "/ssl"});
     let inventory = json!({"version": "0.30.2"});
-    let late = Duration::from_millis(300);
+    let late = Duration::from_millis(600);
     let script: [(&str, &[Answer]); 2] = if action == "gencsr" {
         [
             ("gencsr", &[Answer::LateTwin(csr, late)]),
@@ -453,14 +469,35 @@ fn a_gencsr_twin_later_than_the_reply_grace_but_within_csr_reply_grace_stops_the
     assert_eq!(outcome, Outcome::Done);
     assert_eq!(r.node.count("configure"), 1);
     // A prompt reply's twin is awaited only for the reply grace, not csr_reply_grace.
-    let started = Instant::now();
     let (r, outcome) = late_twin("inventory", Duration::from_secs(2));
     assert_eq!(outcome, Outcome::Done);
     assert_eq!(r.node.count("configure"), 1);
+}
+
+#[test]
+fn a_lone_gencsr_reply_is_watched_for_csr_reply_grace_while_the_helper_runs() {
+    let csr = json!({"csr": include_str!("../../tests/fixtures/csr-n1.pem"), "ssldir": "/ssl"});
+    let r = rig(
+        FakeNode::answering(&[("gencsr", &[Answer::Alone(csr)])]),
+        CONFIGURED,
+        |c| {
+            c.features.pki = true;
+            c.csr_reply_grace = Duration::from_secs(1);
+            c.helper = format!("sh -c 'sleep 0.8; exec {}'", c.helper);
+        },
+    );
+    let started = Instant::now();
+    assert_eq!(r.attempt(), Outcome::Done);
+    let took = started.elapsed();
+    assert_eq!(r.node.count("configure"), 1, "the certificate was sent");
     assert!(
-        started.elapsed() < Duration::from_millis(1900),
-        "the gencsr grace ran from its reply, overlapping the helper: {:?}",
-        started.elapsed()
+        took >= Duration::from_secs(1),
+        "configured before csr_reply_grace ended: {took:?}"
+    );
+    // One after the other, the 0.8 s helper and the 1 s grace would take 1.8 s.
+    assert!(
+        took < Duration::from_millis(1700),
+        "the grace did not run while the helper ran: {took:?}"
     );
 }
 

@@ -187,6 +187,12 @@ impl NodeSequence {
         self.slots.take_woken()
     }
 
+    /// Wakes `n` more waiting nodes in place of woken ones that another instance owns
+    /// now ([`UpgradeSlots::pass_on`]).
+    pub fn pass_on_wakes(&self, n: usize) {
+        self.slots.pass_on(n);
+    }
+
     fn retrier<'a>(&'a self, stopping: &'a AtomicBool, progress: &'a Progress) -> Retrier<'a> {
         Retrier {
             rpc: &*self.rpc,

@@ -206,6 +206,13 @@ impl UpgradeSlots {
         }
     }
 
+    /// Wakes `n` more waiting nodes in place of woken ones this instance no longer
+    /// provisions (active-active: another instance owns them now), so a turn is not
+    /// lost with them.
+    pub fn pass_on(&self, n: usize) {
+        self.wake(n);
+    }
+
     /// The waiting nodes woken by slots given back since the last call, to be
     /// queued again.
     pub fn take_woken(&self) -> Vec<Identity> {
@@ -373,6 +380,24 @@ mod tests {
         assert_eq!(gauge.get(), 0);
         slots.set_part(4);
         assert_eq!(slots.take_woken(), [id("d")], "one slot free of four");
+    }
+
+    #[test]
+    fn a_woken_node_that_is_not_ours_passes_its_turn_to_the_next_waiting_one() {
+        let slots = UpgradeSlots::new(Some(1), SLOT_TIMEOUT);
+        assert!(slots.try_take(&id("a"), "1.0"));
+        for n in ["b", "c", "d"] {
+            assert!(!slots.try_take(&id(n), "1.0"), "{n} waits");
+        }
+        slots.release(&id("a"));
+        assert_eq!(slots.take_woken(), [id("b")]);
+        // b belongs to another instance now: its turn goes to c, then d.
+        slots.pass_on(1);
+        assert_eq!(slots.take_woken(), [id("c")]);
+        slots.pass_on(2);
+        assert_eq!(slots.take_woken(), [id("d")], "no more are waiting");
+        slots.pass_on(1);
+        assert!(slots.take_woken().is_empty());
     }
 
     #[test]

@@ -81,6 +81,11 @@ pub trait Provision: Send + Sync {
     fn woken(&self) -> Vec<Identity> {
         Vec::new()
     }
+
+    /// `n` of the nodes [`Provision::woken`] gave are not this instance's to queue
+    /// (another instance owns them now): wake as many other waiting nodes instead.
+    /// Nothing by default.
+    fn pass_on_wakes(&self, _n: usize) {}
 }
 
 /// Which nodes this instance provisions (active-active: the nodes it owns among the
@@ -576,6 +581,10 @@ impl Provision for crate::host::sequence::NodeSequence {
 
     fn woken(&self) -> Vec<Identity> {
         crate::host::sequence::NodeSequence::woken(self)
+    }
+
+    fn pass_on_wakes(&self, n: usize) {
+        crate::host::sequence::NodeSequence::pass_on_wakes(self, n)
     }
 }
 

@@ -16,6 +16,9 @@ struct Recorder {
     outcomes: Mutex<HashMap<String, Outcome>>,
     gate: Option<Receiver<()>>,
     started: Sender<String>,
+    /// Upgrade turns, as `UpgradeSlots` keeps them: waiting in order, and woken.
+    waiting: Mutex<std::collections::VecDeque<Identity>>,
+    woken: Mutex<Vec<Identity>>,
 }
 
 impl Provision for Recorder {
@@ -34,6 +37,16 @@ impl Provision for Recorder {
             .get(identity.as_str())
             .cloned()
             .unwrap_or(Outcome::Done)
+    }
+
+    fn woken(&self) -> Vec<Identity> {
+        std::mem::take(&mut *self.woken.lock())
+    }
+
+    fn pass_on_wakes(&self, n: usize) {
+        let mut waiting = self.waiting.lock();
+        let next = waiting.len().min(n);
+        self.woken.lock().extend(waiting.drain(..next));
     }
 }
 
@@ -54,6 +67,8 @@ fn rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig 
         outcomes: Mutex::new(HashMap::new()),
         gate: gated.then_some(gate),
         started: started_tx,
+        waiting: Mutex::new(Default::default()),
+        woken: Mutex::new(Vec::new()),
     });
     let fleet = Fleet::new(
         FleetOptions {
@@ -611,6 +626,27 @@ fn another_instance_s_node_is_not_queued_and_a_disowned_one_is_dropped_by_its_wo
     wait_until("n2 dropped", || !r.fleet.is_known("n2"));
     assert_eq!(*r.recorder.calls.lock(), ["n1"]);
     assert_eq!(r.fleet.metrics().provision_errors.get(), 0);
+    r.fleet.stop();
+}
+
+#[test]
+fn a_woken_node_that_is_another_instance_s_now_passes_its_turn_on() {
+    let r = rig(1, 10, Duration::from_secs(60), false);
+    let owns = Arc::new(Owns(Mutex::new(
+        ["n1", "n3"].iter().map(|s| s.to_string()).collect(),
+    )));
+    r.fleet
+        .set_ownership(Arc::clone(&owns) as Arc<dyn Ownership>);
+    // n1's attempt gives an upgrade slot back: n2 is woken, but another instance
+    // owns n2 now, so the turn goes to n3, which is queued and provisioned.
+    *r.recorder.woken.lock() = vec![id("n2")];
+    r.recorder.waiting.lock().push_back(id("n3"));
+    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    let m = Arc::clone(r.fleet.metrics());
+    wait_until("n1 and n3 provisioned", || m.provisioned.get() == 2);
+    assert_eq!(*r.recorder.calls.lock(), ["n1", "n3"]);
+    assert!(!r.fleet.is_known("n2"), "n2 is not queued here");
+    assert!(r.recorder.waiting.lock().is_empty());
     r.fleet.stop();
 }
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crossbeam_channel::select;
 
-use super::{Fleet, Job, Source};
+use super::{AddResult, Fleet, Job, Source};
 use crate::host::outcome::Outcome;
 use crate::host::progress::Progress;
 
@@ -77,10 +77,28 @@ pub(super) fn run(fleet: &Fleet) {
             log::debug!("Dropping {}: {outcome}", job.identity);
         }
         fleet.finish(&job, &outcome);
-        // Nodes whose turn came (an upgrade slot was given back) are queued again.
-        for identity in fleet.provisioner.woken() {
-            fleet.add(&identity, Source::Retry);
+        queue_woken(fleet);
+    }
+}
+
+/// Most rounds of [`queue_woken`] after one attempt: each round's nodes were all
+/// another instance's, which a live-set change can make true of a few, not of many.
+const WAKE_ROUNDS: usize = 16;
+
+/// Queues again the nodes whose turn came (an upgrade slot was given back); a woken
+/// node that another instance owns now passes its turn on to the next waiting one,
+/// so the slot is not left idle until the next discovery.
+fn queue_woken(fleet: &Fleet) {
+    for _ in 0..WAKE_ROUNDS {
+        let woken = fleet.provisioner.woken();
+        let not_ours = woken
+            .iter()
+            .filter(|identity| fleet.add(identity, Source::Retry) == AddResult::NotOurs)
+            .count();
+        if not_ours == 0 {
+            return;
         }
+        fleet.provisioner.pass_on_wakes(not_ours);
     }
 }
 

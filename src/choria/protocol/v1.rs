@@ -269,28 +269,33 @@ pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolErr
             "the reply hash does not match the message",
         ));
     }
-    if let Some(reply) = flat::reply(secure.message.as_bytes()) {
-        expect_protocol(Layer::Reply, &reply.protocol, REPLY)?;
-        return Ok(DecodedReply {
-            protocol: Protocol::V1,
-            request_id: reply.requestid.into_owned(),
-            sender_id: reply.senderid.into_owned(),
-            agent: reply.agent.into_owned(),
-            time: reply.time,
-            body: reply.message.into_owned().into_bytes(),
-        });
-    }
-    // Any other shape: serde judges it, as it always did.
-    let reply: Reply =
-        serde_json::from_str(&secure.message).map_err(|e| ProtocolError::json(Layer::Reply, &e))?;
+    let reply = reply_layer(&secure.message)?;
     expect_protocol(Layer::Reply, &reply.protocol, REPLY)?;
     Ok(DecodedReply {
         protocol: Protocol::V1,
-        request_id: reply.envelope.requestid,
-        sender_id: reply.envelope.senderid,
-        agent: reply.envelope.agent,
+        request_id: reply.requestid.into_owned(),
+        sender_id: reply.senderid.into_owned(),
+        agent: reply.agent.into_owned(),
+        time: reply.time,
+        body: reply.message.into_owned().into_bytes(),
+    })
+}
+
+/// The reply layer in `message`: Go's usual bytes in one pass ([`flat::reply`]),
+/// anything else through serde, which judges it as it always did.
+fn reply_layer(message: &str) -> Result<flat::ReplyFields<'_>, ProtocolError> {
+    if let Some(reply) = flat::reply(message.as_bytes()) {
+        return Ok(reply);
+    }
+    let reply: Reply =
+        serde_json::from_str(message).map_err(|e| ProtocolError::json(Layer::Reply, &e))?;
+    Ok(flat::ReplyFields {
+        protocol: reply.protocol.into(),
+        message: reply.message.into(),
+        requestid: reply.envelope.requestid.into(),
+        senderid: reply.envelope.senderid.into(),
+        agent: reply.envelope.agent.into(),
         time: reply.envelope.time,
-        body: reply.message.into_bytes(),
     })
 }
 

@@ -14,6 +14,8 @@
 #   PROFILE=callgrind-sim            the same for choria-fleet-sim
 #   PROFILE=strace                   the provisioner's system calls per node, by name
 #                                    (its helpers' own calls left out)
+#   PROFILE=perf                     the provisioner under `perf record -g` (user and
+#                                    kernel time by function, children included)
 #   BUILD=0                          use the binaries built last time
 #   INSTANCES=2                      N provisioners with active_active: true on this
 #                                    machine: CPU and RSS summed over them, each one's
@@ -36,8 +38,8 @@ out="$PWD/target/bench"
 rm -rf "$out" && mkdir -p "$out"
 case "$PROFILE" in
   "") cargo_profile=release ;;
-  callgrind | callgrind-sim | strace) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
-  *) echo "bench: PROFILE must be callgrind, callgrind-sim or strace" >&2; exit 2 ;;
+  callgrind | callgrind-sim | strace | perf) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
+  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace or perf" >&2; exit 2 ;;
 esac
 if [ "${BUILD:-1}" != 0 ]; then
   cargo build --profile "$cargo_profile" --features sim --bins --example queue_rss >"$out/build.log" 2>&1
@@ -56,6 +58,7 @@ case "$PROFILE" in
   callgrind) prov_cmd=("${callgrind[@]}" "${prov_cmd[@]}") ;;
   callgrind-sim) sim_cmd=("${callgrind[@]}" "${sim_cmd[@]}") ;;
   strace) prov_cmd=(strace -f -qq ${STRACE_SUMMARY:+-c} -o "$out/strace.out" "${prov_cmd[@]}") ;;
+  perf) prov_cmd=(perf record -q -F 999 --call-graph dwarf,32768 -o "$out/perf.data" "${prov_cmd[@]}") ;;
 esac
 
 "$nats_server" -a 127.0.0.1 -p "$nats_port" >"$out/nats-server.log" 2>&1 &
@@ -128,6 +131,15 @@ sys_ticks=$(sum_stat 15)
 helper_ticks=$(( $(sum_stat 16) + $(sum_stat 17) )) # the helpers they reaped
 nats_ticks=$(ticks "$nats")
 peak_kb=$(sum_status VmHWM)
+# Context switches of every provisioner thread (each is a sleep and a wake-up, the
+# kernel's share of the CPU figure); the helpers are processes of their own.
+switches=0
+for p in "${provs[@]}"; do
+  for t in /proc/"$p"/task/*/status; do
+    s=$(awk '/ctxt_switches/ {n += $2} END {print n + 0}' "$t" 2>/dev/null || echo 0)
+    switches=$((switches + s))
+  done
+done
 idle_ticks=0
 if [ -z "$PROFILE" ]; then
   sleep 10
@@ -137,7 +149,7 @@ else
   prov=${provs[0]}
   echo "not measured under callgrind" >"$out/queue_rss.txt"
   # callgrind writes its counts when the process exits; strace waits for its child.
-  if [ "$PROFILE" = strace ]; then
+  if [ "$PROFILE" = strace ] || [ "$PROFILE" = perf ]; then
     kill $(cat "/proc/$prov/task/$prov/children") 2>/dev/null || true
   else
     kill "$prov" 2>/dev/null || true
@@ -145,9 +157,9 @@ else
   wait "$prov" || true
 fi
 
-python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" "$sim_ticks" "$sim_peak_kb" "$PROFILE" "$sys_ticks" "$helper_ticks" "$nats_ticks" "$INSTANCES" <<'PY'
+python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" "$sim_ticks" "$sim_peak_kb" "$PROFILE" "$sys_ticks" "$helper_ticks" "$nats_ticks" "$INSTANCES" "$switches" <<'PY'
 import collections, json, sys
-summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, features, sim_ticks, sim_kb, profile, sys_ticks, helper_ticks, nats_ticks, instances = sys.argv[1:]
+summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, features, sim_ticks, sim_kb, profile, sys_ticks, helper_ticks, nats_ticks, instances, switches = sys.argv[1:]
 instances = int(instances)
 s = json.load(open(summary))
 nodes, hz, start = int(nodes), int(hz), int(start)
@@ -175,6 +187,8 @@ print(f"bench: first RPC to restart per node: p50 {pct(0.50)} ms, p99 {pct(0.99)
 per_node = lambda ticks: int(ticks) * 1000 / hz / max(done, 1)
 print(f"bench: provisioner CPU {per_node(busy):.3f} ms per node, helper excluded (target <= 0.25): "
       f"{per_node(int(busy) - int(sys_ticks)):.3f} user + {per_node(sys_ticks):.3f} system")
+if not profile:
+    print(f"bench: provisioner context switches {int(switches) / max(done, 1):.1f} per node (its threads' sleeps and wake-ups)")
 print(f"bench: the rest of the machine's work per node: helpers {per_node(helper_ticks):.3f} ms CPU, nats-server {per_node(nats_ticks):.3f} ms CPU")
 print(f"bench: provisioner peak RSS {int(peak_kb) / 1024:.1f} MB (target <= 64 MB)" + (" (sum over instances)" if instances > 1 else ""))
 print(f"bench: choria-fleet-sim CPU {int(sim_ticks) * 1000 / hz / max(done, 1):.3f} ms per node (at least), peak RSS {int(sim_kb) / 1024:.1f} MB")

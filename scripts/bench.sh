@@ -14,8 +14,11 @@
 #   PROFILE=callgrind-sim            the same for choria-fleet-sim
 #   PROFILE=strace                   the provisioner's system calls per node, by name
 #                                    (its helpers' own calls left out)
-#   PROFILE=perf                     the provisioner under `perf record -g` (user and
-#                                    kernel time by function, children included)
+#   PROFILE=perf                     the provisioner under `perf record` with DWARF call
+#                                    graphs (user and kernel time by function; the
+#                                    helpers are in it too: tell them apart by pid)
+#   PROFILE=allocs                   the provisioner's malloc/realloc/calloc/free calls
+#                                    per node, counted by uprobes on libc (root)
 #   BUILD=0                          use the binaries built last time
 #   INSTANCES=2                      N provisioners with active_active: true on this
 #                                    machine: CPU and RSS summed over them, each one's
@@ -38,8 +41,8 @@ out="$PWD/target/bench"
 rm -rf "$out" && mkdir -p "$out"
 case "$PROFILE" in
   "") cargo_profile=release ;;
-  callgrind | callgrind-sim | strace | perf) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
-  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace or perf" >&2; exit 2 ;;
+  callgrind | callgrind-sim | strace | perf | allocs) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
+  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf or allocs" >&2; exit 2 ;;
 esac
 if [ "${BUILD:-1}" != 0 ]; then
   cargo build --profile "$cargo_profile" --features sim --bins --example queue_rss >"$out/build.log" 2>&1
@@ -58,7 +61,14 @@ case "$PROFILE" in
   callgrind) prov_cmd=("${callgrind[@]}" "${prov_cmd[@]}") ;;
   callgrind-sim) sim_cmd=("${callgrind[@]}" "${sim_cmd[@]}") ;;
   strace) prov_cmd=(strace -f -qq ${STRACE_SUMMARY:+-c} -o "$out/strace.out" "${prov_cmd[@]}") ;;
-  perf) prov_cmd=(perf record -q -F 999 --call-graph dwarf,32768 -o "$out/perf.data" "${prov_cmd[@]}") ;;
+  perf) prov_cmd=(perf record -q -F 1999 --call-graph dwarf,32768 -o "$out/perf.data" "${prov_cmd[@]}") ;;
+  allocs)
+    # The helpers are static binaries: libc.so's probes count the daemon alone.
+    libc_so=$(ldd "$bin/choria-provisioner" | awk '/libc\.so/ {print $3}')
+    for fn in malloc realloc calloc free; do
+      perf probe -l 2>/dev/null | grep -q "probe_libc:$fn " || perf probe -q -x "$libc_so" -a "$fn" >/dev/null
+    done
+    prov_cmd=(perf stat -x, -o "$out/allocs.csv" -e probe_libc:malloc,probe_libc:realloc,probe_libc:calloc,probe_libc:free "${prov_cmd[@]}") ;;
 esac
 
 "$nats_server" -a 127.0.0.1 -p "$nats_port" >"$out/nats-server.log" 2>&1 &
@@ -149,7 +159,7 @@ else
   prov=${provs[0]}
   echo "not measured under callgrind" >"$out/queue_rss.txt"
   # callgrind writes its counts when the process exits; strace waits for its child.
-  if [ "$PROFILE" = strace ] || [ "$PROFILE" = perf ]; then
+  if [ "$PROFILE" = strace ] || [ "$PROFILE" = perf ] || [ "$PROFILE" = allocs ]; then
     kill $(cat "/proc/$prov/task/$prov/children") 2>/dev/null || true
   else
     kill "$prov" 2>/dev/null || true
@@ -216,6 +226,16 @@ print(f"bench: provisioner: {total / done:.1f} system calls per node ({total} in
 for name, n in counts.most_common(15):
     print(f"bench:   {n / done:8.2f} {name}")
 PY
+elif [ "$PROFILE" = allocs ]; then
+  python3 - "$out/allocs.csv" "$out/summary.json" <<'PY'
+import csv, json, sys
+done = max(1, sum(1 for n in json.load(open(sys.argv[2]))["nodes"] if n["phase"] == "provisioned"))
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.strip() and not l.startswith("#"))]
+counts = {r[2].split(":")[-1]: int(r[0]) for r in rows if r[0].isdigit()}
+print(f"bench: provisioner allocations per node: " + ", ".join(f"{k} {counts.get(k, 0) / done:.1f}" for k in ("malloc", "realloc", "calloc", "free")))
+PY
+elif [ "$PROFILE" = perf ]; then
+  echo "bench: perf report -i $out/perf.data --no-children --sort sym (the provisioner is the process with the most samples)"
 elif [ -n "$PROFILE" ]; then
   callgrind_annotate "$out/callgrind.out" >"$out/callgrind.txt" 2>/dev/null || true
   total=$(awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}' "$out/callgrind.txt")

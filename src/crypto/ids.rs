@@ -12,9 +12,37 @@ pub fn random_bytes(buf: &mut [u8]) {
         .expect("the system random number generator is available");
 }
 
+/// Bytes of the system random source drawn for one identifier per refill.
+const POOL_IDS: usize = 16;
+
+/// 16 random bytes for an identifier (request ids, nonces, KSUID payloads, run
+/// markers), taken from a per-thread pool that one getrandom(2) call refills every
+/// [`POOL_IDS`] identifiers: a system call per identifier was four of a node's 55.
+/// The bytes are the kernel's CSPRNG output all the same, used once each; keys and
+/// key-transport randomness still come straight from [`random_bytes`]. The pool is
+/// scratch of the calling thread alone, never shared.
+pub fn id_bytes() -> [u8; 16] {
+    use std::cell::RefCell;
+    thread_local! {
+        static POOL: RefCell<([u8; 16 * POOL_IDS], usize)> =
+            const { RefCell::new(([0; 16 * POOL_IDS], 16 * POOL_IDS)) };
+    }
+    POOL.with_borrow_mut(|(bytes, used)| {
+        if *used == bytes.len() {
+            random_bytes(bytes);
+            *used = 0;
+        }
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&bytes[*used..*used + 16]);
+        // Never handed out twice: wiped as it is taken.
+        bytes[*used..*used + 16].fill(0);
+        *used += 16;
+        out
+    })
+}
+
 fn uuid_v4_bytes() -> [u8; 16] {
-    let mut b = [0u8; 16];
-    random_bytes(&mut b);
+    let mut b = id_bytes();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     b
@@ -117,14 +145,27 @@ pub fn ksuid_time(ksuid: &str) -> Option<u64> {
 
 /// A new KSUID for the current time.
 pub fn ksuid() -> String {
-    let mut payload = [0u8; 16];
-    random_bytes(&mut payload);
-    ksuid_from(crate::clock::unix_now(), payload)
+    ksuid_from(crate::clock::unix_now(), id_bytes())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pooled_id_bytes_differ_across_refills_and_threads() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..POOL_IDS * 3 {
+            assert!(seen.insert(id_bytes()), "an id's bytes came twice");
+        }
+        let other = std::thread::spawn(|| (0..POOL_IDS).map(|_| id_bytes()).collect::<Vec<_>>())
+            .join()
+            .unwrap();
+        for b in other {
+            assert!(seen.insert(b), "two threads drew the same bytes");
+        }
+        assert!(!seen.contains(&[0u8; 16]));
+    }
 
     #[test]
     fn ids_have_their_shapes() {

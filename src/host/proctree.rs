@@ -189,9 +189,7 @@ impl Own {
 
 /// A fresh marker value for one run: 128 random bits in hex.
 pub fn new_marker() -> String {
-    let mut bytes = [0u8; 16];
-    crate::crypto::ids::random_bytes(&mut bytes);
-    crate::crypto::ids::hex(&bytes)
+    crate::crypto::ids::hex(&crate::crypto::ids::id_bytes())
 }
 
 impl HelperTree {

@@ -8,6 +8,7 @@
 //! node, the number of tries and the last real reason (Go said `context canceled`);
 //! and a stopping daemon is noticed between tries.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -111,10 +112,10 @@ impl<'r> Retrier<'r> {
     /// Runs `call`, building the request data per try with `data` and judging each
     /// OK reply with `check`. Non-OK statuses are retried unless fatal. The accepted
     /// try's [`ReplyWatch`] keeps listening for other replies in the node's name.
-    pub fn run<T>(
+    pub fn run<'d, T>(
         &self,
         call: &Call,
-        mut data: impl FnMut() -> serde_json::Value,
+        mut data: impl FnMut() -> Cow<'d, serde_json::Value>,
         mut check: impl FnMut(&mut Reply) -> Check<T>,
     ) -> Result<(T, Box<dyn ReplyWatch + 'r>), CallError> {
         let label = call.label();

@@ -10,6 +10,7 @@
 //! attempt that ends early without failing (deferred, shut down, upgraded) returns
 //! its outcome.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -305,7 +306,7 @@ impl NodeSequence {
         let token = self.token().to_string();
         let ((jwt, ecdh), watch) = w.run(
             &self.call(identity, "jwt", 3),
-            || json!({ "token": token }),
+            || Cow::Owned(json!({ "token": token })),
             |r| {
                 let jwt = r.data["jwt"].as_str().unwrap_or_default().to_string();
                 let ecdh = r.data["ecdh_public"]
@@ -349,7 +350,7 @@ impl NodeSequence {
                 let fresh = crate::crypto::nonce::new_nonce();
                 let data = json!({ "nonce": fresh, "token": token });
                 *nonce.borrow_mut() = fresh;
-                data
+                Cow::Owned(data)
             },
             |r| {
                 let info = Ed25519Info {
@@ -412,7 +413,7 @@ impl NodeSequence {
         };
         let (data, watch) = w.run(
             &call,
-            || json!({}),
+            || Cow::Owned(json!({})),
             |r| {
                 if r.data.is_object() {
                     // Taken, not copied: the reply is not read again.
@@ -455,7 +456,7 @@ impl NodeSequence {
         // key and CSR on every call, so retrying is safe.
         let (csr, watch) = w.run(
             &self.call(identity, "gencsr", 3),
-            || json!({ "token": token, "cn": identity }),
+            || Cow::Owned(json!({ "token": token, "cn": identity })),
             |r| {
                 Check::Accept(CsrInfo {
                     csr: r.data["csr"].as_str().unwrap_or_default().into(),
@@ -552,7 +553,7 @@ impl NodeSequence {
         let token = self.token().to_string();
         w.run(
             &self.call(identity, "shutdown", 3),
-            || json!({ "token": token }),
+            || Cow::Owned(json!({ "token": token })),
             |_| Check::Accept(()),
         )
         // Go counted a refused shutdown as success; the node would keep running.
@@ -642,7 +643,7 @@ impl NodeSequence {
         let repository = self.config.upgrades_repository.clone();
         match w.run(
             &self.call(identity, "release_update", 3),
-            || json!({ "repository": repository, "token": token, "version": target }),
+            || Cow::Owned(json!({ "repository": repository, "token": token, "version": target })),
             |_| Check::Accept(()),
         ) {
             Ok(_) => {
@@ -719,7 +720,7 @@ impl NodeSequence {
         });
         w.run(
             &self.call(identity, "configure", 5),
-            || data.clone(),
+            || Cow::Borrowed(&data),
             |_| Check::Accept(()),
         )
         .map(|_| ())
@@ -730,7 +731,7 @@ impl NodeSequence {
         let token = self.token().to_string();
         w.run(
             &self.call(identity, "restart", 3),
-            || json!({ "token": token, "splay": 1 }),
+            || Cow::Owned(json!({ "token": token, "splay": 1 })),
             |_| Check::Accept(()),
         )
         .map(|_| ())

@@ -1,5 +1,6 @@
-//! Starting a helper with `posix_spawnp(3)` from an argv and an environment made once
-//! per daemon, not once per run.
+//! Starting a helper from an argv and an environment made once per daemon, not once
+//! per run, with the `clone(CLONE_VM|CLONE_VFORK)` and exec that glibc's
+//! `posix_spawnp(3)` makes, on a stack kept per thread (see [`with_child_stack`]).
 //!
 //! `std::process::Command` copies the whole environment into a map, then into C
 //! strings, whenever one variable is set, and the helper's run marker
@@ -8,8 +9,10 @@
 //! strings when the [`Prepared`] command is made, and a run adds only its marker.
 //! The child is set up as `Command` sets it up: stdin, stdout and stderr on pipes
 //! (close-on-exec on our side), its own process group, an empty signal mask and
-//! `SIGPIPE` back to its default (Rust ignores it in the daemon), and the same
-//! `clone(CLONE_VM|CLONE_VFORK)` inside glibc: no copy of the daemon's memory.
+//! `SIGPIPE` back to its default (Rust ignores it in the daemon), every handler back to
+//! its default, and no copy of the daemon's memory. The program is looked for on the
+//! `PATH` of the daemon's start, as `execvp` does, with no shell fallback for a file
+//! that is not an executable (as `posix_spawnp`).
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -25,6 +28,8 @@ use std::time::Duration;
 pub(crate) struct Prepared {
     argv: Vec<CString>,
     env: Vec<CString>,
+    /// Where the program may be, in `PATH` order (itself alone when it has a `/`).
+    candidates: Vec<CString>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -86,15 +91,6 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
-/// Fails with the OS error a posix_spawn* call returned (they return it, not -1).
-fn check(code: libc::c_int) -> io::Result<()> {
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(code))
-    }
-}
-
 /// The waits before each new try when the program is busy (`ETXTBSY`: open for
 /// writing); about a third of a second in all, then the error is returned.
 const TEXT_BUSY_WAITS: [Duration; 5] = [
@@ -105,72 +101,113 @@ const TEXT_BUSY_WAITS: [Duration; 5] = [
     Duration::from_millis(160),
 ];
 
-/// The file actions and attributes of one spawn, destroyed when dropped.
-struct SpawnSetup {
-    actions: libc::posix_spawn_file_actions_t,
-    attr: libc::posix_spawnattr_t,
+/// Bytes of the stack the child runs on until its exec: it calls a handful of system
+/// call wrappers and nothing else (glibc's posix_spawn gives its child 32 KiB plus
+/// room for argv).
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Highest signal number plus one (`_NSIG` on Linux).
+const NSIG: libc::c_int = 65;
+
+/// What the child reads, and writes back, while it runs on the daemon's memory
+/// (`CLONE_VM`): all of it made before the clone; the child allocates nothing.
+#[repr(C)]
+struct ChildArgs {
+    /// Paths to try, in order, each NUL-terminated; a NULL ends the list.
+    candidates: *const *const libc::c_char,
+    argv: *const *mut libc::c_char,
+    envp: *const *mut libc::c_char,
+    /// Become the child's 0, 1 and 2 (all above 2).
+    fds: [libc::c_int; 3],
+    /// The errno of the step that failed, written by the child before `_exit`.
+    error: libc::c_int,
 }
 
-impl Drop for SpawnSetup {
-    fn drop(&mut self) {
-        // SAFETY: both were initialised by `SpawnSetup::new` and are destroyed once.
-        unsafe {
-            libc::posix_spawn_file_actions_destroy(&mut self.actions);
-            libc::posix_spawnattr_destroy(&mut self.attr);
+/// The child between `clone` and `exec`. It shares the daemon's memory, so it only
+/// calls async-signal-safe wrappers of system calls, never allocates, never unwinds,
+/// and ends in `execve` or `_exit`. The parent blocked every signal around the clone;
+/// handlers go back to their defaults before the mask is cleared, so none of the
+/// daemon's handlers can run here.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` of `Prepared::spawn`, alive until this child
+    // has exec'd or exited (CLONE_VFORK suspends the spawning thread until then);
+    // every call below is a system call wrapper on valid pointers.
+    unsafe {
+        let args = &mut *arg.cast::<ChildArgs>();
+        let fail = |args: &mut ChildArgs| -> ! {
+            args.error = *libc::__errno_location();
+            libc::_exit(127)
+        };
+        for sig in 1..NSIG {
+            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                continue;
+            }
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                continue; // glibc's own signals (32, 33): not ours to touch
+            }
+            let ignored = old.sa_sigaction == libc::SIG_IGN;
+            if old.sa_sigaction == libc::SIG_DFL || (ignored && sig != libc::SIGPIPE) {
+                continue; // kept across exec as it is; SIGPIPE back to its default
+            }
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &default, std::ptr::null_mut());
         }
+        if libc::setpgid(0, 0) != 0 {
+            fail(args);
+        }
+        for (target, fd) in args.fds.into_iter().enumerate() {
+            // dup2 clears close-on-exec on the copy.
+            if libc::dup2(fd, target as libc::c_int) < 0 {
+                fail(args);
+            }
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+            fail(args);
+        }
+        // execvp's rule: go on past a directory where the program is not (ENOENT,
+        // ENOTDIR) or not allowed (EACCES, reported if nothing else works).
+        let mut denied = false;
+        let mut next = args.candidates;
+        while !(*next).is_null() {
+            libc::execve(*next, args.argv.cast(), args.envp.cast());
+            match *libc::__errno_location() {
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+                libc::EACCES => denied = true,
+                _ => fail(args),
+            }
+            next = next.add(1);
+        }
+        if denied {
+            *libc::__errno_location() = libc::EACCES;
+        } else {
+            *libc::__errno_location() = libc::ENOENT;
+        }
+        fail(args)
     }
 }
 
-impl SpawnSetup {
-    /// `child_fds` become the child's 0, 1 and 2; own process group, empty signal
-    /// mask, `SIGPIPE` at its default.
-    fn new(child_fds: [libc::c_int; 3]) -> io::Result<Box<SpawnSetup>> {
-        // SAFETY: zeroed storage for two C structures that the init calls below fill
-        // in before any other use; boxed so that they never move once initialised.
-        let mut setup: Box<SpawnSetup> = Box::new(unsafe { std::mem::zeroed() });
-        // SAFETY: init on our own storage; on failure nothing was allocated, and the
-        // structure is forgotten so that Drop does not destroy it.
-        unsafe {
-            if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut setup.actions)) {
-                std::mem::forget(setup);
-                return Err(e);
-            }
-            if let Err(e) = check(libc::posix_spawnattr_init(&mut setup.attr)) {
-                libc::posix_spawn_file_actions_destroy(&mut setup.actions);
-                std::mem::forget(setup);
-                return Err(e);
-            }
-        }
-        for (target, fd) in child_fds.into_iter().enumerate() {
-            // SAFETY: `actions` is initialised; the descriptors are open.
-            check(unsafe {
-                libc::posix_spawn_file_actions_adddup2(&mut setup.actions, fd, target as i32)
-            })?;
-        }
-        // SAFETY: `attr` is initialised; the signal sets are initialised by
-        // sigemptyset before they are read.
-        unsafe {
-            let mut mask: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut mask);
-            check(libc::posix_spawnattr_setsigmask(&mut setup.attr, &mask))?;
-            let mut default: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut default);
-            libc::sigaddset(&mut default, libc::SIGPIPE);
-            check(libc::posix_spawnattr_setsigdefault(
-                &mut setup.attr,
-                &default,
-            ))?;
-            check(libc::posix_spawnattr_setpgroup(&mut setup.attr, 0))?;
-            let flags = libc::POSIX_SPAWN_SETPGROUP
-                | libc::POSIX_SPAWN_SETSIGMASK
-                | libc::POSIX_SPAWN_SETSIGDEF;
-            check(libc::posix_spawnattr_setflags(
-                &mut setup.attr,
-                flags as libc::c_short,
-            ))?;
-        }
-        Ok(setup)
+/// The calling thread's stack for its children (see [`CHILD_STACK`]), made on its
+/// first spawn and kept: glibc's posix_spawn maps a stack per spawn and unmaps it
+/// after, and in a process of many threads the unmap is a TLB shoot-down on every
+/// core (5 % of the daemon's CPU in `make bench`). Only this thread uses it, and only
+/// while its child runs, which suspends the thread.
+fn with_child_stack<R>(f: impl FnOnce(*mut libc::c_void) -> R) -> R {
+    use std::cell::RefCell;
+    thread_local! {
+        static STACK: RefCell<Vec<u128>> = const { RefCell::new(Vec::new()) };
     }
+    STACK.with_borrow_mut(|stack| {
+        if stack.is_empty() {
+            stack.resize(CHILD_STACK / std::mem::size_of::<u128>(), 0);
+        }
+        // The stack grows down from the end; u128 keeps it 16-byte aligned.
+        let top = stack.as_mut_ptr_range().end;
+        f(top.cast())
+    })
 }
 
 impl Prepared {
@@ -195,7 +232,12 @@ impl Prepared {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| invalid("nul byte found in the environment"))?;
-        Ok(Prepared { argv, env })
+        let candidates = candidates(&words[0], std::env::var_os("PATH").as_deref())?;
+        Ok(Prepared {
+            argv,
+            env,
+            candidates,
+        })
     }
 
     /// Starts the command with `extra` (`NAME=value`) added to its environment.
@@ -208,7 +250,6 @@ impl Prepared {
             above_stdio(stdout_child)?,
             above_stdio(stderr_child)?,
         ];
-        let setup = SpawnSetup::new(child_ends.each_ref().map(|fd| fd.as_raw_fd()))?;
         let mut argv: Vec<*mut libc::c_char> = Vec::with_capacity(self.argv.len() + 1);
         argv.extend(self.argv.iter().map(|a| a.as_ptr().cast_mut()));
         argv.push(std::ptr::null_mut());
@@ -216,24 +257,22 @@ impl Prepared {
         envp.extend(self.env.iter().map(|e| e.as_ptr().cast_mut()));
         envp.push(extra.as_ptr().cast_mut());
         envp.push(std::ptr::null_mut());
-        let mut pid: libc::pid_t = 0;
+        let mut candidates: Vec<*const libc::c_char> =
+            Vec::with_capacity(self.candidates.len() + 1);
+        candidates.extend(self.candidates.iter().map(|c| c.as_ptr()));
+        candidates.push(std::ptr::null());
         let mut busy_waits = TEXT_BUSY_WAITS.iter();
-        loop {
-            // SAFETY: every pointer is valid for the call: the C strings live in
-            // `self` and `extra`, the arrays are NULL-terminated, `setup` is
-            // initialised; the child does not write through argv or envp before exec.
-            let spawned = check(unsafe {
-                libc::posix_spawnp(
-                    &mut pid,
-                    self.argv[0].as_ptr(),
-                    &setup.actions,
-                    &setup.attr,
-                    argv.as_ptr(),
-                    envp.as_ptr(),
-                )
-            });
-            match (spawned, busy_waits.next()) {
-                (Ok(()), _) => break,
+        let pid = loop {
+            let mut args = ChildArgs {
+                candidates: candidates.as_ptr(),
+                argv: argv.as_ptr(),
+                envp: envp.as_ptr(),
+                fds: child_ends.each_ref().map(|fd| fd.as_raw_fd()),
+                error: 0,
+            };
+            let started = clone_child(&mut args);
+            match (started, busy_waits.next()) {
+                (Ok(pid), _) => break pid,
                 // The program is open for writing somewhere: being replaced by a
                 // package or configuration manager, or held for an instant by a
                 // process forked elsewhere before its exec. Try again shortly.
@@ -242,7 +281,7 @@ impl Prepared {
                 }
                 (Err(e), _) => return Err(e),
             }
-        }
+        };
         drop(child_ends); // the child has its own copies
         Ok(Spawned {
             process: Process { pid, status: None },
@@ -250,6 +289,65 @@ impl Prepared {
             stdout: File::from(stdout),
             stderr: File::from(stderr),
         })
+    }
+}
+
+/// The paths `program` is tried at: itself when it has a `/`, else each directory of
+/// `path` (glibc's `/bin:/usr/bin` when there is none; an empty entry is the current
+/// directory) joined with it, as `execvp` tries them.
+fn candidates(program: &str, path: Option<&std::ffi::OsStr>) -> io::Result<Vec<CString>> {
+    let nul = |_| invalid("nul byte found in provided data");
+    if program.contains('/') {
+        return Ok(vec![CString::new(program).map_err(nul)?]);
+    }
+    let path = path.map_or(&b"/bin:/usr/bin"[..], |p| p.as_bytes());
+    path.split(|&b| b == b':')
+        .map(|dir| {
+            let mut full = dir.to_vec();
+            if !full.is_empty() {
+                full.push(b'/');
+            }
+            full.extend_from_slice(program.as_bytes());
+            CString::new(full).map_err(nul)
+        })
+        .collect()
+}
+
+/// Clones a child that runs [`child_main`] on this thread's child stack and waits
+/// (CLONE_VFORK) until it has exec'd or failed; its pid, or the errno it failed with
+/// (the failed child reaped).
+fn clone_child(args: &mut ChildArgs) -> io::Result<libc::pid_t> {
+    // SAFETY: sigset_t is plain data initialised by sigfillset; pthread_sigmask and
+    // clone get valid pointers. The child runs on a stack no one else uses while
+    // this thread is suspended, and `args` outlives it (see `child_main`).
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let arg: *mut ChildArgs = args;
+        let pid = with_child_stack(|stack| {
+            libc::clone(
+                child_main,
+                stack,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                arg.cast(),
+            )
+        });
+        let clone_error = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(clone_error);
+        }
+        let error = std::ptr::read_volatile(&(*arg).error);
+        if error != 0 {
+            let mut status = 0;
+            while libc::waitpid(pid, &mut status, 0) < 0
+                && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+            {}
+            return Err(io::Error::from_raw_os_error(error));
+        }
+        Ok(pid)
     }
 }
 
@@ -405,6 +503,77 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::ETXTBSY), "{e}");
         assert!(started.elapsed() < Duration::from_secs(2));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_program_is_looked_for_on_path_as_execvp_does() {
+        let path = |p: &str| Some(std::ffi::OsStr::new(p).to_owned());
+        let shown = |c: Vec<CString>| -> Vec<String> {
+            c.into_iter().map(|c| c.into_string().unwrap()).collect()
+        };
+        assert_eq!(
+            shown(candidates("./h", path("/a").as_deref()).unwrap()),
+            ["./h"]
+        );
+        assert_eq!(
+            shown(candidates("h", path("/a::/b").as_deref()).unwrap()),
+            ["/a/h", "h", "/b/h"],
+            "an empty entry is the current directory"
+        );
+        assert_eq!(
+            shown(candidates("h", None).unwrap()),
+            ["/bin/h", "/usr/bin/h"]
+        );
+        // A directory where the program is not executable is passed over; if
+        // nothing else is found, that is the error.
+        let dir = std::env::temp_dir().join(format!("spawn-path-{}", std::process::id()));
+        let (denied, good) = (dir.join("denied"), dir.join("good"));
+        std::fs::create_dir_all(&denied).unwrap();
+        std::fs::create_dir_all(&good).unwrap();
+        let mode = |p: &std::path::Path, m| {
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+        };
+        std::fs::write(denied.join("h-3f9a"), "#!/bin/sh\necho denied\n").unwrap();
+        mode(&denied.join("h-3f9a"), 0o644);
+        std::fs::write(good.join("h-3f9a"), "#!/bin/sh\necho good\n").unwrap();
+        mode(&good.join("h-3f9a"), 0o755);
+        let both = format!("{}:{}", denied.display(), good.display());
+        let prepared = Prepared {
+            candidates: candidates("h-3f9a", Some(std::ffi::OsStr::new(&both))).unwrap(),
+            ..Prepared::new(&words(&["h-3f9a"]), "X").unwrap()
+        };
+        let mut spawned = prepared.spawn(c"X=1").unwrap();
+        let mut out = String::new();
+        spawned.stdout.read_to_string(&mut out).unwrap();
+        assert_eq!(out, "good\n");
+        assert!(spawned.process.wait().unwrap().success());
+        let only_denied = Prepared {
+            candidates: candidates("h-3f9a", Some(denied.as_os_str())).unwrap(),
+            ..Prepared::new(&words(&["h-3f9a"]), "X").unwrap()
+        };
+        let e = only_denied.spawn(c"X=1").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_child_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
+        let prepared = Prepared::new(
+            // grep reads its own status (a shell blocks signals around its forks).
+            &words(&["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]),
+            "X",
+        )
+        .unwrap();
+        let mut spawned = prepared.spawn(c"X=1").unwrap();
+        let mut out = String::new();
+        spawned.stdout.read_to_string(&mut out).unwrap();
+        assert!(spawned.process.wait().unwrap().success());
+        let mask = |name: &str| {
+            let line = out.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        };
+        assert_eq!(mask("SigBlk:"), 0, "{out}");
+        assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
     }
 
     #[test]

@@ -51,9 +51,16 @@ impl SumCountVec {
     /// Records one observation of `value` (seconds) for the label `values`.
     pub fn observe(&self, values: &[&str], value: f64) {
         debug_assert_eq!(values.len(), self.labels.len());
-        let key: Vec<String> = values.iter().map(|v| v.to_string()).collect();
         let mut series = self.series.lock();
-        let entry = series.entry(key).or_insert((0.0, 0));
+        // A handful of series (an RPC's name, the site): found without making the
+        // key, which is only made for the first observation of a series.
+        let same = |key: &Vec<String>| key.iter().map(String::as_str).eq(values.iter().copied());
+        let entry = match series.iter_mut().find(|(key, _)| same(key)) {
+            Some((_, entry)) => entry,
+            None => series
+                .entry(values.iter().map(|v| v.to_string()).collect())
+                .or_insert((0.0, 0)),
+        };
         entry.0 += value;
         entry.1 += 1;
     }
@@ -110,5 +117,22 @@ impl Collector for SumCountVec {
             .collect();
         family.set_metric(metrics);
         vec![family]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_add_up_per_series() {
+        let rpc = SumCountVec::new("t_rpc_seconds", "t", &[("site", "s")], &["rpc"]).unwrap();
+        rpc.observe(&["inventory"], 0.5);
+        rpc.observe(&["configure"], 0.25);
+        rpc.observe(&["inventory"], 1.0);
+        assert_eq!(rpc.get(&["inventory"]), (1.5, 2));
+        assert_eq!(rpc.get(&["configure"]), (0.25, 1));
+        assert_eq!(rpc.get(&["restart"]), (0.0, 0));
+        assert_eq!(rpc.series.lock().len(), 2, "one series per label value");
     }
 }

@@ -234,6 +234,11 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
     };
     // The pipe is empty: the usual input fits at once, without a poll(2) first.
     feed(&mut stdin, input, &mut written, &mut result.write_error);
+    // Once its input is written, the usual helper's answer fits in its pipes and they
+    // close as it exits: waiting for that (POLLHUP alone) wakes the worker once, where
+    // waiting for the first bytes woke it twice. A helper that fills a pipe and waits
+    // for it to be read is read from after one quiet TICK.
+    let mut quiet = true;
     while out_open || err_open || stdin.is_some() {
         let now = Instant::now();
         match killer.at {
@@ -252,11 +257,16 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
             events,
             revents: 0,
         };
+        let output = if quiet && stdin.is_none() && killer.at.is_none() {
+            0 // only POLLHUP and POLLERR, which poll(2) always reports
+        } else {
+            libc::POLLIN
+        };
         if out_open {
-            fds.push(watch(stdout.as_raw_fd(), libc::POLLIN));
+            fds.push(watch(stdout.as_raw_fd(), output));
         }
         if err_open {
-            fds.push(watch(stderr.as_raw_fd(), libc::POLLIN));
+            fds.push(watch(stderr.as_raw_fd(), output));
         }
         if let Some(s) = &stdin {
             fds.push(watch(s.as_raw_fd(), libc::POLLOUT));
@@ -282,6 +292,7 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
             break;
         }
         if ready == 0 {
+            quiet = false;
             continue;
         }
         for p in &fds {
@@ -488,5 +499,51 @@ mod tests {
             shown.contains("stderr: <14 bytes>, stderr_over: true"),
             "{shown}"
         );
+    }
+
+    /// Pumps `sh -c script` with `input`, a 10 s deadline.
+    fn pump_script(script: &str, input: &[u8]) -> Pumped {
+        let words = ["sh", "-c", script].map(String::from);
+        let spawned = Prepared::new(&words, "X").unwrap().spawn(c"X=1").unwrap();
+        let mut child = spawned.process;
+        let run = Run {
+            stdin: spawned.stdin,
+            stdout: spawned.stdout,
+            stderr: spawned.stderr,
+            input,
+            stdout_cap: 1 << 20,
+            stderr_cap: 1 << 20,
+            deadline: Instant::now() + Duration::from_secs(10),
+            stopping: None,
+        };
+        pump(&mut child, run, &|| {})
+    }
+
+    #[test]
+    fn output_larger_than_a_pipe_is_read_after_the_quiet_wait_and_small_output_at_exit() {
+        // 256 KiB on stdout and 128 KiB on stderr: the helper blocks on full pipes
+        // until the quiet wait gives way to reading.
+        let started = Instant::now();
+        let pumped = pump_script(
+            "cat >/dev/null; head -c 262144 /dev/zero; head -c 131072 /dev/zero >&2",
+            b"input",
+        );
+        assert_eq!(pumped.end, End::Finished);
+        assert_eq!(pumped.stdout.as_ref().map(Vec::len).unwrap(), 262_144);
+        assert_eq!(pumped.stderr.len(), 131_072);
+        assert!(pumped.status.unwrap().success());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // The usual helper: its input read, a small answer, both pipes closed at exit.
+        let pumped = pump_script(
+            "read -r line; printf '{\"in\":\"%s\"}' \"$line\"; echo note >&2",
+            b"hi\n",
+        );
+        assert_eq!(pumped.stdout.unwrap(), br#"{"in":"hi"}"#);
+        assert_eq!(pumped.stderr, b"note\n");
+        assert!(pumped.write_error.is_none());
+        // Output left behind by a helper that exits at once is all read.
+        let pumped = pump_script("printf abc; printf def >&2", b"");
+        assert_eq!(pumped.stdout.unwrap(), b"abc");
+        assert_eq!(pumped.stderr, b"def");
     }
 }

@@ -170,19 +170,13 @@ impl HelperOutput {
     /// which field (for a wrong type), but never quotes a value: the output carries
     /// private keys and passwords.
     pub(crate) fn decode(bytes: &[u8]) -> Result<HelperOutput, OutputError> {
-        let value: serde_json::Value = serde_json::from_slice(bytes)
-            .map_err(|e| OutputError::Json(json_text::describe(&e)))?;
-        let serde_json::Value::Object(map) = value else {
-            return Err(OutputError::NotObject(json_kind(&value)));
-        };
-        let folded: serde_json::Map<String, serde_json::Value> = map
-            .into_iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v))
-            .collect();
+        // The fields are moved into the output, not copied: an answer that does not
+        // fit is read again to say which field is wrong (the rare path), so the
+        // usual one makes no second copy of its keys and certificates.
         let output: HelperOutput =
-            match serde_json::from_value(serde_json::Value::Object(folded.clone())) {
+            match serde_json::from_value(serde_json::Value::Object(folded(bytes)?)) {
                 Ok(output) => output,
-                Err(e) => return Err(field_error(folded, &e)),
+                Err(e) => return Err(field_error(folded(bytes)?, &e)),
             };
         if let Some(claims) = &output.server_claims {
             if !claims.is_object() && !claims.is_null() {
@@ -232,6 +226,23 @@ impl std::error::Error for OutputError {}
 
 /// Names the first field of `fields` whose value has the wrong type (decoding each
 /// known field alone finds it; serde_json's error on the whole object does not say).
+/// The helper's answer as one JSON object with its keys lowercased (Go matches them
+/// case-insensitively).
+fn folded(bytes: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, OutputError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| OutputError::Json(json_text::describe(&e)))?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(OutputError::NotObject(json_kind(&value)));
+    };
+    Ok(map
+        .into_iter()
+        .map(|(mut k, v)| {
+            k.make_ascii_lowercase();
+            (k, v)
+        })
+        .collect())
+}
+
 fn field_error(
     fields: serde_json::Map<String, serde_json::Value>,
     e: &serde_json::Error,

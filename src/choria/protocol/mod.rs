@@ -471,6 +471,14 @@ fn hash(bytes: &[u8]) -> String {
     b64(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())
 }
 
+/// Whether `expected` is the base64 of the SHA-256 of `bytes` ([`hash`] without
+/// making a string: checked on every reply).
+fn hash_is(bytes: &[u8], expected: &str) -> bool {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut text = [0u8; 44]; // 32 bytes in padded base64
+    matches!(B64.encode_slice(digest.as_ref(), &mut text), Ok(44) if text[..] == *expected.as_bytes())
+}
+
 /// The body a server dispatches: base64-decoded if it decodes, else as sent (§2.8).
 fn server_body(message: &[u8]) -> Vec<u8> {
     std::str::from_utf8(message)
@@ -483,6 +491,18 @@ fn server_body(message: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+    #[test]
+    fn a_reply_hash_is_checked_as_the_base64_of_its_sha256() {
+        let message = br#"{"protocol":"choria:reply:1"}"#;
+        let right = hash(message);
+        assert!(hash_is(message, &right));
+        assert!(!hash_is(b"other", &right));
+        assert!(!hash_is(message, &right[..43]), "cut short");
+        assert!(!hash_is(message, &format!("{right}=")), "one byte more");
+        assert!(!hash_is(message, ""));
+        assert!(!hash_is(message, &right.to_lowercase()));
+    }
 
     fn request(ttl: i64, time: i64) -> DecodedRequest {
         DecodedRequest {

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 
 use super::credentials::Credentials;
 use super::{
-    expect_protocol, flat, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter,
-    Layer, Protocol, ProtocolError, RequestSpec,
+    expect_protocol, flat, gojson, hash, hash_is, server_body, unb64, DecodedReply, DecodedRequest,
+    Filter, Layer, Protocol, ProtocolError, RequestSpec,
 };
 
 /// Transport protocol string.
@@ -263,7 +263,7 @@ pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolErr
     let (data, _) = open_parsed(t.0)?;
     let secure = secure_reply(&data)?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
-    if hash(secure.message.as_bytes()) != *secure.hash {
+    if !hash_is(secure.message.as_bytes(), &secure.hash) {
         return Err(ProtocolError::new(
             Layer::Secure,
             "the reply hash does not match the message",

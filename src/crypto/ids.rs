@@ -21,7 +21,7 @@ const POOL_IDS: usize = 16;
 /// The bytes are the kernel's CSPRNG output all the same, used once each; keys and
 /// key-transport randomness still come straight from [`random_bytes`]. The pool is
 /// scratch of the calling thread alone, never shared.
-pub fn id_bytes() -> [u8; 16] {
+pub(crate) fn id_bytes() -> [u8; 16] {
     use std::cell::RefCell;
     thread_local! {
         static POOL: RefCell<([u8; 16 * POOL_IDS], usize)> =

@@ -576,6 +576,83 @@ mod tests {
         assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
     }
 
+    /// The calls in `child_main`'s body (`name(` or `name::<T>(`), comments left out.
+    fn child_main_calls() -> Vec<String> {
+        let source = include_str!("spawn.rs");
+        let start = source
+            .find("extern \"C\" fn child_main")
+            .expect("child_main is in spawn.rs");
+        let body = &source[start..];
+        let body = &body[..body.find("\n}\n").expect("child_main ends")];
+        let code: String = body
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let bytes = code.as_bytes();
+        let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b':';
+        let mut calls = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if !word(bytes[i]) || (i > 0 && word(bytes[i - 1])) {
+                i += 1;
+                continue;
+            }
+            let begin = i;
+            while i < bytes.len() && word(bytes[i]) {
+                i += 1;
+            }
+            let name = code[begin..i].trim_end_matches("::").to_string();
+            let mut j = i;
+            if code[j..].starts_with('<') {
+                j += code[j..].find('>').map_or(0, |n| n + 1); // turbofish
+            }
+            match bytes.get(j) {
+                Some(b'(') => calls.push(name),
+                Some(b'!') => calls.push(format!("{name}!")),
+                _ => {}
+            }
+        }
+        calls
+    }
+
+    #[test]
+    fn the_child_calls_only_async_signal_safe_functions_and_never_allocates() {
+        // It shares the daemon's memory while other threads run: no allocator, no
+        // lock, no panic, no formatting; system call wrappers and pointer steps only.
+        const ALLOWED: &[&str] = &[
+            "libc::__errno_location",
+            "libc::_exit",
+            "libc::dup2",
+            "libc::execve",
+            "libc::setpgid",
+            "libc::sigaction",
+            "libc::sigemptyset",
+            "libc::sigprocmask",
+            "std::mem::zeroed",
+            "std::ptr::null",
+            "std::ptr::null_mut",
+            "cast",
+            "add",
+            "is_null",
+            "into_iter",
+            "enumerate",
+            "fail",
+            "child_main",
+            "for",
+            "if",
+            "while",
+            "match",
+        ];
+        let calls = child_main_calls();
+        assert!(calls.iter().any(|c| c == "libc::execve"), "{calls:?}");
+        let others: Vec<&String> = calls
+            .iter()
+            .filter(|c| !ALLOWED.contains(&c.as_str()))
+            .collect();
+        assert!(others.is_empty(), "child_main calls {others:?}");
+    }
+
     #[test]
     fn debug_does_not_show_the_environment() {
         let prepared = Prepared::new(&words(&["true"]), "X").unwrap();

@@ -224,8 +224,6 @@ impl fmt::Display for OutputError {
 
 impl std::error::Error for OutputError {}
 
-/// Names the first field of `fields` whose value has the wrong type (decoding each
-/// known field alone finds it; serde_json's error on the whole object does not say).
 /// The helper's answer as one JSON object with its keys lowercased (Go matches them
 /// case-insensitively).
 fn folded(bytes: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, OutputError> {
@@ -243,6 +241,8 @@ fn folded(bytes: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, Ou
         .collect())
 }
 
+/// Names the first field of `fields` whose value has the wrong type (decoding each
+/// known field alone finds it; serde_json's error on the whole object does not say).
 fn field_error(
     fields: serde_json::Map<String, serde_json::Value>,
     e: &serde_json::Error,

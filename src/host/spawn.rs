@@ -181,11 +181,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             }
             next = next.add(1);
         }
-        if denied {
-            *libc::__errno_location() = libc::EACCES;
-        } else {
-            *libc::__errno_location() = libc::ENOENT;
-        }
+        *libc::__errno_location() = if denied { libc::EACCES } else { libc::ENOENT };
         fail(args)
     }
 }
@@ -341,10 +337,8 @@ fn clone_child(args: &mut ChildArgs) -> io::Result<libc::pid_t> {
         }
         let error = std::ptr::read_volatile(&(*arg).error);
         if error != 0 {
-            let mut status = 0;
-            while libc::waitpid(pid, &mut status, 0) < 0
-                && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-            {}
+            // The failed child has exited: reaped as any other child is.
+            let _ = Process { pid, status: None }.wait();
             return Err(io::Error::from_raw_os_error(error));
         }
         Ok(pid)

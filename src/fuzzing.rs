@@ -22,8 +22,8 @@ use crate::choria::client_config::{broker_host_port, parse_lines, ClientConfig};
 use crate::choria::kv::{parse_bucket_ttl, parse_pub_ack};
 use crate::choria::lifecycle::{self, Event};
 use crate::choria::peers::{Handoff, Heartbeat, PeerState, HEARTBEAT_MS, PEER_REFUSALS};
-use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
-use crate::choria::protocol::{self, Credentials, Filter, Protocol, RequestSpec};
+use crate::choria::protocol::mcorpc::{ReplyBody, RpcReply, RpcRequestBody, StatusCode};
+use crate::choria::protocol::{self, gojson, Credentials, Filter, Protocol, RequestSpec};
 use crate::config::{format_duration, parse_duration, shell_words, Config, Secret};
 use crate::crypto::csr::{parse_csr, validate_csr, CsrError, DenyList};
 use crate::crypto::ids::{hex, ksuid_from, ksuid_time, unhex, KSUID_EPOCH};
@@ -323,15 +323,71 @@ pub fn decode_transport(data: &[u8]) {
     }
 }
 
-/// MCollective-RPC request and reply bodies: what decodes re-encodes and decodes.
+/// MCollective-RPC request and reply bodies: what decodes re-encodes and decodes; the
+/// provisioner's reader ([`ReplyBody`]) takes every body serde's does, with the same
+/// data, and refuses others only for a value the actions refuse when they read it;
+/// the inventory written for the helper holds the data's values, sorted everywhere.
 pub fn rpc_body(data: &[u8]) {
-    if let Ok(reply) = RpcReply::decode(data) {
+    let reply = RpcReply::decode(data);
+    if let Ok(reply) = &reply {
         let again = RpcReply::decode(&reply.encode()).expect("our own reply body decodes");
-        assert_eq!(again, reply);
+        assert_eq!(&again, reply);
+    }
+    match (reply, ReplyBody::decode(data)) {
+        (Ok(reply), Ok(body)) => {
+            assert_eq!(
+                (body.statuscode, body.statusmsg.as_str()),
+                (reply.statuscode, reply.statusmsg.as_str())
+            );
+            assert_eq!(body.data.to_value().expect("serde read it"), reply.data);
+        }
+        (Ok(_), Err(e)) => panic!("a body serde reads is refused: {e}"),
+        (Err(_), Ok(body)) => assert!(body.data.to_value().is_err()),
+        (Err(_), Err(_)) => {}
+    }
+    if let Ok(body) = ReplyBody::decode(data) {
+        let mut out = Vec::new();
+        let written = gojson::write_map(&mut out, body.data.text(), &[("upgradable", "false")]);
+        match (written, body.data.to_value()) {
+            (Ok(()), Ok(mut value)) => {
+                let back: serde_json::Value =
+                    serde_json::from_slice(&out).expect("the inventory written is JSON");
+                assert!(sorted_everywhere(&back));
+                if let serde_json::Value::Object(m) = &mut value {
+                    m.entry("upgradable")
+                        .or_insert(serde_json::Value::Bool(false));
+                }
+                assert_eq!(as_float64(back), as_float64(value));
+            }
+            (Err(_), Err(_)) => assert!(out.is_empty()),
+            (written, value) => panic!("write_map {written:?} but serde {:?}", value.err()),
+        }
     }
     if let Ok(body) = RpcRequestBody::decode(data) {
         let again = RpcRequestBody::decode(&body.encode()).expect("our own request body decodes");
         assert_eq!(again, body);
+    }
+}
+
+/// Every object's keys in strictly increasing order, at every depth.
+fn sorted_everywhere(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b) && m.values().all(sorted_everywhere)
+        }
+        serde_json::Value::Array(items) => items.iter().all(sorted_everywhere),
+        _ => true,
+    }
+}
+
+/// Every number as the float64 Go holds.
+fn as_float64(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) => n.as_f64().map(Value::from).unwrap_or(Value::Null),
+        Value::Array(items) => Value::Array(items.into_iter().map(as_float64).collect()),
+        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, as_float64(v))).collect()),
+        other => other,
     }
 }
 

@@ -59,8 +59,8 @@ pub struct Reply {
     pub statuscode: u64,
     /// Status message (`OK` or the refusal).
     pub statusmsg: String,
-    /// The action's output.
-    pub data: serde_json::Value,
+    /// The action's output: a JSON object, each action reading its own fields.
+    pub data: protocol::mcorpc::ReplyData,
 }
 
 /// Why an RPC try failed.
@@ -452,7 +452,7 @@ impl RpcClient {
                 format!("reply comes from {}", shown(&decoded.sender_id)),
             ));
         }
-        let body = protocol::mcorpc::RpcReply::decode(&decoded.body)
+        let body = protocol::mcorpc::ReplyBody::decode(&decoded.body)
             .map_err(|e| reject("undecodable", e.to_string()))?;
         Ok((
             Reply {

@@ -10,6 +10,7 @@ pub mod pipes;
 mod proctree;
 pub mod progress;
 mod redact;
+mod replies;
 pub mod retry;
 pub mod sequence;
 mod spawn;

@@ -133,26 +133,28 @@ fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
 const CHUNK: usize = 16 * 1024;
 
 /// Reads what is there on `fd` into `kept` (at most `cap` bytes kept); false at EOF
-/// or on an error other than "would block". Reads go straight into `kept`'s spare
-/// capacity: no scratch buffer is zeroed per call.
+/// or on an error other than "would block". Each read(2) lands in an uninitialised
+/// stack chunk and only the bytes kept are copied into `kept`: the usual helper's
+/// empty stderr costs no allocation, its stdout one of its own size, and nothing is
+/// zeroed per call (reserving a whole chunk in `kept` per pipe was two 16 KiB
+/// allocations per run, and glibc consolidates its free lists on each).
 fn drain(fd: RawFd, kept: &mut Vec<u8>, cap: usize, over: &mut bool) -> std::io::Result<bool> {
+    let mut chunk = std::mem::MaybeUninit::<[u8; CHUNK]>::uninit();
     loop {
         let room = cap.saturating_sub(kept.len());
         // Past the cap the bytes are read all the same (the pipe must not fill) and
-        // dropped: they land in the spare capacity and `len` does not cover them.
-        let want = if room > 0 { room.min(CHUNK) } else { CHUNK };
-        kept.reserve(want);
-        let spare = kept.spare_capacity_mut();
-        // SAFETY: `spare` is writable memory of at least `want` bytes owned by
-        // `kept`; read(2) writes at most `want` bytes into it.
-        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), want) };
+        // dropped.
+        // SAFETY: `chunk` is writable memory of CHUNK bytes on this stack frame;
+        // read(2) writes at most CHUNK bytes into it.
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), CHUNK) };
         match n {
             0 => return Ok(false),
             n if n > 0 => {
                 let n = n as usize;
                 let keep = n.min(room);
-                // SAFETY: read(2) initialised the first `n >= keep` spare bytes.
-                unsafe { kept.set_len(kept.len() + keep) };
+                // SAFETY: read(2) initialised the first `n >= keep` bytes of `chunk`.
+                let read = unsafe { std::slice::from_raw_parts(chunk.as_ptr().cast::<u8>(), keep) };
+                kept.extend_from_slice(read);
                 *over |= n > room;
             }
             _ => {
@@ -251,11 +253,16 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
             }
             None => {}
         }
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
         let watch = |fd: RawFd, events: libc::c_short| libc::pollfd {
             fd,
             events,
             revents: 0,
+        };
+        let mut polled = [watch(-1, 0); 3];
+        let mut count = 0;
+        let mut fds = |p: libc::pollfd| {
+            polled[count] = p;
+            count += 1;
         };
         let output = if quiet && stdin.is_none() && killer.at.is_none() {
             0 // only POLLHUP and POLLERR, which poll(2) always reports
@@ -263,14 +270,15 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
             libc::POLLIN
         };
         if out_open {
-            fds.push(watch(stdout.as_raw_fd(), output));
+            fds(watch(stdout.as_raw_fd(), output));
         }
         if err_open {
-            fds.push(watch(stderr.as_raw_fd(), output));
+            fds(watch(stderr.as_raw_fd(), output));
         }
         if let Some(s) = &stdin {
-            fds.push(watch(s.as_raw_fd(), libc::POLLOUT));
+            fds(watch(s.as_raw_fd(), libc::POLLOUT));
         }
+        let fds = &mut polled[..count];
         let wait = deadline
             .saturating_duration_since(now)
             .clamp(Duration::from_millis(1), TICK);
@@ -295,7 +303,7 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
             quiet = false;
             continue;
         }
-        for p in &fds {
+        for p in fds.iter() {
             if p.revents == 0 {
                 continue;
             }

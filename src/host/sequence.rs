@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::replies::{self, BadReplyData, Gen25519Reply, GencsrReply, InventoryReply, JwtReply};
+
 use super::failure::AttemptError;
 use super::helper::{CsrInfo, Ed25519Info, Helper, HelperError, HelperInput, HelperOutput};
 use super::key_material::{KeyLoadError, KeyMaterial};
@@ -307,13 +309,11 @@ impl NodeSequence {
         let ((jwt, ecdh), watch) = w.run(
             &self.call(identity, "jwt", 3),
             || Cow::Owned(json!({ "token": token })),
-            |r| {
-                let jwt = r.data["jwt"].as_str().unwrap_or_default().to_string();
-                let ecdh = r.data["ecdh_public"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                Check::Accept((jwt, ecdh))
+            |r| match replies::read::<JwtReply>(&r.data, "jwt") {
+                Ok(d) => {
+                    Check::Accept((d.jwt.unwrap_or_default(), d.ecdh_public.unwrap_or_default()))
+                }
+                Err(why) => Check::Retry(why.to_string()),
             },
         )?;
         a.watches.push(Watched::prompt(watch));
@@ -353,10 +353,14 @@ impl NodeSequence {
                 Cow::Owned(data)
             },
             |r| {
+                let d = match replies::read::<Gen25519Reply>(&r.data, "gen25519") {
+                    Ok(d) => d,
+                    Err(why) => return Check::Retry(why.to_string()),
+                };
                 let info = Ed25519Info {
-                    public_key: r.data["public_key"].as_str().unwrap_or_default().into(),
-                    directory: r.data["directory"].as_str().unwrap_or_default().into(),
-                    signature: r.data["signature"].as_str().unwrap_or_default().into(),
+                    public_key: d.public_key.unwrap_or_default(),
+                    directory: d.directory.unwrap_or_default(),
+                    signature: d.signature.unwrap_or_default(),
                 };
                 match crate::crypto::nonce::verify_nonce_signature(
                     &info.public_key,
@@ -411,21 +415,35 @@ impl NodeSequence {
             tries: 5,
             timeout: self.timeouts.rpcutil,
         };
-        let (data, watch) = w.run(
+        // Go keeps the whole object for the helper, re-encoded as it writes a decoded
+        // map (keys sorted at every depth, numbers as float64), `upgradable` added.
+        let ((version, upgradable, inventory), watch) = w.run(
             &call,
             || Cow::Owned(json!({})),
             |r| {
-                if r.data.is_object() {
-                    // Taken, not copied: the reply is not read again.
-                    Check::Accept(std::mem::take(&mut r.data))
-                } else {
-                    Check::Retry("inventory data is not an object".into())
+                let d = match replies::read::<InventoryReply>(&r.data, "inventory") {
+                    Ok(d) => d,
+                    Err(why) => return Check::Retry(why.to_string()),
+                };
+                let mut inventory = Vec::with_capacity(r.data.text().len() + 32);
+                if let Err(e) = crate::choria::protocol::gojson::write_map(
+                    &mut inventory,
+                    r.data.text(),
+                    &[("upgradable", "false")],
+                ) {
+                    return Check::Retry(BadReplyData::new("inventory", &e).to_string());
                 }
+                Check::Accept((
+                    d.version.unwrap_or_default().into_owned(),
+                    d.upgradable.unwrap_or(false),
+                    String::from_utf8(inventory).expect("JSON is UTF-8"),
+                ))
             },
         )?;
         a.watches.push(Watched::prompt(watch));
-        a.version = data["version"].as_str().unwrap_or_default().to_string();
-        a.upgradable = data["upgradable"].as_bool().unwrap_or(false);
+        a.version = version;
+        a.upgradable = upgradable;
+        a.inventory = inventory;
         self.warn_if_lockless(identity, &a.version);
         if !a.version.is_empty() {
             w.progress
@@ -433,20 +451,6 @@ impl NodeSequence {
         }
         // Back from an upgrade on another version: its upgrade slot is free.
         self.slots.seen(identity, &a.version);
-        // Go re-encodes the reply as a map: alphabetical keys, `upgradable` added;
-        // sorted by reference, nothing copied.
-        let mut data = data;
-        if let Value::Object(m) = &mut data {
-            m.entry("upgradable").or_insert(Value::Bool(false));
-        }
-        let mut sorted: Vec<(&String, &Value)> = match &data {
-            Value::Object(m) => m.iter().collect(),
-            _ => Vec::new(),
-        };
-        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let mut inventory = Vec::with_capacity(1024);
-        crate::choria::protocol::gojson::write_entries(&mut inventory, sorted, false);
-        a.inventory = String::from_utf8(inventory).expect("JSON is UTF-8");
         Ok(())
     }
 
@@ -457,12 +461,13 @@ impl NodeSequence {
         let (csr, watch) = w.run(
             &self.call(identity, "gencsr", 3),
             || Cow::Owned(json!({ "token": token, "cn": identity })),
-            |r| {
-                Check::Accept(CsrInfo {
-                    csr: r.data["csr"].as_str().unwrap_or_default().into(),
-                    public_key: r.data["public_key"].as_str().unwrap_or_default().into(),
-                    ssldir: r.data["ssldir"].as_str().unwrap_or_default().into(),
-                })
+            |r| match replies::read::<GencsrReply>(&r.data, "gencsr") {
+                Ok(d) => Check::Accept(CsrInfo {
+                    csr: d.csr.unwrap_or_default(),
+                    public_key: d.public_key.unwrap_or_default(),
+                    ssldir: d.ssldir.unwrap_or_default(),
+                }),
+                Err(why) => Check::Retry(why.to_string()),
             },
         )?;
         // A real node answers only once it has made its key (RSA 2048 in go-choria:

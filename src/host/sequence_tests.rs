@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use super::{NodeSequence, Timeouts};
 use crate::choria::identity::Identity;
+use crate::choria::protocol::mcorpc::ReplyData;
 use crate::choria::rpc::{Contested, Reply, RpcError};
 use crate::config::{Config, Pause, Secret};
 use crate::host::node_rpc::{Called, NodeRpc, ReplyWatch};
@@ -118,11 +119,13 @@ impl NodeRpc for FakeNode {
             }
         }
         .unwrap_or(Answer::Ok(json!({})));
-        let reply = |statuscode, statusmsg: &str, data| Reply {
+        let reply = |statuscode, statusmsg: &str, data: Value| Reply {
             sender: identity.to_string(),
             statuscode,
             statusmsg: statusmsg.to_string(),
-            data,
+            // The wire refuses a reply whose data is not an object before the
+            // sequence sees it, so a script holds objects only.
+            data: ReplyData::from_value(&data).expect("scripted data is an object"),
         };
         let watch = |twin, waits| -> Box<dyn ReplyWatch> {
             Box::new(FakeWatch {
@@ -195,7 +198,10 @@ fn rig(node: Arc<FakeNode>, helper_json: &str, adjust: impl FnOnce(&mut Config))
     let helper = dir.join("helper.sh");
     std::fs::write(
         &helper,
-        format!("#!/bin/sh\ncat >/dev/null\ncat <<'EOF'\n{helper_json}\nEOF\n"),
+        format!(
+            "#!/bin/sh\ncat >'{}'\ncat <<'EOF'\n{helper_json}\nEOF\n",
+            dir.join("input.json").display()
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -247,6 +253,43 @@ fn a_plain_node_is_inventoried_configured_and_restarted() {
     let r = rig(FakeNode::answering(&[]), CONFIGURED, |_| {});
     assert_eq!(r.attempt(), Outcome::Done);
     assert_eq!(r.node.calls(), ["inventory", "configure", "restart"]);
+}
+
+#[test]
+fn the_helper_gets_the_inventory_as_go_rewrites_it_and_a_mistyped_field_is_retried() {
+    let node = FakeNode::answering(&[(
+        "inventory",
+        &[
+            Answer::Ok(json!({"version": 5})),
+            Answer::Ok(json!({
+                "version": "0.30.2",
+                "facts": {"b": 1.0, "a": {"d": 2, "c": 1e21}, "<": "&"},
+                "agents": ["z", "a"],
+            })),
+        ],
+    )]);
+    let r = rig(node, CONFIGURED, |_| {});
+    let progress = crate::host::progress::Progress::new();
+    let outcome =
+        r.sequence
+            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(r.node.count("inventory"), 2);
+    let retries = progress.facts().retries;
+    assert_eq!(retries.len(), 1);
+    assert!(
+        retries[0].starts_with(
+            "rpcutil#inventory try 1/5: inventory reply data: invalid type: integer, expected a string"
+        ),
+        "{retries:?}"
+    );
+    let input: Value =
+        serde_json::from_slice(&std::fs::read(r.dir.join("input.json")).unwrap()).unwrap();
+    assert_eq!(
+        input["inventory"],
+        r#"{"agents":["z","a"],"facts":{"\u003c":"\u0026","a":{"c":1e+21,"d":2},"b":1},"upgradable":false,"version":"0.30.2"}"#,
+        "keys sorted at every depth, numbers as Go's float64, upgradable added"
+    );
 }
 
 #[test]

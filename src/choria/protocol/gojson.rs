@@ -201,6 +201,231 @@ pub fn write_entries<'a>(
     out.push(b'}');
 }
 
+/// Appends the JSON object `text` as Go's `encoding/json` writes what it decoded into
+/// a `map[string]any` (go-choria's generated clients hold an action's output so):
+/// every object's keys sorted, a repeated key keeping its last value as Go's decoder
+/// does, every number as the float64 Go holds ([`write_go_float`]), strings with Go's
+/// escapes. At the top level, each `missing` entry (a key and its JSON text) is added
+/// when the object lacks it. Read straight from the bytes, with no
+/// `serde_json::Value` tree: each object's entries are written where they are read,
+/// and only an object whose keys came out of order is rearranged, in place. Nesting
+/// is limited as serde_json limits it (128). On an error `out` is left as it was.
+pub fn write_map(
+    out: &mut Vec<u8>,
+    text: &str,
+    missing: &[(&str, &str)],
+) -> Result<(), serde_json::Error> {
+    use serde::de::{DeserializeSeed, Error as _};
+    let start = out.len();
+    let mut entries = Vec::new();
+    let mut de = serde_json::Deserializer::from_str(text);
+    let seed = GoMap {
+        out: &mut *out,
+        entries: &mut entries,
+        missing,
+    };
+    let result = if text.trim_start().starts_with('{') {
+        seed.deserialize(&mut de).and_then(|()| de.end())
+    } else {
+        Err(serde_json::Error::custom("the JSON text is not an object"))
+    };
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
+}
+
+/// Appends `f` as Go's `encoding/json` writes a float64: the fewest digits that read
+/// back as `f`, in plain notation from 1e-6 up to 1e21, otherwise as `1.5e+21` or
+/// `1e-7` (`strconv`'s `e` format with Go's clean-up of a one-digit negative exponent).
+pub fn write_go_float(out: &mut Vec<u8>, f: f64) {
+    let abs = f.abs();
+    // Writing to a Vec cannot fail.
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let at = out.len();
+        let _ = write!(out, "{f:e}");
+        // Rust writes `1.5e21` and `1e-7`; Go writes `1.5e+21` and `1e-7`.
+        if let Some(e) = out[at..].iter().position(|&b| b == b'e') {
+            if out.get(at + e + 1) != Some(&b'-') {
+                out.insert(at + e + 1, b'+');
+            }
+        }
+    } else {
+        let _ = write!(out, "{f}");
+    }
+}
+
+/// One object entry as written: its key, and where `"key":value` lies in the output.
+struct Entry<'de> {
+    key: std::borrow::Cow<'de, str>,
+    start: usize,
+    end: usize,
+}
+
+/// Writes one JSON value as [`write_map`] does; `entries` is a stack shared by the
+/// objects being written, each using the part above where it started.
+struct GoMap<'s, 'de> {
+    out: &'s mut Vec<u8>,
+    entries: &'s mut Vec<Entry<'de>>,
+    missing: &'s [(&'s str, &'s str)],
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for GoMap<'_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+/// An object key, borrowed from the input where it holds no escape.
+struct Key;
+
+impl<'de> serde::de::DeserializeSeed<'de> for Key {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+        de.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Key {
+    type Value = std::borrow::Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_owned()))
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for GoMap<'_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+        self.out
+            .extend_from_slice(if v { b"true" } else { b"false" });
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+        write_go_float(self.out, v as f64);
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        write_go_float(self.out, v as f64);
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        write_go_float(self.out, v);
+        Ok(())
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        write_str(self.out, v);
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.out.push(b'[');
+        let mut first = true;
+        loop {
+            let mark = self.out.len();
+            if !first {
+                self.out.push(b',');
+            }
+            let element = GoMap {
+                out: &mut *self.out,
+                entries: &mut *self.entries,
+                missing: &[],
+            };
+            if seq.next_element_seed(element)?.is_none() {
+                self.out.truncate(mark);
+                break;
+            }
+            first = false;
+        }
+        self.out.push(b']');
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let open = self.out.len();
+        let base = self.entries.len();
+        self.out.push(b'{');
+        while let Some(key) = map.next_key_seed(Key)? {
+            if self.entries.len() > base {
+                self.out.push(b',');
+            }
+            let start = self.out.len();
+            write_str(self.out, &key);
+            self.out.push(b':');
+            map.next_value_seed(GoMap {
+                out: &mut *self.out,
+                entries: &mut *self.entries,
+                missing: &[],
+            })?;
+            let end = self.out.len();
+            self.entries.push(Entry { key, start, end });
+        }
+        for (key, value) in self.missing {
+            if self.entries[base..].iter().all(|e| e.key != *key) {
+                if self.entries.len() > base {
+                    self.out.push(b',');
+                }
+                let start = self.out.len();
+                write_str(self.out, key);
+                self.out.push(b':');
+                self.out.extend_from_slice(value.as_bytes());
+                let end = self.out.len();
+                self.entries.push(Entry {
+                    key: std::borrow::Cow::Owned((*key).to_owned()),
+                    start,
+                    end,
+                });
+            }
+        }
+        let entries = &mut self.entries[base..];
+        if entries.windows(2).any(|w| w[0].key >= w[1].key) {
+            // Equal keys stay in their order, so the last of each is the one kept.
+            entries.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.start.cmp(&b.start)));
+            let tail = self.out.len();
+            for (n, entry) in entries.iter().enumerate() {
+                if entries.get(n + 1).is_some_and(|next| next.key == entry.key) {
+                    continue;
+                }
+                if self.out.len() > tail {
+                    self.out.push(b',');
+                }
+                self.out.extend_from_within(entry.start..entry.end);
+            }
+            self.out.copy_within(tail.., open + 1);
+            let len = self.out.len() - tail;
+            self.out.truncate(open + 1 + len);
+        }
+        self.entries.truncate(base);
+        self.out.push(b'}');
+        Ok(())
+    }
+}
+
 /// A JSON object written field by field, as Go writes a struct: for the envelopes,
 /// whose big fields (a nested message, base64 data) are written without serde.
 /// Fields must be added in the struct's declaration order.
@@ -382,6 +607,152 @@ mod tests {
             String::from_utf8(out).unwrap(),
             r#"{"a":{"c":0.1,"d":"x\n"},"m":"é\u0026","z":[1,-2,3.5,1e+300,null,true,"\u003c\u2028\u003e",{"b":[],"y":{}}]}"#
         );
+    }
+
+    fn map(text: &str, missing: &[(&str, &str)]) -> Result<String, serde_json::Error> {
+        let mut out = b"kept:".to_vec();
+        let result = write_map(&mut out, text, missing);
+        let out = String::from_utf8(out).unwrap();
+        match result {
+            Ok(()) => Ok(out
+                .strip_prefix("kept:")
+                .expect("the prefix is kept")
+                .into()),
+            Err(e) => {
+                assert_eq!(out, "kept:", "nothing is left behind on an error");
+                Err(e)
+            }
+        }
+    }
+
+    #[test]
+    fn floats_are_written_as_go_writes_a_float64() {
+        // Outputs of Go's json.Marshal(float64(...)).
+        for (f, go) in [
+            (0.0, "0"),
+            (-0.0, "-0"),
+            (1.0, "1"),
+            (-2.0, "-2"),
+            (3.5, "3.5"),
+            (0.1, "0.1"),
+            (0.000001, "0.000001"),
+            (0.0000001, "1e-7"),
+            (1.5e-10, "1.5e-10"),
+            (5e-324, "5e-324"),
+            (1e20, "100000000000000000000"),
+            (1e21, "1e+21"),
+            (-1.5e300, "-1.5e+300"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (12345678901234567890.0, "12345678901234567000"),
+            (4294967296.0, "4294967296"),
+            (123456789.123, "123456789.123"),
+        ] {
+            let mut out = Vec::new();
+            write_go_float(&mut out, f);
+            assert_eq!(String::from_utf8(out).unwrap(), go, "{f:e}");
+        }
+    }
+
+    #[test]
+    fn a_map_is_written_as_go_rewrites_a_decoded_map() {
+        // What Go's json.Marshal writes for the map json.Unmarshal made of the input.
+        assert_eq!(
+            map(
+                r#" {"version":"0.30.2","facts":{"z":1.0,"a":{"y":[{"b":2,"a":1e21}],"x":null}},"agents":["b","a"],"classes":[]} "#,
+                &[("upgradable", "false")]
+            )
+            .unwrap(),
+            r#"{"agents":["b","a"],"classes":[],"facts":{"a":{"x":null,"y":[{"a":1e+21,"b":2}]},"z":1},"upgradable":false,"version":"0.30.2"}"#
+        );
+        assert_eq!(
+            map(
+                r#"{"upgradable":true,"n":12345678901234567890}"#,
+                &[("upgradable", "false")]
+            )
+            .unwrap(),
+            r#"{"n":12345678901234567000,"upgradable":true}"#,
+            "a key present is not added again; integers become float64"
+        );
+        assert_eq!(
+            map(r#"{"b":1,"a":2,"b":3,"a":{"k":4},"c":[]}"#, &[]).unwrap(),
+            r#"{"a":{"k":4},"b":3,"c":[]}"#,
+            "a repeated key keeps its last value"
+        );
+        assert_eq!(
+            map(
+                r#"{"\u003c":"<\u2028&>","a\"b":"\ud83d\ude00","é":"\n"}"#,
+                &[]
+            )
+            .unwrap(),
+            "{\"\\u003c\":\"\\u003c\\u2028\\u0026\\u003e\",\"a\\\"b\":\"\u{1f600}\",\"é\":\"\\n\"}",
+            "keys sorted by their text, not as written; strings with Go's escapes"
+        );
+        assert_eq!(
+            map("{}", &[("upgradable", "false")]).unwrap(),
+            r#"{"upgradable":false}"#
+        );
+        assert_eq!(
+            map(r#"{"a":[[],[{}],[1,[2]]]}"#, &[]).unwrap(),
+            r#"{"a":[[],[{}],[1,[2]]]}"#
+        );
+    }
+
+    #[test]
+    fn a_map_that_is_not_one_is_refused_and_nothing_is_written() {
+        let deep = format!("{{\"a\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        for bad in [
+            "",
+            "[]",
+            "\"{}\"",
+            "{",
+            "{\"a\":1}x",
+            "{\"a\":1,}",
+            "{\"a\":1e400}",
+            "{\"a\":tru}",
+            deep.as_str(),
+        ] {
+            assert!(map(bad, &[("upgradable", "false")]).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Every object's keys in strictly increasing order, at every depth.
+    fn sorted_everywhere(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b)
+                    && m.values().all(sorted_everywhere)
+            }
+            serde_json::Value::Array(items) => items.iter().all(sorted_everywhere),
+            _ => true,
+        }
+    }
+
+    /// Numbers as the float64 Go holds.
+    fn as_go(v: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        match v {
+            Value::Number(n) => n.as_f64().map(Value::from).unwrap_or(Value::Null),
+            Value::Array(items) => Value::Array(items.into_iter().map(as_go).collect()),
+            Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, as_go(v))).collect()),
+            other => other,
+        }
+    }
+
+    #[test]
+    fn a_map_holds_what_serde_reads_from_the_same_text() {
+        let texts = [
+            r#"{"agents":["rpcutil"],"facts":{"memory":{"system":{"total_bytes":34359738368}},"os":{"release":{"major":"9","full":"9.4"},"family":"RedHat"}},"version":"0.29.4","upgradable":true}"#,
+            r#"{"z":{"y":{"x":{"w":[null,false,-1,-1.25,1e-9,"<>"]}}},"a":[{"c":1,"b":2,"a":3}]}"#,
+            r#"{"k":1,"k":2,"j":{"k":1,"k":{"k":3}}}"#,
+            r#"{"\u0000":"\u001f","\t":"\\","ß":"\u2029"}"#,
+        ];
+        for text in texts {
+            let out = map(text, &[]).unwrap();
+            let written: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let read: serde_json::Value = serde_json::from_str(text).unwrap();
+            assert!(sorted_everywhere(&written), "{out}");
+            assert_eq!(as_go(written), as_go(read), "{text}");
+        }
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! (`spec/choria-protocol.md` §4): `{"agent","action","data"}` requests and
 //! `{"action","statuscode","statusmsg","data"}` replies.
 
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 use super::{gojson, Layer, ProtocolError};
@@ -147,6 +149,115 @@ impl RpcReply {
         }
         Ok(RpcReply {
             action: wire.action.unwrap_or_default(),
+            statuscode: wire.statuscode,
+            statusmsg: wire.statusmsg.unwrap_or_default(),
+            data,
+        })
+    }
+}
+
+/// A reply's `data` as the provisioner reads it: checked to be one JSON object and
+/// kept as its text. Each action decodes the few fields it reads into a typed struct
+/// straight from it ([`ReplyData::fields`]) and the inventory is re-encoded from it
+/// ([`gojson::write_map`]): no `serde_json::Value` tree per reply. The object's
+/// syntax is checked when the reply is read; a value is checked (a number's range, a
+/// field's type) when an action reads it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ReplyData(String);
+
+impl Default for ReplyData {
+    fn default() -> ReplyData {
+        ReplyData("{}".into())
+    }
+}
+
+/// The node's data is not shown: it can hold anything, a key or a forged log line.
+impl fmt::Debug for ReplyData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ReplyData(<object of {} bytes>)", self.0.len())
+    }
+}
+
+impl ReplyData {
+    /// The data of `value`, which must be an object (scripted replies in tests).
+    pub fn from_value(value: &serde_json::Value) -> Option<ReplyData> {
+        value
+            .is_object()
+            .then(|| ReplyData(gojson::to_string(value)))
+    }
+
+    /// The object's JSON text.
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+
+    /// The fields `T` names, decoded from the text (the others are skipped unread);
+    /// an error says which field and why, never its value
+    /// ([`crate::json_text::describe`]).
+    pub fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+
+    /// The whole object as a `Value` (tests and rare paths).
+    pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+}
+
+/// A reply body as the provisioner reads it: [`RpcReply::decode`]'s rules, with the
+/// data kept as checked JSON text ([`ReplyData`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplyBody {
+    /// Status code, 0 for OK.
+    pub statuscode: u64,
+    /// `OK` or the reason for failure.
+    pub statusmsg: String,
+    /// The outputs, an object.
+    pub data: ReplyData,
+}
+
+#[derive(Deserialize)]
+struct WireReplyText<'a> {
+    #[serde(default, rename = "action")]
+    _action: Option<std::borrow::Cow<'a, str>>,
+    statuscode: u64,
+    #[serde(default)]
+    statusmsg: Option<String>,
+    #[serde(default, borrow)]
+    data: Option<&'a serde_json::value::RawValue>,
+}
+
+impl ReplyBody {
+    /// Decodes a reply body, tolerating `data` as `null` or as a string holding JSON
+    /// (Go's occasional `"{}"`), which must be an object either way.
+    pub fn decode(bytes: &[u8]) -> Result<ReplyBody, ProtocolError> {
+        let wire: WireReplyText =
+            serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Body, &e))?;
+        let not_object = || ProtocolError::new(Layer::Body, "data is not an object");
+        let data = match wire.data.map(|raw| raw.get()) {
+            None => ReplyData::default(),
+            Some(text) if text.starts_with('"') => {
+                let inner: String =
+                    serde_json::from_str(text).map_err(|e| ProtocolError::json(Layer::Body, &e))?;
+                let raw: &serde_json::value::RawValue =
+                    serde_json::from_str(&inner).map_err(|e| {
+                        ProtocolError::new(
+                            Layer::Body,
+                            format!(
+                                "data is a string that is not JSON: {}",
+                                crate::json_text::describe(&e)
+                            ),
+                        )
+                    })?;
+                if !raw.get().starts_with('{') {
+                    return Err(not_object());
+                }
+                ReplyData(raw.get().to_owned())
+            }
+            Some(text) if text.starts_with('{') => ReplyData(text.to_owned()),
+            Some(_) => return Err(not_object()),
+        };
+        Ok(ReplyBody {
             statuscode: wire.statuscode,
             statusmsg: wire.statusmsg.unwrap_or_default(),
             data,

@@ -19,6 +19,9 @@
 #                                    helpers are in it too: tell them apart by pid)
 #   PROFILE=allocs                   the provisioner's malloc/realloc/calloc/free calls
 #                                    per node, counted by uprobes on libc (root)
+#   PROFILE=dhat                     the provisioner under valgrind's dhat: heap blocks
+#                                    and bytes allocated per node, and where (the
+#                                    start amortised over the run; needs valgrind)
 #   BUILD=0                          use the binaries built last time
 #   INSTANCES=2                      N provisioners with active_active: true on this
 #                                    machine: CPU and RSS summed over them, each one's
@@ -41,8 +44,8 @@ out="$PWD/target/bench"
 rm -rf "$out" && mkdir -p "$out"
 case "$PROFILE" in
   "") cargo_profile=release ;;
-  callgrind | callgrind-sim | strace | perf | allocs) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
-  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf or allocs" >&2; exit 2 ;;
+  callgrind | callgrind-sim | strace | perf | allocs | dhat) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
+  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf, allocs or dhat" >&2; exit 2 ;;
 esac
 if [ "${BUILD:-1}" != 0 ]; then
   cargo build --profile "$cargo_profile" --features sim --bins --example queue_rss >"$out/build.log" 2>&1
@@ -60,6 +63,7 @@ callgrind=(valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out")
 case "$PROFILE" in
   callgrind) prov_cmd=("${callgrind[@]}" "${prov_cmd[@]}") ;;
   callgrind-sim) sim_cmd=("${callgrind[@]}" "${sim_cmd[@]}") ;;
+  dhat) prov_cmd=(valgrind --tool=dhat --dhat-out-file="$out/dhat.out" "${prov_cmd[@]}") ;;
   strace) prov_cmd=(strace -f -qq ${STRACE_SUMMARY:+-c} -o "$out/strace.out" "${prov_cmd[@]}") ;;
   perf) prov_cmd=(perf record -q -F 1999 --call-graph dwarf,32768 -o "$out/perf.data" "${prov_cmd[@]}") ;;
   allocs)
@@ -233,6 +237,26 @@ done = max(1, sum(1 for n in json.load(open(sys.argv[2]))["nodes"] if n["phase"]
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.strip() and not l.startswith("#"))]
 counts = {r[2].split(":")[-1]: int(r[0]) for r in rows if r[0].isdigit()}
 print(f"bench: provisioner allocations per node: " + ", ".join(f"{k} {counts.get(k, 0) / done:.1f}" for k in ("malloc", "realloc", "calloc", "free")))
+PY
+elif [ "$PROFILE" = dhat ]; then
+  python3 - "$out/dhat.out" "$out/summary.json" <<'PY'
+import collections, json, re, sys
+done = max(1, sum(1 for n in json.load(open(sys.argv[2]))["nodes"] if n["phase"] == "provisioned"))
+d = json.load(open(sys.argv[1]))
+frames = d["ftbl"]
+blocks = sum(pp["tbk"] for pp in d["pps"])
+size = sum(pp["tb"] for pp in d["pps"])
+print(f"bench: provisioner heap: {blocks / done:.1f} blocks, {size / done / 1024:.1f} KiB allocated per node ({blocks} blocks in all)")
+# Each site named by the first frame of our code or of a library we call, past the
+# allocator, the collections and serde's generic parts.
+plumbing = re.compile(r"alloc|RawVec|raw_vec|__rust_|vg_replace|\[root\]|UnknownInlinedFun|core::|hashbrown|indexmap|serde_core|<serde|serde_json::(de|value)|SpecFrom|SpecExtend|Clone|to_owned|to_string|fmt::format")
+sites = collections.Counter()
+for pp in d["pps"]:
+    names = [re.sub(r"^0x[0-9A-F]+: ", "", frames[i]).split(" (")[0] for i in pp["fs"]]
+    site = next((n for n in names if not plumbing.search(n)), names[-1] if names else "?")
+    sites[site[:110]] += pp["tbk"]
+for site, n in sites.most_common(15):
+    print(f"bench:   {n / done:7.1f} {site}")
 PY
 elif [ "$PROFILE" = perf ]; then
   echo "bench: perf report -i $out/perf.data --no-children --sort sym (the provisioner is the process with the most samples)"

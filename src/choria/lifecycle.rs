@@ -65,18 +65,22 @@ impl Event {
         gojson::to_vec(self)
     }
 
-    /// The CloudEvents 1.0 envelope servers publish by default.
+    /// The CloudEvents 1.0 envelope servers publish by default, written field by
+    /// field (no `serde_json::Value` made first: the simulator publishes one per node
+    /// start).
     pub fn to_cloudevent_json(&self) -> Vec<u8> {
-        gojson::to_vec(&serde_json::json!({
-            "specversion": "1.0",
-            "id": self.id,
-            "source": "io.choria.lifecycle",
-            "type": self.protocol,
-            "subject": self.identity,
-            "datacontenttype": "application/json",
-            "time": crate::clock::rfc3339(self.timestamp as f64),
-            "data": self,
-        }))
+        let mut out = Vec::with_capacity(512);
+        gojson::Object::start(&mut out)
+            .str("specversion", "1.0")
+            .str("id", &self.id)
+            .str("source", "io.choria.lifecycle")
+            .str("type", &self.protocol)
+            .str("subject", &self.identity)
+            .str("datacontenttype", "application/json")
+            .str("time", &crate::clock::rfc3339(self.timestamp as f64))
+            .value("data", self)
+            .end();
+        out
     }
 
     /// The subject this event is published on (the component must be a valid token).
@@ -232,4 +236,34 @@ pub fn startup_identity(bytes: &[u8]) -> Result<Option<Identity>, StartupError> 
     Identity::parse(&event.identity)
         .map(Some)
         .map_err(|e| StartupError::Identity(e, shown(&event.identity)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cloudevent_is_the_bytes_of_its_json_value() {
+        let mut upgraded = Event::new(
+            "upgraded",
+            "n1.example.net",
+            "provision_mode_server",
+            "0.29.4",
+        );
+        upgraded.new_version = "0.30.0<&>".into();
+        for event in [upgraded, Event::new("startup", "n\u{2028}1", "c", "")] {
+            let value = serde_json::json!({
+                "specversion": "1.0",
+                "id": event.id,
+                "source": "io.choria.lifecycle",
+                "type": event.protocol,
+                "subject": event.identity,
+                "datacontenttype": "application/json",
+                "time": crate::clock::rfc3339(event.timestamp as f64),
+                "data": event,
+            });
+            assert_eq!(event.to_cloudevent_json(), gojson::to_vec(&value));
+            assert_eq!(decode(&event.to_cloudevent_json()).unwrap(), event);
+        }
+    }
 }

@@ -293,6 +293,38 @@ mod tests {
     }
 
     #[test]
+    fn values_are_exact_wherever_an_escape_falls_in_a_long_run() {
+        // Escapes, a raw control character and a quote at every offset of a run
+        // longer than a 16-byte block.
+        for (special, fast) in [
+            ("\"", true),
+            ("\\", true),
+            ("\n", true),
+            ("\t", true),
+            ("é", true),
+            ("<", false), // written as `\u003c`: left to serde
+        ] {
+            for at in 0..40 {
+                let mut text: Vec<&str> = vec!["a"; 40];
+                text[at] = special;
+                let bytes = secure(&text.concat());
+                assert_eq!(same_as_serde(&bytes), fast, "{special:?} at {at}");
+            }
+        }
+        for at in 0..40 {
+            let mut raw = br#"{"protocol":"p","hash":"h","message":""#.to_vec();
+            let mut run = vec![b'a'; 40];
+            run[at] = 0x01;
+            raw.extend_from_slice(&run);
+            raw.extend_from_slice(b"\"}");
+            assert!(
+                !same_as_serde(&raw),
+                "a raw control character at {at} is refused"
+            );
+        }
+    }
+
+    #[test]
     fn other_shapes_are_left_to_serde() {
         let cases: [&[u8]; 16] = [
             br#"{"protocol":"p","message":"m"}"#,

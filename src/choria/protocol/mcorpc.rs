@@ -125,9 +125,18 @@ impl RpcReply {
         }
     }
 
-    /// The body's bytes as Go writes them.
+    /// The body's bytes as Go writes them, field by field (the bytes
+    /// `gojson::to_vec(self)` gives, without serde's formatter: the simulator writes
+    /// one per request).
     pub fn encode(&self) -> Vec<u8> {
-        gojson::to_vec(self)
+        let mut out = Vec::with_capacity(256);
+        gojson::Object::start(&mut out)
+            .str("action", &self.action)
+            .value("statuscode", &self.statuscode)
+            .str("statusmsg", &self.statusmsg)
+            .raw("data", |out| gojson::write_value(out, &self.data, false))
+            .end();
+        out
     }
 
     /// Decodes a reply body, tolerating `data` as `null` or as a string holding JSON.
@@ -292,6 +301,18 @@ mod tests {
             RpcRequestBody::new("x", "y", nested.clone()).encode(),
             "sorted while written, as when sorted first"
         );
+    }
+
+    #[test]
+    fn a_reply_body_is_written_as_serde_writes_the_struct() {
+        let reply = RpcReply::new(
+            "inventory",
+            StatusCode::Ok,
+            "OK <&>",
+            serde_json::json!({"z": [1, 2.5, null, {"b": "\u{2028}", "a": true}], "a": "x\n"}),
+        );
+        assert_eq!(reply.encode(), gojson::to_vec(&reply));
+        assert_eq!(RpcReply::decode(&reply.encode()).unwrap(), reply);
     }
 
     #[test]

@@ -352,11 +352,12 @@ pub fn rpc_body(data: &[u8]) {
             (Ok(()), Ok(mut value)) => {
                 let back: serde_json::Value =
                     serde_json::from_slice(&out).expect("the inventory written is JSON");
-                assert!(sorted_everywhere(&back));
+                assert!(gojson::map_checks::sorted_everywhere(&back));
                 if let serde_json::Value::Object(m) = &mut value {
                     m.entry("upgradable")
                         .or_insert(serde_json::Value::Bool(false));
                 }
+                use gojson::map_checks::as_float64;
                 assert_eq!(as_float64(back), as_float64(value));
             }
             (Err(_), Err(_)) => assert!(out.is_empty()),
@@ -366,28 +367,6 @@ pub fn rpc_body(data: &[u8]) {
     if let Ok(body) = RpcRequestBody::decode(data) {
         let again = RpcRequestBody::decode(&body.encode()).expect("our own request body decodes");
         assert_eq!(again, body);
-    }
-}
-
-/// Every object's keys in strictly increasing order, at every depth.
-fn sorted_everywhere(v: &serde_json::Value) -> bool {
-    match v {
-        serde_json::Value::Object(m) => {
-            m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b) && m.values().all(sorted_everywhere)
-        }
-        serde_json::Value::Array(items) => items.iter().all(sorted_everywhere),
-        _ => true,
-    }
-}
-
-/// Every number as the float64 Go holds.
-fn as_float64(v: serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match v {
-        Value::Number(n) => n.as_f64().map(Value::from).unwrap_or(Value::Null),
-        Value::Array(items) => Value::Array(items.into_iter().map(as_float64).collect()),
-        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, as_float64(v))).collect()),
-        other => other,
     }
 }
 

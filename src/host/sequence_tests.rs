@@ -246,6 +246,15 @@ impl Rig {
         self.sequence
             .provision(&n1(), Instant::now(), &AtomicBool::new(false))
     }
+
+    /// An attempt, and the progress it reported (its retries, its facts).
+    fn attempt_reporting(&self) -> (Outcome, crate::host::progress::Progress) {
+        let progress = crate::host::progress::Progress::new();
+        let outcome =
+            self.sequence
+                .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+        (outcome, progress)
+    }
 }
 
 #[test]
@@ -269,10 +278,7 @@ fn the_helper_gets_the_inventory_as_go_rewrites_it_and_a_mistyped_field_is_retri
         ],
     )]);
     let r = rig(node, CONFIGURED, |_| {});
-    let progress = crate::host::progress::Progress::new();
-    let outcome =
-        r.sequence
-            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    let (outcome, progress) = r.attempt_reporting();
     assert_eq!(outcome, Outcome::Done);
     assert_eq!(r.node.count("inventory"), 2);
     let retries = progress.facts().retries;
@@ -348,10 +354,7 @@ fn a_non_ok_status_is_retried_until_it_succeeds() {
         &[Answer::Status(5, "busy"), Answer::Ok(json!({}))],
     )]);
     let r = rig(node, CONFIGURED, |_| {});
-    let progress = crate::host::progress::Progress::new();
-    let outcome =
-        r.sequence
-            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    let (outcome, progress) = r.attempt_reporting();
     assert_eq!(outcome, Outcome::Done);
     assert_eq!(r.node.count("inventory"), 2);
     assert_eq!(
@@ -371,10 +374,7 @@ fn a_node_echoing_the_token_does_not_get_it_into_texts_we_show() {
         ],
     )]);
     let r = rig(node, r#"{"defer": true, "msg": "s3cret is wrong"}"#, |_| {});
-    let progress = crate::host::progress::Progress::new();
-    let outcome =
-        r.sequence
-            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    let (outcome, progress) = r.attempt_reporting();
     assert_eq!(outcome, Outcome::Deferred("*** is wrong".into()));
     let facts = progress.facts();
     assert_eq!(facts.helper_msg.as_deref(), Some("*** is wrong"));
@@ -769,10 +769,7 @@ fn the_attempt_reports_its_step_and_facts() {
         )],
     )]);
     let r = rig(node, CONFIGURED, |_| {});
-    let progress = crate::host::progress::Progress::new();
-    let outcome =
-        r.sequence
-            .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    let (outcome, progress) = r.attempt_reporting();
     assert_eq!(outcome, Outcome::Done);
     let at = progress.position();
     assert_eq!((at.step.as_str(), at.tries), ("restart", 1));
@@ -789,9 +786,7 @@ fn the_attempt_reports_its_step_and_facts() {
         r#"{"defer": true, "msg": "not in the CMDB yet"}"#,
         |_| {},
     );
-    let progress = crate::host::progress::Progress::new();
-    r.sequence
-        .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
+    let (_, progress) = r.attempt_reporting();
     assert_eq!(progress.position().step, "helper");
     assert_eq!(
         progress.facts().helper_msg.as_deref(),

@@ -537,8 +537,39 @@ pub fn to_string<T: Serialize + ?Sized>(value: &T) -> String {
     String::from_utf8(to_vec(value)).expect("serde_json writes UTF-8")
 }
 
+/// What [`write_map`]'s output must be, for its tests and the `rpc_body` fuzz target.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod map_checks {
+    use serde_json::Value;
+
+    /// Every object's keys in strictly increasing order, at every depth.
+    pub(crate) fn sorted_everywhere(v: &Value) -> bool {
+        match v {
+            Value::Object(m) => {
+                m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b)
+                    && m.values().all(sorted_everywhere)
+            }
+            Value::Array(items) => items.iter().all(sorted_everywhere),
+            _ => true,
+        }
+    }
+
+    /// Every number as the float64 Go holds.
+    pub(crate) fn as_float64(v: Value) -> Value {
+        match v {
+            Value::Number(n) => n.as_f64().map(Value::from).unwrap_or(Value::Null),
+            Value::Array(items) => Value::Array(items.into_iter().map(as_float64).collect()),
+            Value::Object(m) => {
+                Value::Object(m.into_iter().map(|(k, v)| (k, as_float64(v))).collect())
+            }
+            other => other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::map_checks::{as_float64, sorted_everywhere};
     use super::*;
 
     #[test]
@@ -743,29 +774,6 @@ mod tests {
         }
     }
 
-    /// Every object's keys in strictly increasing order, at every depth.
-    fn sorted_everywhere(v: &serde_json::Value) -> bool {
-        match v {
-            serde_json::Value::Object(m) => {
-                m.keys().zip(m.keys().skip(1)).all(|(a, b)| a < b)
-                    && m.values().all(sorted_everywhere)
-            }
-            serde_json::Value::Array(items) => items.iter().all(sorted_everywhere),
-            _ => true,
-        }
-    }
-
-    /// Numbers as the float64 Go holds.
-    fn as_go(v: serde_json::Value) -> serde_json::Value {
-        use serde_json::Value;
-        match v {
-            Value::Number(n) => n.as_f64().map(Value::from).unwrap_or(Value::Null),
-            Value::Array(items) => Value::Array(items.into_iter().map(as_go).collect()),
-            Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, as_go(v))).collect()),
-            other => other,
-        }
-    }
-
     #[test]
     fn a_map_holds_what_serde_reads_from_the_same_text() {
         let texts = [
@@ -779,7 +787,7 @@ mod tests {
             let written: serde_json::Value = serde_json::from_str(&out).unwrap();
             let read: serde_json::Value = serde_json::from_str(text).unwrap();
             assert!(sorted_everywhere(&written), "{out}");
-            assert_eq!(as_go(written), as_go(read), "{text}");
+            assert_eq!(as_float64(written), as_float64(read), "{text}");
         }
     }
 

@@ -55,12 +55,14 @@ fn data_error(message: &str) -> String {
         };
         return format!("{prefix}{kind}, expected {expected}");
     }
-    if let Some(field) = message
-        .strip_prefix("missing field `")
-        .and_then(|r| r.strip_suffix('`'))
-    {
-        // Field names come from our own types.
-        return format!("missing field `{field}`");
+    for prefix in ["missing field `", "duplicate field `"] {
+        if let Some(field) = message
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix('`'))
+        {
+            // Field names come from our own types.
+            return format!("{prefix}{field}`");
+        }
     }
     "a value of the wrong type or range".to_string()
 }
@@ -109,6 +111,8 @@ mod tests {
         );
         let e = err(r#"{"flag": true, "map": {}}"#);
         assert_eq!(e, "missing field `n` at line 1 column 25");
+        let e = err(r#"{"flag": true, "map": {}, "n": 1, "flag": false}"#);
+        assert_eq!(e, "duplicate field `flag` at line 1 column 40");
     }
 
     #[test]

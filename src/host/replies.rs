@@ -140,5 +140,15 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("yes"), "{e}");
+        // Go's map-based client would take the last; a real node never repeats a
+        // field, so the ambiguity is refused.
+        let e = read::<JwtReply>(&data(r#"{"jwt":"a","jwt":"b"}"#), "jwt")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.starts_with("jwt reply data: duplicate field `jwt`"),
+            "{e}"
+        );
     }
 }

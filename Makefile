@@ -29,6 +29,8 @@ release:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --features sim,fuzzing -- -D warnings
+	# Doc links that resolve and point at public items (about 10 s).
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features sim,fuzzing
 
 nats-server:
 	@scripts/ensure-nats-server.sh

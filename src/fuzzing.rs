@@ -324,7 +324,7 @@ pub fn decode_transport(data: &[u8]) {
 }
 
 /// MCollective-RPC request and reply bodies: what decodes re-encodes and decodes; the
-/// provisioner's reader ([`ReplyBody`]) takes every body serde's does, with the same
+/// provisioner's reader (`mcorpc::ReplyBody`) takes every body serde's does, with the same
 /// data, and refuses others only for a value the actions refuse when they read it;
 /// the inventory written for the helper holds the data's values, sorted everywhere.
 pub fn rpc_body(data: &[u8]) {

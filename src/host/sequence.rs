@@ -3,7 +3,7 @@
 //!
 //! A [`NodeSequence`] holds what every attempt shares (configuration, keys loaded
 //! once at start, the node RPC, metrics); an attempt keeps what it learnt from the
-//! node in an [`Attempt`]. Nothing survives between attempts, as in Go: a node queued
+//! node in an `Attempt`. Nothing survives between attempts, as in Go: a node queued
 //! again is asked everything again. The sequence talks to nodes only through
 //! [`NodeRpc`], so its rules are unit-tested against a scripted fake node
 //! (`sequence_tests.rs`). A step returns `Err` only when the attempt failed; an

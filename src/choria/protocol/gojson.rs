@@ -156,7 +156,7 @@ pub fn write_str(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Appends `value` as Go would write it, every object's keys sorted when `sorted`
-/// (Go's maps) or in their order otherwise: the bytes [`write`] gives, with strings
+/// (Go's maps) or in their order otherwise: the bytes [`write()`] gives, with strings
 /// through [`write_str`].
 pub fn write_value(out: &mut Vec<u8>, value: &serde_json::Value, sorted: bool) {
     use serde_json::Value;
@@ -210,7 +210,7 @@ pub fn write_entries<'a>(
 /// `serde_json::Value` tree: each object's entries are written where they are read,
 /// and only an object whose keys came out of order is rearranged, in place. Nesting
 /// is limited as serde_json limits it (128). On an error `out` is left as it was.
-pub fn write_map(
+pub(crate) fn write_map(
     out: &mut Vec<u8>,
     text: &str,
     missing: &[(&str, &str)],
@@ -239,7 +239,7 @@ pub fn write_map(
 /// Appends `f` as Go's `encoding/json` writes a float64: the fewest digits that read
 /// back as `f`, in plain notation from 1e-6 up to 1e21, otherwise as `1.5e+21` or
 /// `1e-7` (`strconv`'s `e` format with Go's clean-up of a one-digit negative exponent).
-pub fn write_go_float(out: &mut Vec<u8>, f: f64) {
+pub(crate) fn write_go_float(out: &mut Vec<u8>, f: f64) {
     let abs = f.abs();
     // Writing to a Vec cannot fail.
     if abs != 0.0 && !(1e-6..1e21).contains(&abs) {

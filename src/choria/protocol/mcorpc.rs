@@ -168,7 +168,7 @@ impl RpcReply {
 /// A reply's `data` as the provisioner reads it: checked to be one JSON object and
 /// kept as its text. Each action decodes the few fields it reads into a typed struct
 /// straight from it ([`ReplyData::fields`]) and the inventory is re-encoded from it
-/// ([`gojson::write_map`]): no `serde_json::Value` tree per reply. The object's
+/// (`gojson::write_map`): no `serde_json::Value` tree per reply. The object's
 /// syntax is checked when the reply is read; a value is checked (a number's range, a
 /// field's type) when an action reads it.
 #[derive(Clone, PartialEq, Eq)]
@@ -200,9 +200,9 @@ impl ReplyData {
         &self.0
     }
 
-    /// The fields `T` names, decoded from the text (the others are skipped unread);
-    /// an error says which field and why, never its value
-    /// ([`crate::json_text::describe`]).
+    /// The fields `T` names, decoded from the text (the others are skipped unread).
+    /// serde's error may quote the node's value: it is shown only through
+    /// `json_text::describe`, as `host::replies::read` does.
     pub fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
         serde_json::from_str(&self.0)
     }
@@ -216,13 +216,13 @@ impl ReplyData {
 /// A reply body as the provisioner reads it: [`RpcReply::decode`]'s rules, with the
 /// data kept as checked JSON text ([`ReplyData`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReplyBody {
+pub(crate) struct ReplyBody {
     /// Status code, 0 for OK.
-    pub statuscode: u64,
+    pub(crate) statuscode: u64,
     /// `OK` or the reason for failure.
-    pub statusmsg: String,
+    pub(crate) statusmsg: String,
     /// The outputs, an object.
-    pub data: ReplyData,
+    pub(crate) data: ReplyData,
 }
 
 #[derive(Deserialize)]
@@ -239,7 +239,7 @@ struct WireReplyText<'a> {
 impl ReplyBody {
     /// Decodes a reply body, tolerating `data` as `null` or as a string holding JSON
     /// (Go's occasional `"{}"`), which must be an object either way.
-    pub fn decode(bytes: &[u8]) -> Result<ReplyBody, ProtocolError> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<ReplyBody, ProtocolError> {
         let wire: WireReplyText =
             serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Body, &e))?;
         let not_object = || ProtocolError::new(Layer::Body, "data is not an object");

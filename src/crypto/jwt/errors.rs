@@ -143,7 +143,7 @@ pub enum ClaimsError {
     /// The claims part is not base64url.
     NotBase64,
     /// The claims are not JSON of the expected shape (what was wrong and where, never
-    /// the value: [`crate::json_text::describe`]).
+    /// the value: `json_text::describe`).
     Parse(String),
 }
 

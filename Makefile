@@ -26,10 +26,10 @@ build:
 release:
 	$(CARGO) build --release
 
+# fmt, clippy, and doc links that resolve and point at public items (cargo doc, ~10 s).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --features sim,fuzzing -- -D warnings
-	# Doc links that resolve and point at public items (about 10 s).
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features sim,fuzzing
 
 nats-server:

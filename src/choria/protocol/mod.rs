@@ -422,6 +422,14 @@ pub fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
 
 /// Decodes a request payload of either version (server side).
 pub fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
+    check_size(bytes)?;
+    // As in `decode_reply`: a v1 transport is parsed once (the simulator reads one
+    // per request); any other input takes the probe, with the errors it always gave.
+    match v1::parse(bytes) {
+        Ok(t) if t.protocol() == v1::TRANSPORT => return v1::decode_parsed_request(t),
+        Ok(t) if t.protocol() == v2::TRANSPORT => return v2::decode_request(bytes),
+        _ => {}
+    }
     match transport_version(bytes)? {
         Protocol::V1 => v1::decode_request(bytes),
         Protocol::V2 => v2::decode_request(bytes),

@@ -241,10 +241,6 @@ fn open_parsed(t: TransportIn) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
     Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
 }
 
-fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
-    open_parsed(parse(bytes)?.0)
-}
-
 pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
     parsed_sender(parse(bytes)?)
 }
@@ -330,7 +326,12 @@ fn secure_request(data: &[u8]) -> Result<[Cow<'_, str>; 4], ProtocolError> {
 }
 
 pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
-    let (data, headers) = open(bytes)?;
+    decode_parsed_request(parse(bytes)?)
+}
+
+/// [`decode_request`] of a transport [`parse`]d already.
+pub(super) fn decode_parsed_request(t: Parsed) -> Result<DecodedRequest, ProtocolError> {
+    let (data, headers) = open_parsed(t.0)?;
     let [protocol, message, signature, pubcert] = secure_request(&data)?;
     expect_protocol(Layer::Secure, &protocol, SECURE_REQUEST)?;
     if signature.is_empty() || pubcert.is_empty() || message.is_empty() {

@@ -184,7 +184,7 @@ pub fn write_value(out: &mut Vec<u8>, value: &serde_json::Value, sorted: bool) {
 }
 
 /// Appends an object of `entries`, in their order, values as [`write_value`].
-pub fn write_entries<'a>(
+fn write_entries<'a>(
     out: &mut Vec<u8>,
     entries: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
     sorted: bool,

@@ -31,6 +31,10 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --features sim,fuzzing -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features sim,fuzzing
+	@# The bench helper as scripts/bench.sh builds it (no libc; x86-64 and aarch64).
+	case "$$(uname -m)" in x86_64|aarch64) mkdir -p target && clippy-driver --edition 2021 \
+	  --cfg nolibc -C panic=abort --emit=metadata -o target/bench_helper.rmeta -D warnings \
+	  examples/bench_helper.rs;; esac
 
 nats-server:
 	@scripts/ensure-nats-server.sh

@@ -17,6 +17,10 @@
 #   PROFILE=perf                     the provisioner under `perf record` with DWARF call
 #                                    graphs (user and kernel time by function; the
 #                                    helpers are in it too: tell them apart by pid)
+#   PROFILE=sleeps                   where the provisioner's threads go to sleep: every
+#                                    context switch away from them (perf's
+#                                    sched:sched_switch, root) per node, by thread and
+#                                    by the call site that slept
 #   PROFILE=allocs                   the provisioner's malloc/realloc/calloc/free calls
 #                                    per node, counted by uprobes on libc (root)
 #   PROFILE=dhat                     the provisioner under valgrind's dhat: heap blocks
@@ -44,15 +48,26 @@ out="$PWD/target/bench"
 rm -rf "$out" && mkdir -p "$out"
 case "$PROFILE" in
   "") cargo_profile=release ;;
-  callgrind | callgrind-sim | strace | perf | allocs | dhat) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
-  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf, allocs or dhat" >&2; exit 2 ;;
+  callgrind | callgrind-sim | strace | perf | sleeps | allocs | dhat) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
+  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf, sleeps, allocs or dhat" >&2; exit 2 ;;
 esac
 if [ "${BUILD:-1}" != 0 ]; then
   cargo build --profile "$cargo_profile" --features sim --bins --example queue_rss >"$out/build.log" 2>&1
-  # The helper statically linked: no dynamic loader in every helper run, which
-  # halves its CPU (0.8 -> 0.5 ms per run here) and so leaves more of the machine
-  # to what is measured (it is printed apart, never in the provisioner's figure).
-  cargo rustc --profile "$cargo_profile" --features sim --example bench_helper -- -C target-feature=+crt-static >>"$out/build.log" 2>&1
+  # The helper without libc (examples/bench_helper.rs): no dynamic loader, no
+  # glibc or Rust start-up in every run, 0.07 ms of CPU where the static std build
+  # took 0.66 (`perf stat -r 500`), so more of the machine is left to what is
+  # measured (the helper is printed apart, never in the provisioner's figure).
+  # Where that build fails (not x86-64 or aarch64), the std build statically linked.
+  # Cargo's own build of the example is elsewhere (target/<profile>/examples).
+  mkdir -p "$PWD/target/$cargo_profile"
+  if ! rustc --edition 2021 --cfg nolibc -C opt-level=2 -C panic=abort -C strip=symbols \
+    -C relocation-model=static -C target-feature=+crt-static -C link-arg=-nostartfiles \
+    -C link-arg=-nostdlib -C link-arg=-static -C link-arg=-Wl,--build-id=none \
+    -o "$PWD/target/$cargo_profile/bench_helper" examples/bench_helper.rs >>"$out/build.log" 2>&1; then
+    echo "bench: the helper without libc did not build (see $out/build.log): using the std one" >&2
+    cargo rustc --profile "$cargo_profile" --features sim --example bench_helper -- -C target-feature=+crt-static >>"$out/build.log" 2>&1
+    cp "$PWD/target/$cargo_profile/examples/bench_helper" "$PWD/target/$cargo_profile/bench_helper"
+  fi
 fi
 bin="$PWD/target/$cargo_profile"
 nats_server="$(scripts/ensure-nats-server.sh)"
@@ -66,6 +81,7 @@ case "$PROFILE" in
   dhat) prov_cmd=(valgrind --tool=dhat --dhat-out-file="$out/dhat.out" "${prov_cmd[@]}") ;;
   strace) prov_cmd=(strace -f -qq ${STRACE_SUMMARY:+-c} -o "$out/strace.out" "${prov_cmd[@]}") ;;
   perf) prov_cmd=(perf record -q -F 1999 --call-graph dwarf,32768 -o "$out/perf.data" "${prov_cmd[@]}") ;;
+  sleeps) prov_cmd=(perf record -q -e sched:sched_switch --call-graph dwarf,16384 -o "$out/sleeps.data" "${prov_cmd[@]}") ;;
   allocs)
     # The helpers are static binaries: libc.so's probes count the daemon alone.
     libc_so=$(ldd "$bin/choria-provisioner" | awk '/libc\.so/ {print $3}')
@@ -82,7 +98,7 @@ cat >"$out/provisioner.yaml" <<YAML
 workers: $WORKERS
 interval: 1m
 loglevel: warn
-helper: $bin/examples/bench_helper
+helper: $bin/bench_helper
 choria_insecure: true
 site: bench
 YAML
@@ -152,6 +168,10 @@ for p in "${provs[@]}"; do
   for t in /proc/"$p"/task/*/status; do
     s=$(awk '/ctxt_switches/ {n += $2} END {print n + 0}' "$t" 2>/dev/null || echo 0)
     switches=$((switches + s))
+    # By thread, for where the sleeps are: name, voluntary, involuntary.
+    awk -v name="$(cat "${t%/status}/comm" 2>/dev/null)" \
+      '/^voluntary_ctxt_switches/ {v = $2} /^nonvoluntary_ctxt_switches/ {n = $2}
+       END {print name, v + 0, n + 0}' "$t" 2>/dev/null >>"$out/switches.txt" || true
   done
 done
 idle_ticks=0
@@ -163,7 +183,7 @@ else
   prov=${provs[0]}
   echo "not measured under callgrind" >"$out/queue_rss.txt"
   # callgrind writes its counts when the process exits; strace waits for its child.
-  if [ "$PROFILE" = strace ] || [ "$PROFILE" = perf ] || [ "$PROFILE" = allocs ]; then
+  if [ "$PROFILE" = strace ] || [ "$PROFILE" = perf ] || [ "$PROFILE" = sleeps ] || [ "$PROFILE" = allocs ]; then
     kill $(cat "/proc/$prov/task/$prov/children") 2>/dev/null || true
   else
     kill "$prov" 2>/dev/null || true
@@ -257,6 +277,35 @@ for pp in d["pps"]:
     sites[site[:110]] += pp["tbk"]
 for site, n in sites.most_common(15):
     print(f"bench:   {n / done:7.1f} {site}")
+PY
+elif [ "$PROFILE" = sleeps ]; then
+  perf script -i "$out/sleeps.data" -F comm,tid,event,ip,sym 2>/dev/null >"$out/sleeps.txt" || true
+  python3 - "$out/sleeps.txt" "$out/summary.json" <<'PY'
+import collections, json, re, sys
+done = sum(1 for n in json.load(open(sys.argv[2]))["nodes"] if n["phase"] == "provisioned") or 1
+# A switch's stack: kernel frames, then the libc/std/parking_lot wait, then the
+# code that waited. The site is the first frame of ours (or of the NATS client).
+ours = re.compile(r"choria_provisioner|nats::")
+wait = re.compile(r"parking_lot|std::sys|std::thread|crossbeam|futex|lock|park|wait|sleep|poll|read|Condvar|Mutex|RwLock|recv|<unknown>|\\[unknown\\]")
+threads, sites = collections.Counter(), collections.Counter()
+for block in open(sys.argv[1]).read().split("\n\n"):
+    lines = [l.strip() for l in block.strip().splitlines()]
+    if not lines:
+        continue
+    head = lines[0].split()
+    name = re.sub(r"-?\d+$", "", head[0]) if head else "?"
+    frames = [re.sub(r"^[0-9a-f]+\s+", "", l).split(" (")[0] for l in lines[1:]]
+    user = [f for f in frames if not re.match(r"^(__)?[a-z_0-9.]+$", f) or f.startswith("__")]
+    site = next((f for f in frames if ours.search(f) and not wait.search(f.split("::")[-1])), None)
+    site = site or next((f for f in frames if ours.search(f)), frames[-1] if frames else "?")
+    threads[name] += 1
+    sites[(name, re.sub(r"::h[0-9a-f]{16}$", "", site)[:100])] += 1
+print(f"bench: provisioner context switches by thread, per node ({sum(threads.values()) / done:.2f} in all):")
+for k, v in threads.most_common(8):
+    print(f"bench:   {v / done:6.2f} {k}")
+print("bench: and by the code that slept (or was preempted), per node:")
+for (t, site), v in sites.most_common(20):
+    print(f"bench:   {v / done:6.2f} {t:<16} {site}")
 PY
 elif [ "$PROFILE" = perf ]; then
   echo "bench: perf report -i $out/perf.data --no-children --sort sym (the provisioner is the process with the most samples)"

@@ -708,6 +708,57 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
     assert_connection_held(&prov);
 }
 
+/// The longest `PUB` line nats-server takes by default (`max_control_line`, with its
+/// CRLF): the `MSG` line it makes of it for the subscriber is longer by the `sid`.
+const MAX_CONTROL_LINE: usize = 4096;
+
+#[test]
+fn protocol_lines_as_long_as_the_broker_allows_never_drop_the_connection() {
+    // A node can make the broker send the provisioner a MSG line longer than 4 KiB:
+    // a reply or a lifecycle event with a NATS reply-to as long as the broker's
+    // max_control_line allows. The client once read protocol lines
+    // into a fixed 4 KiB buffer and dropped the connection on a longer one (a node
+    // could disconnect the provisioner with one reply, again on every reconnect).
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let publisher = attacker.nc().clone();
+    let long_reply_to = |to: &str, len: usize| {
+        let room =
+            MAX_CONTROL_LINE - "PUB ".len() - to.len() - " ".len() - format!(" {len}\r\n").len();
+        format!("_INBOX.{}", "r".repeat(room - "_INBOX.".len()))
+    };
+    let _race = attacker.race(Box::new(move |_, request, body| {
+        if body.action != "inventory" {
+            return None;
+        }
+        let payload = b"not a reply";
+        let to = &request.reply_to;
+        let reply_to = long_reply_to(to, payload.len());
+        let _ = publisher.publish_request(to, &reply_to, payload);
+        None
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 5, |_| {});
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    let startups = "choria.lifecycle.event.startup.provision_mode_server";
+    let event = b"not an event";
+    attacker
+        .nc()
+        .publish_request(startups, &long_reply_to(startups, event.len()), event)
+        .unwrap();
+    attacker.flush();
+    wait_provisioned(&fleet, 5, Duration::from_secs(60));
+    assert_connection_held(&prov);
+    assert_all_provisioned_once(&fleet);
+    // The long-lined messages were read, and refused for what they hold.
+    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
+    wait_until(
+        "the long-lined event dropped",
+        Duration::from_secs(10),
+        || prov.counter("dropped_events", &["undecodable"]) >= 1,
+    );
+}
+
 #[test]
 fn the_broker_password_never_reaches_a_node_in_seen_by() {
     let server = NatsServer::with_config(

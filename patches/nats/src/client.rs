@@ -898,7 +898,13 @@ impl Client {
     /// Reads messages from the server and dispatches them to subscribers.
     fn dispatch(&self, mut reader: impl BufRead, connector: &mut Connector) -> io::Result<()> {
         // Handle operations received from the server.
-        while let Some(op) = proto::decode(&mut reader)? {
+        // choria patch: one command-line buffer for the connection, not 4 KiB zeroed
+        // per operation (proto::MAX_COMMAND_LINE).
+        let mut command_buf = Vec::with_capacity(4096);
+        while let Some(op) = proto::decode_with(&mut reader, &mut command_buf)? {
+            if command_buf.capacity() > 64 * 1024 {
+                command_buf = Vec::with_capacity(4096); // after a rare long line
+            }
             // Inject random delays when testing.
             inject_delay();
 

@@ -56,36 +56,38 @@ pub(crate) enum ServerOp {
     Unknown(String),
 }
 
-// adapted from `std::io::BufRead::read_until`, made
-// to use a fixed buffer instead of a growable vector.
-fn read_line<R: BufRead + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut read = 0;
+// choria patch: the longest protocol line read. nats-server sends a MSG line as long
+// as the PUB line it was made of (up to its `max_control_line`, 4 KiB by default and
+// configurable) plus the subscription id, so any publisher could make it longer than
+// the fixed 4 KiB buffer upstream read lines into: that dropped the connection, or
+// panicked the reader thread when more than 4 KiB of a line arrived without its end.
+// Lines are now read into a vector the reader keeps, never zeroed, up to this bound.
+const MAX_COMMAND_LINE: usize = 1024 * 1024;
+
+// adapted from `std::io::BufRead::read_until`: a line of at most `MAX_COMMAND_LINE`
+// bytes into `buf` (cleared first); its length, 0 at the end of the stream.
+fn read_line<R: BufRead + ?Sized>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<usize> {
+    buf.clear();
     loop {
         let available = match r.fill_buf() {
             Ok(n) => n,
             Err(ref e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-
-        let (done, len) = {
-            if let Some(i) = memchr::memchr(b'\n', available) {
-                (true, i + 1)
-            } else {
-                buf[read..read + available.len()].copy_from_slice(available);
-                (false, available.len())
-            }
+        let (done, len) = match memchr::memchr(b'\n', available) {
+            Some(i) => (true, i + 1),
+            None => (false, available.len()),
         };
-        if len + read > buf.len() {
+        if buf.len() + len > MAX_COMMAND_LINE {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
-                "received command exceeded fixed command buffer",
+                "received command exceeded the command line limit",
             ));
         }
-        buf[read..read + len].copy_from_slice(&available[..len]);
+        buf.extend_from_slice(&available[..len]);
         r.consume(len);
-        read += len;
         if done || len == 0 {
-            return Ok(read);
+            return Ok(buf.len());
         }
     }
 }
@@ -93,14 +95,21 @@ fn read_line<R: BufRead + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize
 /// Decodes a single operation from the server.
 ///
 /// If the connection is closed, `None` will be returned.
-pub(crate) fn decode(mut stream: impl BufRead) -> io::Result<Option<ServerOp>> {
+pub(crate) fn decode(stream: impl BufRead) -> io::Result<Option<ServerOp>> {
+    decode_with(stream, &mut Vec::new())
+}
+
+/// [`decode`] reading the command line into `command_buf`, which a reader keeps from
+/// one operation to the next (choria patch: no 4 KiB buffer zeroed per message).
+pub(crate) fn decode_with(
+    mut stream: impl BufRead,
+    command_buf: &mut Vec<u8>,
+) -> io::Result<Option<ServerOp>> {
     // Inject random I/O failures when testing.
     inject_io_failure()?;
 
     // Read a line, which should be human readable.
-    let mut command_buf: [u8; 4096] = [0; 4096];
-
-    let command_len = read_line(&mut stream, &mut command_buf)?;
+    let command_len = read_line(&mut stream, command_buf)?;
     if command_len == 0 {
         // If zero bytes were read, the connection is closed.
         return Ok(None);

@@ -19,7 +19,7 @@ use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
 use choria_provisioner::hosts::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim};
-use support::hostile::{ok, Hostile};
+use support::hostile::{ok, Hostile, RawPublisher};
 use support::rig::{fast, helper_answering, sim, wait_provisioned, wait_until, Provisioner};
 use support::{NatsServer, TempDir};
 
@@ -757,6 +757,46 @@ fn protocol_lines_as_long_as_the_broker_allows_never_drop_the_connection() {
         Duration::from_secs(10),
         || prov.counter("dropped_events", &["undecodable"]) >= 1,
     );
+}
+
+#[test]
+fn header_blocks_that_do_not_parse_never_drop_the_connection() {
+    // nats-server passes an HPUB's header bytes through unread: a node can send the
+    // provisioner's reply subject a message whose header block is not NATS/1.0. The
+    // client once failed its read loop on it and reconnected, once per message.
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let raw = std::sync::Arc::new(parking_lot::Mutex::new(RawPublisher::connect(
+        &server.url(),
+    )));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (raw_race, sent_race) = (raw.clone(), sent.clone());
+    let _race = attacker.race(Box::new(move |_, request, body| {
+        if body.action != "inventory" {
+            return None;
+        }
+        let mut raw = raw_race.lock();
+        for headers in [
+            &b"garbage\r\n\r\n"[..],
+            b"NATS/1.0\r\nno colon\r\n\r\n",
+            b"\xff\xfe\r\n\r\n",
+            b"x",
+        ] {
+            raw.hpub(&request.reply_to, headers, b"not a reply");
+            sent_race.fetch_add(1, Ordering::Relaxed);
+        }
+        raw.flush();
+        None
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 5, |_| {});
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_provisioned(&fleet, 5, Duration::from_secs(60));
+    assert!(sent.load(Ordering::Relaxed) >= 4);
+    assert_connection_held(&prov);
+    assert_all_provisioned_once(&fleet);
+    // Delivered without headers, and refused for what they hold.
+    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
 }
 
 #[test]

@@ -152,3 +152,58 @@ impl Hostile {
 pub fn ok(action: &str, data: serde_json::Value) -> RpcReply {
     RpcReply::new(action, StatusCode::Ok, "OK", data)
 }
+
+/// A hostile node's raw NATS connection: writes protocol lines the client library
+/// would never write (header blocks that do not parse), which nats-server passes on.
+pub struct RawPublisher {
+    stream: std::net::TcpStream,
+}
+
+impl RawPublisher {
+    /// Connects to `url` (`nats://127.0.0.1:<port>`) and says it sends headers.
+    pub fn connect(url: &str) -> RawPublisher {
+        use std::io::{BufRead, BufReader, Write};
+        let address = url.trim_start_matches("nats://");
+        let mut stream = std::net::TcpStream::connect(address).expect("raw connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut info = String::new();
+        BufReader::new(&stream).read_line(&mut info).unwrap();
+        assert!(info.starts_with("INFO "), "{info}");
+        stream
+            .write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\n")
+            .unwrap();
+        let mut raw = RawPublisher { stream };
+        raw.flush();
+        raw
+    }
+
+    /// `HPUB subject` with `headers` as the header block, as they are.
+    pub fn hpub(&mut self, subject: &str, headers: &[u8], payload: &[u8]) {
+        use std::io::Write;
+        let total = headers.len() + payload.len();
+        let mut op = format!("HPUB {subject} {} {total}\r\n", headers.len()).into_bytes();
+        op.extend_from_slice(headers);
+        op.extend_from_slice(payload);
+        op.extend_from_slice(b"\r\n");
+        self.stream.write_all(&op).unwrap();
+    }
+
+    /// Waits until the server has read everything sent (PING, PONG).
+    pub fn flush(&mut self) {
+        use std::io::{BufRead, BufReader, Write};
+        self.stream.write_all(b"PING\r\n").unwrap();
+        let mut reader = BufReader::new(&self.stream);
+        let mut line = String::new();
+        for _ in 0..10 {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            if line.starts_with("PONG") {
+                return;
+            }
+            assert!(!line.starts_with("-ERR"), "nats-server refused: {line}");
+        }
+        panic!("no PONG from nats-server");
+    }
+}

@@ -281,7 +281,11 @@ pub(crate) fn decode_with(
         header_payload.resize(num_header_bytes as usize, 0_u8);
         stream.read_exact(&mut header_payload[..])?;
 
-        let headers = HeaderMap::try_from(&*header_payload)?;
+        // choria patch: headers that do not parse are the publisher's doing (the server
+        // passes HPUB's header bytes through unread), not a broken connection: the
+        // message is delivered without them, as the Go client delivers it. Upstream
+        // returned the error, and the client reconnected once per such message.
+        let headers = HeaderMap::try_from(&*header_payload).unwrap_or_default();
 
         // Read the payload.
         let mut payload = Vec::new();

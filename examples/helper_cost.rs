@@ -1,5 +1,6 @@
 //! CPU the provisioner spends per helper run, children excluded:
-//! `cargo run --release --example helper_cost -- target/release/examples/bench_helper 2000 8`
+//! `cargo run --release --example helper_cost -- target/release/bench_helper 2000 8`
+//! (the helper as `make bench` builds it)
 //! runs the helper RUNS times from THREADS threads and prints this process's CPU
 //! (getrusage RUSAGE_SELF), wall time per run, and the helper's own CPU per run.
 

@@ -800,6 +800,62 @@ fn header_blocks_that_do_not_parse_never_drop_the_connection() {
 }
 
 #[test]
+fn subjects_and_reply_tos_that_are_not_utf8_or_hold_unicode_spaces_never_drop_the_connection() {
+    // nats-server passes a PUB's subject and reply-to on byte for byte. The client once
+    // read the MSG line as UTF-8 and split it on Unicode whitespace: invalid UTF-8, or
+    // U+00A0 in a reply-to (one argument too many), failed the read loop and the
+    // client reconnected, once per message. The router's subscription is
+    // `<prefix>.*`, so a node can also choose the last token of the subject.
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let raw = std::sync::Arc::new(parking_lot::Mutex::new(RawPublisher::connect(
+        &server.url(),
+    )));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (raw_race, sent_race) = (raw.clone(), sent.clone());
+    let _race = attacker.race(Box::new(move |_, request, body| {
+        if body.action != "inventory" {
+            return None;
+        }
+        let to = request.reply_to.as_bytes();
+        let prefix = &to[..to.iter().rposition(|&b| b == b'.').unwrap()];
+        let mut raw = raw_race.lock();
+        for reply_to in [
+            &b"\xff\xfe"[..],
+            "r\u{a0}x".as_bytes(),
+            "r\u{2028}x".as_bytes(),
+        ] {
+            raw.publish(to, reply_to, b"not a reply");
+            sent_race.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut subject = prefix.to_vec();
+        subject.extend_from_slice(b".\xc3\x28");
+        raw.publish(&subject, b"r", b"not a reply");
+        raw.flush();
+        None
+    }));
+    attacker.flush();
+    let startups = b"choria.lifecycle.event.startup.provision_mode_server";
+    raw.lock().publish(startups, b"\xff", b"not an event");
+    raw.lock().flush();
+    let fleet = sim(&server.url(), 5, |_| {});
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    raw.lock()
+        .publish(startups, "e\u{a0}v".as_bytes(), b"not an event");
+    raw.lock().flush();
+    wait_provisioned(&fleet, 5, Duration::from_secs(60));
+    assert!(sent.load(Ordering::Relaxed) >= 3);
+    assert_connection_held(&prov);
+    assert_all_provisioned_once(&fleet);
+    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
+    wait_until(
+        "the event with a U+00A0 reply-to dropped",
+        Duration::from_secs(10),
+        || prov.counter("dropped_events", &["undecodable"]) >= 1,
+    );
+}
+
+#[test]
 fn the_broker_password_never_reaches_a_node_in_seen_by() {
     let server = NatsServer::with_config(
         "authorization { users = [ {user: provisioner, password: s3cret}, {user: node, password: n0de} ] }",

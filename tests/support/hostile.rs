@@ -190,6 +190,20 @@ impl RawPublisher {
         self.stream.write_all(&op).unwrap();
     }
 
+    /// `PUB subject reply_to` with both as raw bytes (nats-server checks neither for
+    /// UTF-8).
+    pub fn publish(&mut self, subject: &[u8], reply_to: &[u8], payload: &[u8]) {
+        use std::io::Write;
+        let mut op = b"PUB ".to_vec();
+        op.extend_from_slice(subject);
+        op.push(b' ');
+        op.extend_from_slice(reply_to);
+        op.extend_from_slice(format!(" {}\r\n", payload.len()).as_bytes());
+        op.extend_from_slice(payload);
+        op.extend_from_slice(b"\r\n");
+        self.stream.write_all(&op).unwrap();
+    }
+
     /// Waits until the server has read everything sent (PING, PONG).
     pub fn flush(&mut self) {
         use std::io::{BufRead, BufReader, Write};

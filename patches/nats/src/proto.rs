@@ -115,25 +115,30 @@ pub(crate) fn decode_with(
         return Ok(None);
     }
 
-    // Convert into a UTF8 string for simpler parsing.
-    let line = str::from_utf8(&command_buf[..command_len])
-        .map_err(|err| Error::new(ErrorKind::InvalidInput, err))?;
+    // choria patch: the line is read as bytes and split on ASCII whitespace, as
+    // nats-server splits it. A MSG line carries the publisher's subject and reply-to,
+    // which nats-server passes on byte for byte: invalid UTF-8 in them made upstream's
+    // `str::from_utf8` fail the line, and a Unicode space (U+00A0, U+2028) made
+    // `split_whitespace` count one argument too many; either way the client
+    // reconnected, once per message. Subject and reply-to are now taken lossily
+    // (U+FFFD for what is not UTF-8); the operation and the numbers are ASCII.
+    let line = &command_buf[..command_len];
+    let mut words = line
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty());
+    let op = words.next().unwrap_or(b"");
 
-    let op = line
-        .split_ascii_whitespace()
-        .next()
-        .unwrap_or("")
-        .to_ascii_uppercase();
-
-    if op == "PING" {
+    if op.eq_ignore_ascii_case(b"PING") {
         return Ok(Some(ServerOp::Ping));
     }
 
-    if op == "PONG" {
+    if op.eq_ignore_ascii_case(b"PONG") {
         return Ok(Some(ServerOp::Pong));
     }
 
-    if op == "INFO" {
+    if op.eq_ignore_ascii_case(b"INFO") {
+        // The server's own line: UTF-8 JSON.
+        let line = str::from_utf8(line).map_err(|err| Error::new(ErrorKind::InvalidInput, err))?;
         // Parse the JSON-formatted server information.
         let server_info = ServerInfo::parse(&line["INFO".len()..])
             .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "cannot parse server info"))?;
@@ -141,17 +146,12 @@ pub(crate) fn decode_with(
         return Ok(Some(ServerOp::Info(server_info)));
     }
 
-    if op == "MSG" {
-        // Extract whitespace-delimited arguments that come after "MSG".
-        let args = line["MSG".len()..]
-            .split_whitespace()
-            .filter(|s| !s.is_empty());
-        let args = args.collect::<Vec<_>>();
-
+    if op.eq_ignore_ascii_case(b"MSG") {
         // Parse the operation syntax: MSG <subject> <sid> [reply-to] <#bytes>
-        let (subject, sid, reply_to, num_bytes) = match args[..] {
-            [subject, sid, num_bytes] => (subject, sid, None, num_bytes),
-            [subject, sid, reply_to, num_bytes] => (subject, sid, Some(reply_to), num_bytes),
+        let mut args: [&[u8]; 4] = [&[]; 4];
+        let (subject, sid, reply_to, num_bytes) = match collect_args(words, &mut args) {
+            3 => (args[0], args[1], None, args[2]),
+            4 => (args[0], args[1], Some(args[2]), args[3]),
             _ => {
                 return Err(Error::new(
                     ErrorKind::InvalidInput,
@@ -161,10 +161,10 @@ pub(crate) fn decode_with(
         };
 
         // Convert the slice into an owned string.
-        let subject = subject.to_string();
+        let subject = lossy(subject);
 
         // Parse the subject ID.
-        let sid = u64::from_str(sid).map_err(|_| {
+        let sid: u64 = number(sid).ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidInput,
                 "cannot parse sid argument after MSG",
@@ -172,10 +172,10 @@ pub(crate) fn decode_with(
         })?;
 
         // Convert the slice into an owned string.
-        let reply_to = reply_to.map(ToString::to_string);
+        let reply_to = reply_to.map(lossy);
 
         // Parse the number of payload bytes.
-        let num_bytes = u32::from_str(num_bytes).map_err(|_| {
+        let num_bytes: u32 = number(num_bytes).ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidInput,
                 "cannot parse the number of bytes argument after MSG",
@@ -206,36 +206,28 @@ pub(crate) fn decode_with(
         }));
     }
 
-    if op == "HMSG" {
-        // Extract whitespace-delimited arguments that come after "HMSG".
-        let args = line["HMSG".len()..]
-            .split_whitespace()
-            .filter(|s| !s.is_empty());
-        let args = args.collect::<Vec<_>>();
-
+    if op.eq_ignore_ascii_case(b"HMSG") {
         // Parse the operation syntax:
         // `HMSG <subject> <sid> [reply-to] <# header bytes>
         // <# total bytes>\r\n<version line>\r\n[headers]\r\n\r\n[payload]\r\n`
-        let (subject, sid, reply_to, num_header_bytes, num_bytes) = match args[..] {
-            [subject, sid, num_header_bytes, num_bytes] => {
-                (subject, sid, None, num_header_bytes, num_bytes)
-            }
-            [subject, sid, reply_to, num_header_bytes, num_bytes] => {
-                (subject, sid, Some(reply_to), num_header_bytes, num_bytes)
-            }
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::InvalidInput,
-                    "invalid number of arguments after HMSG",
-                ));
-            }
-        };
+        let mut args: [&[u8]; 5] = [&[]; 5];
+        let (subject, sid, reply_to, num_header_bytes, num_bytes) =
+            match collect_args(words, &mut args) {
+                4 => (args[0], args[1], None, args[2], args[3]),
+                5 => (args[0], args[1], Some(args[2]), args[3], args[4]),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidInput,
+                        "invalid number of arguments after HMSG",
+                    ));
+                }
+            };
 
         // Convert the slice into an owned string.
-        let subject = subject.to_string();
+        let subject = lossy(subject);
 
         // Parse the subject ID.
-        let sid = u64::from_str(sid).map_err(|_| {
+        let sid: u64 = number(sid).ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidInput,
                 "cannot parse sid argument after HMSG",
@@ -243,10 +235,10 @@ pub(crate) fn decode_with(
         })?;
 
         // Convert the slice into an owned string.
-        let reply_to = reply_to.map(ToString::to_string);
+        let reply_to = reply_to.map(lossy);
 
         // Parse the number of payload bytes.
-        let num_header_bytes = u32::from_str(num_header_bytes).map_err(|_| {
+        let num_header_bytes: u32 = number(num_header_bytes).ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidInput,
                 "cannot parse the number of header bytes argument after \
@@ -255,7 +247,7 @@ pub(crate) fn decode_with(
         })?;
 
         // Parse the number of payload bytes.
-        let num_bytes = u32::from_str(num_bytes).map_err(|_| {
+        let num_bytes: u32 = number(num_bytes).ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidInput,
                 "cannot parse the number of bytes argument after HMSG",
@@ -303,14 +295,42 @@ pub(crate) fn decode_with(
         }));
     }
 
-    if op == "-ERR" {
+    if op.eq_ignore_ascii_case(b"-ERR") {
         // Extract the message argument.
-        let msg = line["-ERR".len()..].trim().trim_matches('\'').to_string();
+        let msg = String::from_utf8_lossy(&line["-ERR".len()..])
+            .trim()
+            .trim_matches('\'')
+            .to_string();
 
         return Ok(Some(ServerOp::Err(msg)));
     }
 
-    Ok(Some(ServerOp::Unknown(line.to_owned())))
+    Ok(Some(ServerOp::Unknown(lossy(line))))
+}
+
+/// choria patch: up to `args.len()` words into `args`, and how many there were
+/// (one more than fit when there were more).
+fn collect_args<'a>(words: impl Iterator<Item = &'a [u8]>, args: &mut [&'a [u8]]) -> usize {
+    let mut count = 0;
+    for word in words {
+        if count == args.len() {
+            return count + 1;
+        }
+        args[count] = word;
+        count += 1;
+    }
+    count
+}
+
+/// choria patch: a subject or reply-to as the publisher sent it, U+FFFD for bytes
+/// that are not UTF-8.
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// choria patch: a decimal number of the protocol line.
+fn number<T: FromStr>(bytes: &[u8]) -> Option<T> {
+    str::from_utf8(bytes).ok()?.parse().ok()
 }
 
 /// A protocol operation sent by the client.

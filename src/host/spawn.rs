@@ -121,6 +121,10 @@ struct ChildArgs {
     fds: [libc::c_int; 3],
     /// The errno of the step that failed, written by the child before `_exit`.
     error: libc::c_int,
+    /// The spawning thread runs under the daemon's own `SCHED_BATCH` (a worker,
+    /// `hosts::workers::run_as_batch`): the child goes back to the normal policy, which
+    /// the kernel's `SCHED_RESET_ON_FORK` does only for real-time policies.
+    normal_policy: bool,
 }
 
 /// The child between `clone` and `exec`. It shares the daemon's memory, so it only
@@ -156,6 +160,12 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         if libc::setpgid(0, 0) != 0 {
             fail(args);
+        }
+        if args.normal_policy {
+            let param = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) != 0 {
+                fail(args);
+            }
         }
         for (target, fd) in args.fds.into_iter().enumerate() {
             // dup2 clears close-on-exec on the copy.
@@ -257,6 +267,11 @@ impl Prepared {
             Vec::with_capacity(self.candidates.len() + 1);
         candidates.extend(self.candidates.iter().map(|c| c.as_ptr()));
         candidates.push(std::ptr::null());
+        // SAFETY: reads the calling thread's policy. Batch with SCHED_RESET_ON_FORK is
+        // the workers' (an operator's batch policy for the whole service has the flag
+        // only if they asked for its children to be reset as well).
+        let normal_policy =
+            unsafe { libc::sched_getscheduler(0) } == libc::SCHED_BATCH | libc::SCHED_RESET_ON_FORK;
         let mut busy_waits = TEXT_BUSY_WAITS.iter();
         let pid = loop {
             let mut args = ChildArgs {
@@ -265,6 +280,7 @@ impl Prepared {
                 envp: envp.as_ptr(),
                 fds: child_ends.each_ref().map(|fd| fd.as_raw_fd()),
                 error: 0,
+                normal_policy,
             };
             let started = clone_child(&mut args);
             match (started, busy_waits.next()) {
@@ -619,6 +635,7 @@ mod tests {
             "libc::_exit",
             "libc::dup2",
             "libc::execve",
+            "libc::sched_setscheduler",
             "libc::setpgid",
             "libc::sigaction",
             "libc::sigemptyset",

@@ -712,58 +712,51 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
 /// CRLF): the `MSG` line it makes of it for the subscriber is longer by the `sid`.
 const MAX_CONTROL_LINE: usize = 4096;
 
+/// The subject of the startup events the provisioner listens to in these tests.
+const STARTUPS: &[u8] = b"choria.lifecycle.event.startup.provision_mode_server";
+
 #[test]
 fn protocol_lines_as_long_as_the_broker_allows_never_drop_the_connection() {
     // A node can make the broker send the provisioner a MSG line longer than 4 KiB:
     // a reply or a lifecycle event with a NATS reply-to as long as the broker's
-    // max_control_line allows. The client once read protocol lines
-    // into a fixed 4 KiB buffer and dropped the connection on a longer one (a node
-    // could disconnect the provisioner with one reply, again on every reconnect).
-    let server = NatsServer::start();
-    let attacker = Hostile::connect(&server.url(), None);
-    let publisher = attacker.nc().clone();
-    let long_reply_to = |to: &str, len: usize| {
-        let room =
-            MAX_CONTROL_LINE - "PUB ".len() - to.len() - " ".len() - format!(" {len}\r\n").len();
-        format!("_INBOX.{}", "r".repeat(room - "_INBOX.".len()))
-    };
-    let _race = attacker.race(Box::new(move |_, request, body| {
-        if body.action != "inventory" {
-            return None;
-        }
-        let payload = b"not a reply";
-        let to = &request.reply_to;
-        let reply_to = long_reply_to(to, payload.len());
-        let _ = publisher.publish_request(to, &reply_to, payload);
-        None
-    }));
-    attacker.flush();
-    let fleet = sim(&server.url(), 5, |_| {});
-    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
-    let startups = "choria.lifecycle.event.startup.provision_mode_server";
-    let event = b"not an event";
-    attacker
-        .nc()
-        .publish_request(startups, &long_reply_to(startups, event.len()), event)
-        .unwrap();
-    attacker.flush();
-    wait_provisioned(&fleet, 5, Duration::from_secs(60));
-    assert_connection_held(&prov);
-    assert_all_provisioned_once(&fleet);
-    // The long-lined messages were read, and refused for what they hold.
-    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
-    wait_until(
-        "the long-lined event dropped",
-        Duration::from_secs(10),
-        || prov.counter("dropped_events", &["undecodable"]) >= 1,
+    // max_control_line allows. The client once read protocol lines into a fixed 4 KiB
+    // buffer and dropped the connection on a longer one (a node could disconnect the
+    // provisioner with one reply, again on every reconnect).
+    fn long_reply_to(to: &[u8], payload: &[u8]) -> Vec<u8> {
+        let line = format!("PUB  {}\r\n", payload.len()).len() + to.len();
+        let mut reply_to = b"_INBOX.".to_vec();
+        reply_to.resize(MAX_CONTROL_LINE - line - 1, b'r');
+        reply_to
+    }
+    raw_forgeries_to_every_inventory(
+        |raw, to| {
+            let payload = b"not a reply";
+            raw.publish(
+                to.as_bytes(),
+                &long_reply_to(to.as_bytes(), payload),
+                payload,
+            );
+        },
+        |raw| {
+            let event = b"not an event";
+            raw.publish(STARTUPS, &long_reply_to(STARTUPS, event), event);
+            raw.flush();
+        },
+        1,
     );
 }
 
-#[test]
-fn header_blocks_that_do_not_parse_never_drop_the_connection() {
-    // nats-server passes an HPUB's header bytes through unread: a node can send the
-    // provisioner's reply subject a message whose header block is not NATS/1.0. The
-    // client once failed its read loop on it and reconnected, once per message.
+/// A run in which a raw NATS client (`RawPublisher`) sends `forge(raw, reply
+/// subject)` for every inventory request while 5 honest nodes boot; once they are
+/// provisioned, `then(raw)` sends what else the test sends, of which `dropped_events`
+/// must be dropped as undecodable startup events. Checks that the forgeries were sent,
+/// every node was provisioned once, the forgeries were counted as undecodable replies
+/// and the provisioner's connection held throughout.
+fn raw_forgeries_to_every_inventory(
+    forge: impl Fn(&mut RawPublisher, &str) + Send + Sync + 'static,
+    then: impl FnOnce(&mut RawPublisher),
+    dropped_events: u64,
+) {
     let server = NatsServer::start();
     let attacker = Hostile::connect(&server.url(), None);
     let raw = std::sync::Arc::new(parking_lot::Mutex::new(RawPublisher::connect(
@@ -772,31 +765,50 @@ fn header_blocks_that_do_not_parse_never_drop_the_connection() {
     let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let (raw_race, sent_race) = (raw.clone(), sent.clone());
     let _race = attacker.race(Box::new(move |_, request, body| {
-        if body.action != "inventory" {
-            return None;
-        }
-        let mut raw = raw_race.lock();
-        for headers in [
-            &b"garbage\r\n\r\n"[..],
-            b"NATS/1.0\r\nno colon\r\n\r\n",
-            b"\xff\xfe\r\n\r\n",
-            b"x",
-        ] {
-            raw.hpub(&request.reply_to, headers, b"not a reply");
+        if body.action == "inventory" {
+            let mut raw = raw_race.lock();
+            forge(&mut raw, &request.reply_to);
+            raw.flush();
             sent_race.fetch_add(1, Ordering::Relaxed);
         }
-        raw.flush();
         None
     }));
     attacker.flush();
     let fleet = sim(&server.url(), 5, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
     wait_provisioned(&fleet, 5, Duration::from_secs(60));
-    assert!(sent.load(Ordering::Relaxed) >= 4);
-    assert_connection_held(&prov);
+    assert!(sent.load(Ordering::Relaxed) >= 1, "no inventory was forged");
     assert_all_provisioned_once(&fleet);
-    // Delivered without headers, and refused for what they hold.
     assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
+    then(&mut raw.lock());
+    wait_until(
+        "the startup events sent dropped as undecodable",
+        Duration::from_secs(10),
+        || prov.counter("dropped_events", &["undecodable"]) >= dropped_events,
+    );
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn header_blocks_that_do_not_parse_never_drop_the_connection() {
+    // nats-server passes an HPUB's header bytes through unread: a node can send the
+    // provisioner's reply subject a message whose header block is not NATS/1.0. The
+    // client once failed its read loop on it and reconnected, once per message. Now
+    // they are delivered without headers, and refused for what they hold.
+    raw_forgeries_to_every_inventory(
+        |raw, to| {
+            for headers in [
+                &b"garbage\r\n\r\n"[..],
+                b"NATS/1.0\r\nno colon\r\n\r\n",
+                b"\xff\xfe\r\n\r\n",
+                b"x",
+            ] {
+                raw.hpub(to, headers, b"not a reply");
+            }
+        },
+        |_| {},
+        0,
+    );
 }
 
 #[test]
@@ -806,52 +818,26 @@ fn subjects_and_reply_tos_that_are_not_utf8_or_hold_unicode_spaces_never_drop_th
     // U+00A0 in a reply-to (one argument too many), failed the read loop and the
     // client reconnected, once per message. The router's subscription is
     // `<prefix>.*`, so a node can also choose the last token of the subject.
-    let server = NatsServer::start();
-    let attacker = Hostile::connect(&server.url(), None);
-    let raw = std::sync::Arc::new(parking_lot::Mutex::new(RawPublisher::connect(
-        &server.url(),
-    )));
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let (raw_race, sent_race) = (raw.clone(), sent.clone());
-    let _race = attacker.race(Box::new(move |_, request, body| {
-        if body.action != "inventory" {
-            return None;
-        }
-        let to = request.reply_to.as_bytes();
-        let prefix = &to[..to.iter().rposition(|&b| b == b'.').unwrap()];
-        let mut raw = raw_race.lock();
-        for reply_to in [
-            &b"\xff\xfe"[..],
-            "r\u{a0}x".as_bytes(),
-            "r\u{2028}x".as_bytes(),
-        ] {
-            raw.publish(to, reply_to, b"not a reply");
-            sent_race.fetch_add(1, Ordering::Relaxed);
-        }
-        let mut subject = prefix.to_vec();
-        subject.extend_from_slice(b".\xc3\x28");
-        raw.publish(&subject, b"r", b"not a reply");
-        raw.flush();
-        None
-    }));
-    attacker.flush();
-    let startups = b"choria.lifecycle.event.startup.provision_mode_server";
-    raw.lock().publish(startups, b"\xff", b"not an event");
-    raw.lock().flush();
-    let fleet = sim(&server.url(), 5, |_| {});
-    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
-    raw.lock()
-        .publish(startups, "e\u{a0}v".as_bytes(), b"not an event");
-    raw.lock().flush();
-    wait_provisioned(&fleet, 5, Duration::from_secs(60));
-    assert!(sent.load(Ordering::Relaxed) >= 3);
-    assert_connection_held(&prov);
-    assert_all_provisioned_once(&fleet);
-    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
-    wait_until(
-        "the event with a U+00A0 reply-to dropped",
-        Duration::from_secs(10),
-        || prov.counter("dropped_events", &["undecodable"]) >= 1,
+    raw_forgeries_to_every_inventory(
+        |raw, to| {
+            let to = to.as_bytes();
+            for reply_to in [
+                &b"\xff\xfe"[..],
+                "r\u{a0}x".as_bytes(),
+                "r\u{2028}x".as_bytes(),
+            ] {
+                raw.publish(to, reply_to, b"not a reply");
+            }
+            let mut subject = to[..to.iter().rposition(|&b| b == b'.').unwrap()].to_vec();
+            subject.extend_from_slice(b".\xc3\x28");
+            raw.publish(&subject, b"r", b"not a reply");
+        },
+        |raw| {
+            raw.publish(STARTUPS, b"\xff", b"not an event");
+            raw.publish(STARTUPS, "e\u{a0}v".as_bytes(), b"not an event");
+            raw.flush();
+        },
+        2,
     );
 }
 

@@ -279,23 +279,29 @@ for site, n in sites.most_common(15):
     print(f"bench:   {n / done:7.1f} {site}")
 PY
 elif [ "$PROFILE" = sleeps ]; then
-  perf script -i "$out/sleeps.data" -F comm,tid,event,ip,sym 2>/dev/null >"$out/sleeps.txt" || true
+  perf script -i "$out/sleeps.data" -F comm,pid,tid,event,ip,sym 2>/dev/null >"$out/sleeps.txt" || true
   python3 - "$out/sleeps.txt" "$out/summary.json" <<'PY'
 import collections, json, re, sys
 done = sum(1 for n in json.load(open(sys.argv[2]))["nodes"] if n["phase"] == "provisioned") or 1
 # A switch's stack: kernel frames, then the libc/std/parking_lot wait, then the
 # code that waited. The site is the first frame of ours (or of the NATS client).
+# perf follows the helpers too (their vfork children still carry a worker's name):
+# only the process with the most switches, the daemon, is counted.
 ours = re.compile(r"choria_provisioner|nats::")
 wait = re.compile(r"parking_lot|std::sys|std::thread|crossbeam|futex|lock|park|wait|sleep|poll|read|Condvar|Mutex|RwLock|recv|<unknown>|\\[unknown\\]")
-threads, sites = collections.Counter(), collections.Counter()
+switches = []
 for block in open(sys.argv[1]).read().split("\n\n"):
     lines = [l.strip() for l in block.strip().splitlines()]
-    if not lines:
+    head = lines[0].split() if lines else []
+    if len(head) < 2:
         continue
-    head = lines[0].split()
-    name = re.sub(r"-?\d+$", "", head[0]) if head else "?"
-    frames = [re.sub(r"^[0-9a-f]+\s+", "", l).split(" (")[0] for l in lines[1:]]
-    user = [f for f in frames if not re.match(r"^(__)?[a-z_0-9.]+$", f) or f.startswith("__")]
+    name, pid = re.sub(r"-?\d+$", "", head[0]), head[1].split("/")[0]
+    switches.append((pid, name, [re.sub(r"^[0-9a-f]+\s+", "", l).split(" (")[0] for l in lines[1:]]))
+daemon = collections.Counter(pid for pid, _, _ in switches).most_common(1)
+threads, sites = collections.Counter(), collections.Counter()
+for pid, name, frames in switches:
+    if not daemon or pid != daemon[0][0]:
+        continue
     site = next((f for f in frames if ours.search(f) and not wait.search(f.split("::")[-1])), None)
     site = site or next((f for f in frames if ours.search(f)), frames[-1] if frames else "?")
     threads[name] += 1

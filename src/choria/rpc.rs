@@ -151,7 +151,7 @@ pub struct Watch<'a> {
     identity: Identity,
     rpc: String,
     body: Vec<u8>,
-    accepted_at: Instant,
+    asked_at: Instant,
 }
 
 impl fmt::Debug for Watch<'_> {
@@ -164,9 +164,11 @@ impl fmt::Debug for Watch<'_> {
 }
 
 impl Watch<'_> {
-    /// When the accepted reply arrived.
-    pub fn accepted_at(&self) -> Instant {
-        self.accepted_at
+    /// When the request was handed to the broker connection. A node's answers are
+    /// awaited from then: a twin is a reply the node was asked for at the same moment,
+    /// whichever of the two came first.
+    pub fn asked_at(&self) -> Instant {
+        self.asked_at
     }
 
     /// Reads what else arrived for this request until `until` (at once if past):
@@ -370,6 +372,7 @@ impl RpcClient {
         let pending = self.router.expect(&id, REPLIES_PER_REQUEST);
         let started = Instant::now();
         self.send(self.spec(agent, agent, body, id.clone()), &subject, timeout)?;
+        let asked_at = Instant::now();
         let mut rejected: Option<(u64, String)> = None;
         loop {
             // Checked on every message: a flood cannot extend the call.
@@ -405,7 +408,7 @@ impl RpcClient {
                             identity: identity.clone(),
                             rpc: format!("{agent}#{action}"),
                             body,
-                            accepted_at: Instant::now(),
+                            asked_at,
                         },
                     })
                 }

@@ -127,9 +127,9 @@ pub struct Config {
     pub helper: String,
     /// How long one helper run may take before it is killed (new key).
     pub helper_timeout: Duration,
-    /// How long after a node's `gencsr` reply a second, different one in its name still
-    /// stops the attempt before its certificate is sent (new key; see the README's
-    /// threat model).
+    /// How long after a node is sent `gencsr` a second, different reply in its name
+    /// still stops the attempt before its certificate is sent (new key; see the
+    /// README's threat model).
     pub csr_reply_grace: Duration,
     /// Token sent with every `choria_provision` action.
     pub token: Secret,

@@ -10,8 +10,8 @@ use crate::choria::rpc::{Contested, Reply, RpcClient, RpcError, Watch};
 
 /// An accepted reply's request, still listening for a second reply in the node's name.
 pub trait ReplyWatch {
-    /// When the accepted reply arrived.
-    fn accepted_at(&self) -> Instant;
+    /// When the request was sent: its grace for a twin is counted from then.
+    fn asked_at(&self) -> Instant;
     /// `Err` when a different valid reply in the node's name arrived by `until`.
     fn settle(&self, until: Instant) -> Result<(), Contested>;
 }
@@ -38,8 +38,8 @@ pub trait NodeRpc: Send + Sync {
 }
 
 impl ReplyWatch for Watch<'_> {
-    fn accepted_at(&self) -> Instant {
-        Watch::accepted_at(self)
+    fn asked_at(&self) -> Instant {
+        Watch::asked_at(self)
     }
 
     fn settle(&self, until: Instant) -> Result<(), Contested> {

@@ -39,16 +39,18 @@ pub struct Timeouts {
     pub provision: Duration,
     /// `rpcutil` actions (4 s by default).
     pub rpcutil: Duration,
-    /// How long after accepting a reply from `jwt`, `gen25519`, `gencsr` or
-    /// `inventory` a second, different reply in the node's name still stops the
-    /// attempt before anything secret is sent ([`REPLY_GRACE`] by default; for
-    /// `gencsr` at least the configuration's `csr_reply_grace`).
+    /// How long after sending `jwt`, `gen25519`, `gencsr` or `inventory` a second,
+    /// different reply in the node's name still stops the attempt before anything
+    /// secret is sent ([`REPLY_GRACE`] by default; for `gencsr` at least the
+    /// configuration's `csr_reply_grace`). It is counted from the request, not from
+    /// the first reply: a real node answers in its own time after it was asked,
+    /// whoever answered first, and the window then also covers the round trip.
     pub reply_grace: Duration,
 }
 
 /// The default [`Timeouts::reply_grace`]. It runs concurrently with the rest of the
-/// attempt (the helper above all), so it only delays nodes whose helper answers
-/// faster than this.
+/// attempt (the inventory round trip and the helper above all), so it only delays
+/// nodes that got that far in less time.
 pub const REPLY_GRACE: Duration = Duration::from_millis(50);
 
 /// What every attempt shares.
@@ -83,8 +85,8 @@ struct Attempt<'r> {
     csr: Option<CsrInfo>,
 }
 
-/// An accepted reply still watched for a forged twin, and the least time after it
-/// that is watched before anything secret is made or sent.
+/// An accepted reply still watched for a forged twin, and the least time after its
+/// request that is watched before anything secret is made or sent.
 struct Watched<'r> {
     watch: Box<dyn ReplyWatch + 'r>,
     at_least: Duration,
@@ -536,11 +538,11 @@ impl NodeSequence {
     }
 
     /// Stops the attempt if any watched request got a second, different reply in the
-    /// node's name within `grace` (or the watch's own longer grace) of its accepted
-    /// one, or by now if later.
+    /// node's name within `grace` (or the watch's own longer grace) of its request
+    /// being sent, or by now if later.
     fn settle(&self, identity: &Identity, a: &Attempt, grace: Duration) -> Step<()> {
         for Watched { watch, at_least } in &a.watches {
-            if let Err(contested) = watch.settle(watch.accepted_at() + grace.max(*at_least)) {
+            if let Err(contested) = watch.settle(watch.asked_at() + grace.max(*at_least)) {
                 log::error!(
                     "SECURITY: {contested}; nothing secret was sent to {identity}, it is tried again after the cool-down"
                 );

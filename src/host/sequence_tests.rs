@@ -36,6 +36,8 @@ enum Answer {
     LateTwin(Value, Duration),
     /// OK with this data and no second reply; its watch waits as a real one does.
     Alone(Value),
+    /// As `Alone`, the reply arriving this long after the request.
+    SlowAlone(Value, Duration),
 }
 
 /// A node whose answers are scripted per action (the last one repeats).
@@ -56,7 +58,7 @@ struct FakeWatch {
 }
 
 impl ReplyWatch for FakeWatch {
-    fn accepted_at(&self) -> Instant {
+    fn asked_at(&self) -> Instant {
         self.at
     }
 
@@ -127,9 +129,10 @@ impl NodeRpc for FakeNode {
             // sequence sees it, so a script holds objects only.
             data: ReplyData::from_value(&data).expect("scripted data is an object"),
         };
+        let asked = Instant::now();
         let watch = |twin, waits| -> Box<dyn ReplyWatch> {
             Box::new(FakeWatch {
-                at: Instant::now(),
+                at: asked,
                 twin,
                 waits,
             })
@@ -167,6 +170,13 @@ impl NodeRpc for FakeNode {
                 reply: reply(0, "OK", data),
                 watch: watch(None, true),
             }),
+            Answer::SlowAlone(data, after) => {
+                std::thread::sleep(after);
+                Ok(Called {
+                    reply: reply(0, "OK", data),
+                    watch: watch(None, true),
+                })
+            }
         }
     }
 }
@@ -541,6 +551,33 @@ fn a_lone_gencsr_reply_is_watched_for_csr_reply_grace_while_the_helper_runs() {
     assert!(
         took < Duration::from_millis(1700),
         "the grace did not run while the helper ran: {took:?}"
+    );
+}
+
+#[test]
+fn the_reply_grace_counts_from_the_request_so_a_slow_reply_does_not_add_to_it() {
+    // The real node answers in its own time after it was asked, whoever answered
+    // first: the grace covers the round trip instead of following it.
+    let slow = Duration::from_millis(300);
+    let inventory = json!({"version": "0.30.2"});
+    let mut r = rig(
+        FakeNode::answering(&[("inventory", &[Answer::SlowAlone(inventory, slow)])]),
+        CONFIGURED,
+        |_| {},
+    );
+    r.sequence.timeouts.reply_grace = Duration::from_millis(500);
+    let started = Instant::now();
+    assert_eq!(r.attempt(), Outcome::Done);
+    let took = started.elapsed();
+    assert_eq!(r.node.calls(), ["inventory", "configure", "restart"]);
+    assert!(
+        took >= Duration::from_millis(500),
+        "configured before the grace ended: {took:?}"
+    );
+    // Counted from the reply, the grace would have ended at 800 ms.
+    assert!(
+        took < Duration::from_millis(750),
+        "the grace was counted from the reply: {took:?}"
     );
 }
 

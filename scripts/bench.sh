@@ -160,6 +160,7 @@ busy_ticks=$(sum_ticks)
 sys_ticks=$(sum_stat 15)
 helper_ticks=$(( $(sum_stat 16) + $(sum_stat 17) )) # the helpers they reaped
 nats_ticks=$(ticks "$nats")
+nats_peak_kb=$(awk '/VmHWM/ {print $2}' "/proc/$nats/status")
 peak_kb=$(sum_status VmHWM)
 # Context switches of every provisioner thread (each is a sleep and a wake-up, the
 # kernel's share of the CPU figure); the helpers are processes of their own.
@@ -191,9 +192,9 @@ else
   wait "$prov" || true
 fi
 
-python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" "$sim_ticks" "$sim_peak_kb" "$PROFILE" "$sys_ticks" "$helper_ticks" "$nats_ticks" "$INSTANCES" "$switches" <<'PY'
+python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" "$sim_ticks" "$sim_peak_kb" "$PROFILE" "$sys_ticks" "$helper_ticks" "$nats_ticks" "$INSTANCES" "$switches" "$nats_peak_kb" <<'PY'
 import collections, json, sys
-summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, features, sim_ticks, sim_kb, profile, sys_ticks, helper_ticks, nats_ticks, instances, switches = sys.argv[1:]
+summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, features, sim_ticks, sim_kb, profile, sys_ticks, helper_ticks, nats_ticks, instances, switches, nats_kb = sys.argv[1:]
 instances = int(instances)
 s = json.load(open(summary))
 nodes, hz, start = int(nodes), int(hz), int(start)
@@ -223,7 +224,7 @@ print(f"bench: provisioner CPU {per_node(busy):.3f} ms per node, helper excluded
       f"{per_node(int(busy) - int(sys_ticks)):.3f} user + {per_node(sys_ticks):.3f} system")
 if not profile:
     print(f"bench: provisioner context switches {int(switches) / max(done, 1):.1f} per node (its threads' sleeps and wake-ups)")
-print(f"bench: the rest of the machine's work per node: helpers {per_node(helper_ticks):.3f} ms CPU, nats-server {per_node(nats_ticks):.3f} ms CPU")
+print(f"bench: the rest of the machine's work per node: helpers {per_node(helper_ticks):.3f} ms CPU, nats-server {per_node(nats_ticks):.3f} ms CPU (peak RSS {int(nats_kb) / 1024:.1f} MB)")
 print(f"bench: provisioner peak RSS {int(peak_kb) / 1024:.1f} MB (target <= 64 MB)" + (" (sum over instances)" if instances > 1 else ""))
 print(f"bench: choria-fleet-sim CPU {int(sim_ticks) * 1000 / hz / max(done, 1):.3f} ms per node (at least), peak RSS {int(sim_kb) / 1024:.1f} MB")
 for i, d in enumerate(s.get("discoveries", []), 1):

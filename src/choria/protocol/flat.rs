@@ -168,15 +168,30 @@ fn expect(bytes: &[u8], at: usize, byte: u8) -> Option<usize> {
 /// closing quote; borrowed when it has no escape.
 fn string(bytes: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
     let start = expect(bytes, at, b'"')?;
-    let mut i = start;
-    let mut out: Option<Vec<u8>> = None;
-    let mut run = start;
+    // Up to the first quote, backslash or control character a word at a time: a
+    // string without escapes (most of them) is borrowed from there.
+    let first = super::scan::string_special(bytes, start);
+    match *bytes.get(first)? {
+        b'"' => {
+            let value = std::str::from_utf8(&bytes[start..first]).ok()?;
+            return Some((Cow::Borrowed(value), first + 1));
+        }
+        b'\\' => {}
+        _ => return None, // serde refuses a control character
+    }
+    // A nested message has an escape every few bytes: from the first one on, byte by
+    // byte into a buffer sized for the rest (copying the runs between escapes cost
+    // more than pushing their bytes).
+    let mut buf = Vec::with_capacity(bytes.len() - start);
+    buf.extend_from_slice(&bytes[start..first]);
+    let mut i = first;
     loop {
         let &b = bytes.get(i)?;
+        i += 1;
         match b {
             b'"' => break,
             b'\\' => {
-                let unescaped = match *bytes.get(i + 1)? {
+                buf.push(match *bytes.get(i)? {
                     b'"' => b'"',
                     b'\\' => b'\\',
                     b'/' => b'/',
@@ -186,28 +201,16 @@ fn string(bytes: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
                     b'b' => 0x08,
                     b'f' => 0x0c,
                     _ => return None, // `\u` and invalid escapes: serde's to judge
-                };
-                let buf = out.get_or_insert_with(|| Vec::with_capacity(bytes.len() - start));
-                buf.extend_from_slice(&bytes[run..i]);
-                buf.push(unescaped);
-                i += 2;
-                run = i;
+                });
+                i += 1;
             }
             0..=0x1f => return None, // serde refuses a control character
-            _ => i += 1,
+            _ => buf.push(b),
         }
     }
-    let end = i + 1;
     // Escapes only ever add ASCII, so the result is UTF-8 exactly when the raw bytes
     // between them are.
-    let value = match out {
-        None => Cow::Borrowed(std::str::from_utf8(&bytes[start..i]).ok()?),
-        Some(mut buf) => {
-            buf.extend_from_slice(&bytes[run..i]);
-            Cow::Owned(String::from_utf8(buf).ok()?)
-        }
-    };
-    Some((value, end))
+    Some((Cow::Owned(String::from_utf8(buf).ok()?), i))
 }
 
 #[cfg(test)]

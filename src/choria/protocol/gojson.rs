@@ -109,49 +109,39 @@ const ESCAPES: [u8; 256] = {
 pub fn write_str(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = text.as_bytes();
-    out.reserve(bytes.len() + 2);
+    // Room for a nested message's share of escapes (about one byte in four needs
+    // one); more grows the vector as usual.
+    out.reserve(bytes.len() + bytes.len() / 2 + 2);
     out.push(b'"');
-    let mut start = 0;
+    // Byte by byte into the reserved room: a nested message has an escape every few
+    // bytes, and copying the runs between them cost more than pushing their bytes.
     let mut i = 0;
-    while i < bytes.len() {
-        let byte = bytes[i];
-        let class = ESCAPES[byte as usize];
-        if class == 0 {
-            i += 1;
-            continue;
-        }
-        let mut escape = [b'\\', class, 0, 0, 0, 0];
-        let (len, consumed) = match class {
-            b'E' => match bytes.get(i + 1..i + 3) {
+    while let Some(&byte) = bytes.get(i) {
+        i += 1;
+        match ESCAPES[byte as usize] {
+            0 => out.push(byte),
+            b'E' => match bytes.get(i..i + 2) {
                 Some([0x80, last @ (0xA8 | 0xA9)]) => {
-                    escape = *b"\\u2028";
-                    escape[5] = if *last == 0xA8 { b'8' } else { b'9' };
-                    (6, 3)
+                    out.extend_from_slice(if *last == 0xA8 {
+                        b"\\u2028"
+                    } else {
+                        b"\\u2029"
+                    });
+                    i += 2;
                 }
-                _ => {
-                    i += 1;
-                    continue;
-                }
+                _ => out.push(byte),
             },
-            b'u' => {
-                escape = [
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[(byte >> 4) as usize],
-                    HEX[(byte & 15) as usize],
-                ];
-                (6, 1)
-            }
-            _ => (2, 1),
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        out.extend_from_slice(&escape[..len]);
-        i += consumed;
-        start = i;
+            b'u' => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(byte >> 4) as usize],
+                HEX[(byte & 15) as usize],
+            ]),
+            class => out.extend_from_slice(&[b'\\', class]),
+        }
     }
-    out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
 }
 

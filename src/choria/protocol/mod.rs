@@ -13,6 +13,7 @@ mod debug;
 mod flat;
 pub mod gojson;
 pub mod mcorpc;
+mod scan;
 mod v1;
 mod v2;
 

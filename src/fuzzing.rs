@@ -245,17 +245,18 @@ pub fn request_round_trip(data: &[u8]) {
     let mut next = || fields.next().unwrap_or_default();
     let (agent, collective, sender, caller, id, body) =
         (next(), next(), next(), next(), next(), next());
+    let filter = Filter::agent(&agent);
     let spec = RequestSpec {
-        filter: Filter::agent(&agent),
-        agent,
-        collective,
-        caller_id: caller,
-        sender_id: sender,
+        filter: &filter,
+        agent: &agent,
+        collective: &collective,
+        caller_id: &caller,
+        sender_id: &sender,
         ttl,
-        body: body.into_bytes(),
-        request_id: Some(id),
+        body: body.as_bytes(),
+        request_id: Some(&id),
         time_ns: Some(time_ns),
-        seen_by: Some("nats://broker.example.net:4222".into()),
+        seen_by: Some("nats://broker.example.net:4222"),
     };
     let credentials = match protocol {
         Protocol::V1 => &Credentials::Insecure,
@@ -271,7 +272,7 @@ pub fn request_round_trip(data: &[u8]) {
     assert_eq!(request.caller_id, spec.caller_id);
     assert_eq!(request.collective, spec.collective);
     assert_eq!(request.agent, spec.agent);
-    assert_eq!(request.filter, spec.filter);
+    assert_eq!(&request.filter, spec.filter);
     assert_eq!(request.reply_to, reply_to);
     assert_eq!(request.ttl, spec.ttl as i64);
     let seconds = match protocol {
@@ -281,7 +282,7 @@ pub fn request_round_trip(data: &[u8]) {
     assert_eq!(request.time, seconds);
     // A server dispatches a body that is base64 text decoded (§2.8).
     if base64::engine::general_purpose::STANDARD
-        .decode(&spec.body)
+        .decode(spec.body)
         .is_err()
     {
         assert_eq!(request.body, spec.body);
@@ -289,7 +290,7 @@ pub fn request_round_trip(data: &[u8]) {
     if !spec.sender_id.is_empty() {
         assert_eq!(
             protocol::transport_sender(&bytes).as_deref(),
-            Ok(spec.sender_id.as_str())
+            Ok(spec.sender_id)
         );
     }
     for now in [NOW, request.time, 0] {
@@ -585,6 +586,10 @@ fn server_keys() -> &'static Keys {
 /// (`ed25519` feature) through the real [`Keys::server_jwt`]: the token verifies
 /// with our key, names the node, has collectives and lives more than an hour.
 pub fn helper_output(data: &[u8]) {
+    assert!(
+        crate::host::helper::fast_decode_agrees(data),
+        "the fast decode and the folded map disagree"
+    );
     let output = match HelperOutput::decode(data) {
         Ok(output) => output,
         Err(e) => {
@@ -1069,22 +1074,24 @@ pub fn seeds() -> Vec<Seed> {
         (Protocol::V2, v2, "v2"),
     ] {
         for (action, body) in [("inventory", &inventory), ("configure", &configure)] {
-            let spec = RequestSpec {
-                agent: body.agent.clone(),
-                collective: "provisioning".into(),
-                caller_id: "choria=provisioner".into(),
-                sender_id: "provisioner.example.net".into(),
-                ttl: 60,
-                filter: Filter::agent(&body.agent),
-                body: body.encode(),
-                request_id: Some(match protocol {
-                    Protocol::V1 => "6f0c3b9e2a4d4f1c8b7e5d3a2c1b0f9e".into(),
-                    Protocol::V2 => ksuid_from(NOW as u64, [3; 16]),
-                }),
-                time_ns: Some(NOW * 1_000_000_000),
-                seen_by: Some("nats://broker.example.net:4222".into()),
+            let request_id = match protocol {
+                Protocol::V1 => "6f0c3b9e2a4d4f1c8b7e5d3a2c1b0f9e".to_string(),
+                Protocol::V2 => ksuid_from(NOW as u64, [3; 16]),
             };
-            let reply_to = protocol::reply_prefix("provisioning", &spec.caller_id)
+            let (filter, encoded) = (Filter::agent(&body.agent), body.encode());
+            let spec = RequestSpec {
+                agent: &body.agent,
+                collective: "provisioning",
+                caller_id: "choria=provisioner",
+                sender_id: "provisioner.example.net",
+                ttl: 60,
+                filter: &filter,
+                body: &encoded,
+                request_id: Some(&request_id),
+                time_ns: Some(NOW * 1_000_000_000),
+                seen_by: Some("nats://broker.example.net:4222"),
+            };
+            let reply_to = protocol::reply_prefix("provisioning", spec.caller_id)
                 .expect("a valid caller id makes a valid subject")
                 .child("1")
                 .expect("a valid reply subject");

@@ -27,6 +27,7 @@ use super::bus::Bus;
 use super::client_config::ClientConfig;
 use super::connector::{redact_url, Connector};
 use super::identity::Identity;
+use super::protocol::mcorpc::RequestData;
 use super::protocol::{self, Credentials, Filter, Protocol, RequestSpec};
 use super::router::{Pending, Routed, Router};
 use super::subject::{Subject, SubjectError};
@@ -42,6 +43,45 @@ pub const COLLECTIVE: &str = "provisioning";
 /// thread writes everything published within 5 ms in one go. A lone request (the
 /// usual case on a quiet fleet) still leaves at once.
 const FLUSH_BELOW_IN_FLIGHT: usize = 8;
+
+/// The agent every provisioning RPC addresses, and the one discovery looks for.
+pub(crate) const PROVISION_AGENT: &str = "choria_provision";
+
+/// Most bytes of a request buffer kept for the thread's next request (see
+/// [`RequestBuffers`]).
+const BUFFER_KEPT: usize = 64 * 1024;
+
+/// A thread's buffers for the requests it sends: the RPC body and the NATS payload.
+/// A worker's requests reuse their memory instead of allocating and freeing two
+/// buffers of a few KiB each (the large blocks that take glibc's slow path); one
+/// large request's buffer is not kept.
+struct RequestBuffers;
+
+impl RequestBuffers {
+    /// Runs `f` with this thread's (body, payload) buffers, both empty.
+    fn with<R>(f: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>) -> R) -> R {
+        thread_local! {
+            static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+                const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+        }
+        BUFFERS.with(|cell| {
+            // A nested use (none today) gets buffers of its own rather than a panic.
+            let Ok(mut buffers) = cell.try_borrow_mut() else {
+                return f(&mut Vec::new(), &mut Vec::new());
+            };
+            let (body, payload) = &mut *buffers;
+            body.clear();
+            payload.clear();
+            let result = f(body, payload);
+            for buffer in [body, payload] {
+                if buffer.capacity() > BUFFER_KEPT {
+                    *buffer = Vec::new();
+                }
+            }
+            result
+        })
+    }
+}
 
 /// Replies kept per direct request: the real one plus a few forged or duplicated ones.
 const REPLIES_PER_REQUEST: usize = 8;
@@ -263,6 +303,8 @@ pub struct RpcClient {
     warn_identity: Arc<Throttle>,
     node_prefix: Subject,
     discovery_subject: Subject,
+    /// The filter of every provisioning request and of discovery, made once.
+    provision_filter: Filter,
 }
 
 impl fmt::Debug for RpcClient {
@@ -302,6 +344,7 @@ impl RpcClient {
             warn_identity: Arc::new(Throttle::default()),
             node_prefix: subject(format!("{COLLECTIVE}.node"))?,
             discovery_subject: subject(format!("{COLLECTIVE}.broadcast.agent.discovery"))?,
+            provision_filter: Filter::agent(PROVISION_AGENT),
         })
     }
 
@@ -315,18 +358,24 @@ impl RpcClient {
         &self.metrics
     }
 
-    fn spec(&self, agent: &str, filter_agent: &str, body: Vec<u8>, id: String) -> RequestSpec {
+    fn spec<'a>(
+        &'a self,
+        agent: &'a str,
+        filter: &'a Filter,
+        body: &'a [u8],
+        id: &'a str,
+    ) -> RequestSpec<'a> {
         RequestSpec {
-            agent: agent.to_string(),
-            collective: COLLECTIVE.to_string(),
-            caller_id: self.caller_id.clone(),
-            sender_id: self.identity.clone(),
+            agent,
+            collective: COLLECTIVE,
+            caller_id: &self.caller_id,
+            sender_id: &self.identity,
             ttl: self.ttl,
-            filter: Filter::agent(filter_agent),
+            filter,
             body,
             request_id: Some(id),
             time_ns: None,
-            seen_by: self.seen_by.clone(),
+            seen_by: self.seen_by.as_deref(),
         }
     }
 
@@ -335,17 +384,26 @@ impl RpcClient {
     /// leaves at once; under load the nats flusher writes many together instead.
     fn send(
         &self,
-        spec: RequestSpec,
+        spec: &RequestSpec,
+        payload: &mut Vec<u8>,
         subject: &Subject,
         timeout: Duration,
     ) -> Result<(), RpcError> {
-        let id = spec.request_id.clone().unwrap_or_default();
-        let reply = self.router.reply_subject(&id).map_err(RpcError::Subject)?;
-        let (_, payload) =
-            protocol::encode_request(&spec, reply.as_str(), &self.credentials, self.protocol)
-                .map_err(|e| RpcError::Encode(e.to_string()))?;
+        let reply = self
+            .router
+            .reply_subject(spec.request_id.unwrap_or_default())
+            .map_err(RpcError::Subject)?;
+        payload.clear();
+        protocol::encode_request_into(
+            spec,
+            reply.as_str(),
+            &self.credentials,
+            self.protocol,
+            payload,
+        )
+        .map_err(|e| RpcError::Encode(e.to_string()))?;
         self.bus
-            .publish_request(subject, &reply, None, &payload)
+            .publish_request(subject, &reply, None, payload)
             .map_err(|e| RpcError::Publish(e.to_string()))?;
         if self.router.pending() < FLUSH_BELOW_IN_FLIGHT {
             let _ = self.bus.flush(timeout);
@@ -360,18 +418,28 @@ impl RpcClient {
         identity: &Identity,
         agent: &str,
         action: &str,
-        data: &serde_json::Value,
+        data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Answer<'_>, RpcError> {
         let id = protocol::new_request_id(self.protocol);
-        let body = protocol::mcorpc::RpcRequestBody::encode_for(agent, action, data);
         let subject = self
             .node_prefix
             .child(identity)
             .map_err(RpcError::Subject)?;
         let pending = self.router.expect(&id, REPLIES_PER_REQUEST);
         let started = Instant::now();
-        self.send(self.spec(agent, agent, body, id.clone()), &subject, timeout)?;
+        let other_filter;
+        let filter = if agent == PROVISION_AGENT {
+            &self.provision_filter
+        } else {
+            other_filter = Filter::agent(agent);
+            &other_filter
+        };
+        RequestBuffers::with(|body, payload| {
+            protocol::mcorpc::RpcRequestBody::write_for(body, agent, action, data);
+            let spec = self.spec(agent, filter, body, &id);
+            self.send(&spec, payload, &subject, timeout)
+        })?;
         let asked_at = Instant::now();
         let mut rejected: Option<(u64, String)> = None;
         loop {
@@ -533,11 +601,13 @@ impl RpcClient {
         let started = Instant::now();
         let spec = self.spec(
             "discovery",
-            "choria_provision",
-            protocol::DISCOVERY_REQUEST.to_vec(),
-            id,
+            &self.provision_filter,
+            protocol::DISCOVERY_REQUEST,
+            &id,
         );
-        self.send(spec, &self.discovery_subject, limit)?;
+        RequestBuffers::with(|_, payload| {
+            self.send(&spec, payload, &self.discovery_subject, limit)
+        })?;
         let mut wait = initial.min(limit);
         loop {
             let left = limit.saturating_sub(started.elapsed());

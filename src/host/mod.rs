@@ -1,6 +1,7 @@
 //! Everything that happens to one server: the provisioning sequence and its crypto.
 
 pub mod failure;
+mod folded_keys;
 pub mod helper;
 pub mod key_material;
 pub mod loop_check;
@@ -11,6 +12,7 @@ mod proctree;
 pub mod progress;
 mod redact;
 mod replies;
+mod requests;
 pub mod retry;
 pub mod sequence;
 mod spawn;

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::choria::identity::Identity;
+use crate::choria::protocol::mcorpc::RequestData;
 use crate::choria::rpc::{Contested, Reply, RpcClient, RpcError, Watch};
 
 /// An accepted reply's request, still listening for a second reply in the node's name.
@@ -32,7 +33,7 @@ pub trait NodeRpc: Send + Sync {
         identity: &Identity,
         agent: &str,
         action: &str,
-        data: &serde_json::Value,
+        data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Called<'_>, RpcError>;
 }
@@ -53,7 +54,7 @@ impl NodeRpc for RpcClient {
         identity: &Identity,
         agent: &str,
         action: &str,
-        data: &serde_json::Value,
+        data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Called<'_>, RpcError> {
         let answer = RpcClient::call(self, identity, agent, action, data, timeout)?;

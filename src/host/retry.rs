@@ -8,13 +8,13 @@
 //! node, the number of tries and the last real reason (Go said `context canceled`);
 //! and a stopping daemon is noticed between tries.
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::node_rpc::{NodeRpc, ReplyWatch};
 use crate::backoff::FIVE_SEC;
 use crate::choria::identity::Identity;
+use crate::choria::protocol::mcorpc::RequestData;
 use crate::choria::rpc::{Reply, RpcError};
 use crate::config::Pause;
 use crate::metrics::Metrics;
@@ -112,10 +112,10 @@ impl<'r> Retrier<'r> {
     /// Runs `call`, building the request data per try with `data` and judging each
     /// OK reply with `check`. Non-OK statuses are retried unless fatal. The accepted
     /// try's [`ReplyWatch`] keeps listening for other replies in the node's name.
-    pub fn run<'d, T>(
+    pub fn run<D: RequestData, T>(
         &self,
         call: &Call,
-        mut data: impl FnMut() -> Cow<'d, serde_json::Value>,
+        mut data: impl FnMut() -> D,
         mut check: impl FnMut(&mut Reply) -> Check<T>,
     ) -> Result<(T, Box<dyn ReplyWatch + 'r>), CallError> {
         let label = call.label();

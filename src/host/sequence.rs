@@ -10,7 +10,6 @@
 //! attempt that ends early without failing (deferred, shut down, upgraded) returns
 //! its outcome.
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::replies::{self, BadReplyData, Gen25519Reply, GencsrReply, InventoryReply, JwtReply};
+use super::requests::{ConfigureData, RestartData};
 
 use super::failure::AttemptError;
 use super::helper::{CsrInfo, Ed25519Info, Helper, HelperError, HelperInput, HelperOutput};
@@ -211,7 +211,7 @@ impl NodeSequence {
     fn call<'a>(&self, identity: &'a Identity, action: &'a str, tries: usize) -> Call<'a> {
         Call {
             identity,
-            agent: "choria_provision",
+            agent: crate::choria::rpc::PROVISION_AGENT,
             action,
             tries,
             timeout: self.timeouts.provision,
@@ -310,7 +310,7 @@ impl NodeSequence {
         let token = self.token().to_string();
         let ((jwt, ecdh), watch) = w.run(
             &self.call(identity, "jwt", 3),
-            || Cow::Owned(json!({ "token": token })),
+            || json!({ "token": token }),
             |r| match replies::read::<JwtReply>(&r.data, "jwt") {
                 Ok(d) => {
                     Check::Accept((d.jwt.unwrap_or_default(), d.ecdh_public.unwrap_or_default()))
@@ -352,7 +352,7 @@ impl NodeSequence {
                 let fresh = crate::crypto::nonce::new_nonce();
                 let data = json!({ "nonce": fresh, "token": token });
                 *nonce.borrow_mut() = fresh;
-                Cow::Owned(data)
+                data
             },
             |r| {
                 let d = match replies::read::<Gen25519Reply>(&r.data, "gen25519") {
@@ -421,7 +421,7 @@ impl NodeSequence {
         // map (keys sorted at every depth, numbers as float64), `upgradable` added.
         let ((version, upgradable, inventory), watch) = w.run(
             &call,
-            || Cow::Owned(json!({})),
+            || json!({}),
             |r| {
                 let d = match replies::read::<InventoryReply>(&r.data, "inventory") {
                     Ok(d) => d,
@@ -462,7 +462,7 @@ impl NodeSequence {
         // key and CSR on every call, so retrying is safe.
         let (csr, watch) = w.run(
             &self.call(identity, "gencsr", 3),
-            || Cow::Owned(json!({ "token": token, "cn": identity })),
+            || json!({ "token": token, "cn": identity }),
             |r| match replies::read::<GencsrReply>(&r.data, "gencsr") {
                 Ok(d) => Check::Accept(CsrInfo {
                     csr: d.csr.unwrap_or_default(),
@@ -560,7 +560,7 @@ impl NodeSequence {
         let token = self.token().to_string();
         w.run(
             &self.call(identity, "shutdown", 3),
-            || Cow::Owned(json!({ "token": token })),
+            || json!({ "token": token }),
             |_| Check::Accept(()),
         )
         // Go counted a refused shutdown as success; the node would keep running.
@@ -650,7 +650,7 @@ impl NodeSequence {
         let repository = self.config.upgrades_repository.clone();
         match w.run(
             &self.call(identity, "release_update", 3),
-            || Cow::Owned(json!({ "repository": repository, "token": token, "version": target })),
+            || json!({ "repository": repository, "token": token, "version": target }),
             |_| Check::Accept(()),
         ) {
             Ok(_) => {
@@ -710,24 +710,24 @@ impl NodeSequence {
         let ssldir = a
             .csr
             .as_ref()
-            .map(|c| c.ssldir.clone())
+            .map(|c| c.ssldir.as_str())
             .filter(|d| !d.is_empty())
-            .unwrap_or_else(|| answer.ssldir.clone());
-        let data = json!({
-            "token": self.token(),
-            "config": config,
-            "ca": answer.ca,
-            "certificate": answer.certificate,
-            "ssldir": ssldir,
-            "key": key,
-            "ecdh_public": ecdh_public,
-            "action_policies": answer.action_policies,
-            "opa_policies": answer.opa_policies,
-            "server_jwt": server_jwt,
-        });
+            .unwrap_or(&answer.ssldir);
+        let data = ConfigureData {
+            token: self.token(),
+            config: &config,
+            ca: &answer.ca,
+            certificate: &answer.certificate,
+            ssldir,
+            key,
+            ecdh_public,
+            action_policies: &answer.action_policies,
+            opa_policies: &answer.opa_policies,
+            server_jwt,
+        };
         w.run(
             &self.call(identity, "configure", 5),
-            || Cow::Borrowed(&data),
+            || &data,
             |_| Check::Accept(()),
         )
         .map(|_| ())
@@ -735,10 +735,12 @@ impl NodeSequence {
     }
 
     fn restart(&self, w: &Retrier, identity: &Identity) -> Step<()> {
-        let token = self.token().to_string();
+        let data = RestartData {
+            token: self.token(),
+        };
         w.run(
             &self.call(identity, "restart", 3),
-            || Cow::Owned(json!({ "token": token, "splay": 1 })),
+            || &data,
             |_| Check::Accept(()),
         )
         .map(|_| ())

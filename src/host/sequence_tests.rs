@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::{NodeSequence, Timeouts};
 use crate::choria::identity::Identity;
-use crate::choria::protocol::mcorpc::ReplyData;
+use crate::choria::protocol::mcorpc::{ReplyData, RequestData};
 use crate::choria::rpc::{Contested, Reply, RpcError};
 use crate::config::{Config, Pause, Secret};
 use crate::host::node_rpc::{Called, NodeRpc, ReplyWatch};
@@ -107,7 +107,7 @@ impl NodeRpc for FakeNode {
         identity: &Identity,
         agent: &str,
         action: &str,
-        _data: &Value,
+        _data: &dyn RequestData,
         _timeout: Duration,
     ) -> Result<Called<'_>, RpcError> {
         self.calls.lock().push(action.to_string());

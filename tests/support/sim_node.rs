@@ -164,13 +164,13 @@ pub fn sha256_b64(bytes: &[u8]) -> String {
 /// Sends a discovery with `filter` and collects the senders for `wait`.
 pub fn discover(nc: &nats::Connection, filter: Filter, wait: Duration) -> Vec<String> {
     let spec = RequestSpec {
-        agent: "discovery".into(),
-        collective: "provisioning".into(),
-        caller_id: CALLER.into(),
-        sender_id: SENDER.into(),
+        agent: "discovery",
+        collective: "provisioning",
+        caller_id: CALLER,
+        sender_id: SENDER,
         ttl: 60,
-        filter,
-        body: protocol::DISCOVERY_REQUEST.to_vec(),
+        filter: &filter,
+        body: protocol::DISCOVERY_REQUEST,
         request_id: None,
         time_ns: None,
         seen_by: None,
@@ -179,7 +179,7 @@ pub fn discover(nc: &nats::Connection, filter: Filter, wait: Duration) -> Vec<St
     let id = ids::v1_request_id();
     let reply_to = format!("{prefix}.{id}");
     let spec = RequestSpec {
-        request_id: Some(id),
+        request_id: Some(&id),
         ..spec
     };
     let (_, payload) =
@@ -216,14 +216,14 @@ pub fn call_as(
         protocol::reply_prefix("provisioning", &caller).unwrap()
     );
     let spec = RequestSpec {
-        agent: agent.into(),
-        collective: "provisioning".into(),
-        caller_id: caller,
-        sender_id: sender.into(),
+        agent,
+        collective: "provisioning",
+        caller_id: &caller,
+        sender_id: sender,
         ttl: 60,
-        filter: Filter::agent(agent),
-        body: RpcRequestBody::new(agent, action, data).encode(),
-        request_id: Some(id),
+        filter: &Filter::agent(agent),
+        body: &RpcRequestBody::new(agent, action, data).encode(),
+        request_id: Some(&id),
         time_ns: None,
         seen_by: None,
     };

@@ -2,6 +2,7 @@
 //! provider's RSA key (v1), or the `choria` provider's client JWT and ed25519 seed
 //! (v2). Keys are read once; `Debug` never shows them.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -78,7 +79,10 @@ impl Credentials {
     }
 
     /// v1 `signature` and `pubcert` for the request bytes.
-    pub(super) fn sign_v1(&self, request: &[u8]) -> Result<(String, String), ProtocolError> {
+    pub(super) fn sign_v1(
+        &self,
+        request: &[u8],
+    ) -> Result<(Cow<'static, str>, Cow<'_, str>), ProtocolError> {
         match self {
             Credentials::Insecure => Ok(("insecure".into(), "insecure".into())),
             Credentials::Rsa { key, pubcert } => {
@@ -90,7 +94,7 @@ impl Credentials {
                     &mut sig,
                 )
                 .map_err(|_| err("RSA signing failed"))?;
-                Ok((b64(&sig), pubcert.clone()))
+                Ok((b64(&sig).into(), pubcert.as_str().into()))
             }
             Credentials::Ed25519 { .. } => Err(err("ed25519 credentials need protocol v2")),
         }

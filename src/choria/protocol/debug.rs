@@ -35,7 +35,7 @@ impl fmt::Debug for Keys<'_> {
     }
 }
 
-impl fmt::Debug for RequestSpec {
+impl fmt::Debug for RequestSpec<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RequestSpec")
             .field("agent", &self.agent)
@@ -116,16 +116,16 @@ mod tests {
     fn requests_and_replies_never_show_their_contents() {
         let body = RpcRequestBody::new("choria_provision", "jwt", json!({ "token": TOKEN }));
         let spec = RequestSpec {
-            agent: "choria_provision".into(),
-            collective: "provisioning".into(),
-            caller_id: "choria=p1".into(),
-            sender_id: "p1".into(),
+            agent: "choria_provision",
+            collective: "provisioning",
+            caller_id: "choria=p1",
+            sender_id: "p1",
             ttl: 60,
-            filter: Filter::default(),
-            body: body.encode(),
+            filter: &Filter::default(),
+            body: &body.encode(),
             request_id: None,
             time_ns: None,
-            seen_by: Some("nats://user:pw-4242@broker:4222".into()),
+            seen_by: Some("nats://user:pw-4242@broker:4222"),
         };
         let reply = RpcReply {
             action: "jwt".into(),

@@ -488,6 +488,23 @@ impl<'a> Object<'a> {
         self
     }
 
+    /// A field holding a map of strings (Go's `map[string]string`: its keys sorted,
+    /// as a `BTreeMap`'s are).
+    pub fn str_map(mut self, key: &str, map: &std::collections::BTreeMap<String, String>) -> Self {
+        self.key(key);
+        self.out.push(b'{');
+        for (n, (k, v)) in map.iter().enumerate() {
+            if n > 0 {
+                self.out.push(b',');
+            }
+            write_str(self.out, k);
+            self.out.push(b':');
+            write_str(self.out, v);
+        }
+        self.out.push(b'}');
+        self
+    }
+
     /// A field holding an array of JSON values, written in their order.
     pub fn values(mut self, key: &str, values: &[serde_json::Value]) -> Self {
         self.key(key);

@@ -25,6 +25,27 @@ pub enum StatusCode {
     UnknownError = 5,
 }
 
+/// An RPC request's `data` object as a node gets it: written as Go's encoder writes
+/// the map it is made from (keys sorted, strings escaped as Go escapes them). A
+/// `serde_json::Value` is one; a request sent on every node (`configure`) has a typed
+/// one that writes itself without building a tree of copies first.
+pub trait RequestData {
+    /// Appends the object to `out`.
+    fn write_go(&self, out: &mut Vec<u8>);
+}
+
+impl RequestData for serde_json::Value {
+    fn write_go(&self, out: &mut Vec<u8>) {
+        gojson::write_value(out, self, true)
+    }
+}
+
+impl<T: RequestData + ?Sized> RequestData for &T {
+    fn write_go(&self, out: &mut Vec<u8>) {
+        (**self).write_go(out)
+    }
+}
+
 /// A request body, keys in Go's order (`agent`, `action`, `data`).
 #[derive(Clone, Serialize, Deserialize, PartialEq)]
 pub struct RpcRequestBody {
@@ -56,12 +77,18 @@ impl RpcRequestBody {
     /// copying `data` to sort it: its keys are sorted as they are written.
     pub fn encode_for(agent: &str, action: &str, data: &serde_json::Value) -> Vec<u8> {
         let mut out = Vec::with_capacity(256);
-        gojson::Object::start(&mut out)
+        RpcRequestBody::write_for(&mut out, agent, action, data);
+        out
+    }
+
+    /// [`RpcRequestBody::encode_for`] appended to `out`, so a caller can reuse its
+    /// buffer.
+    pub fn write_for(out: &mut Vec<u8>, agent: &str, action: &str, data: &dyn RequestData) {
+        gojson::Object::start(out)
             .str("agent", agent)
             .str("action", action)
-            .raw("data", |out| gojson::write_value(out, data, true))
+            .raw("data", |out| data.write_go(out))
             .end();
-        out
     }
 
     /// Decodes a request body (server side); `data` of `null` becomes `{}`.

@@ -159,32 +159,33 @@ impl Filter {
     }
 }
 
-/// Everything needed to build one request.
+/// Everything needed to build one request, borrowed from its caller: a request costs
+/// no copies of the strings it is made of.
 #[derive(Clone)]
-pub struct RequestSpec {
+pub struct RequestSpec<'a> {
     /// Target agent.
-    pub agent: String,
+    pub agent: &'a str,
     /// Collective (`provisioning`).
-    pub collective: String,
+    pub collective: &'a str,
     /// Caller id (`choria=<certname>` in v1, the JWT's `callerid` in v2).
-    pub caller_id: String,
+    pub caller_id: &'a str,
     /// Sender id (our identity).
-    pub sender_id: String,
+    pub sender_id: &'a str,
     /// Seconds the request stays valid.
     pub ttl: u64,
     /// Node filter.
-    pub filter: Filter,
+    pub filter: &'a Filter,
     /// The body (RPC JSON, or [`DISCOVERY_REQUEST`]).
-    pub body: Vec<u8>,
+    pub body: &'a [u8],
     /// Request id to use; a new one when `None`.
-    pub request_id: Option<String>,
+    pub request_id: Option<&'a str>,
     /// Creation time in Unix nanoseconds; now when `None`.
     pub time_ns: Option<i64>,
     /// The broker URL for the informational `seen-by` header (v1); omitted if `None`.
-    pub seen_by: Option<String>,
+    pub seen_by: Option<&'a str>,
 }
 
-impl RequestSpec {
+impl RequestSpec<'_> {
     /// The TTL as the envelopes carry it (a signed 64-bit number): a configured
     /// value beyond `i64::MAX` is sent as `i64::MAX`, not wrapped to a negative.
     pub(crate) fn wire_ttl(&self) -> i64 {
@@ -338,18 +339,37 @@ pub fn encode_request(
     credentials: &Credentials,
     protocol: Protocol,
 ) -> Result<(String, Vec<u8>), ProtocolError> {
-    let id = spec
-        .request_id
-        .clone()
-        .unwrap_or_else(|| new_request_id(protocol));
-    let time_ns = spec.time_ns.unwrap_or_else(crate::clock::unix_nanos);
-    let payload = match protocol {
-        Protocol::V1 => {
-            v1::encode_request(spec, &id, time_ns / 1_000_000_000, reply_to, credentials)?
-        }
-        Protocol::V2 => v2::encode_request(spec, &id, time_ns, reply_to, credentials)?,
+    let mut payload = Vec::new();
+    let id = encode_request_into(spec, reply_to, credentials, protocol, &mut payload)?;
+    Ok((id.into_owned(), payload))
+}
+
+/// [`encode_request`] into `out` (appended), so a caller can reuse its buffer; returns
+/// the request's id (the spec's own when it has one).
+pub fn encode_request_into<'a>(
+    spec: &RequestSpec<'a>,
+    reply_to: &str,
+    credentials: &Credentials,
+    protocol: Protocol,
+    out: &mut Vec<u8>,
+) -> Result<std::borrow::Cow<'a, str>, ProtocolError> {
+    let id = match spec.request_id {
+        Some(id) => std::borrow::Cow::Borrowed(id),
+        None => std::borrow::Cow::Owned(new_request_id(protocol)),
     };
-    Ok((id, payload))
+    let time_ns = spec.time_ns.unwrap_or_else(crate::clock::unix_nanos);
+    match protocol {
+        Protocol::V1 => v1::encode_request(
+            spec,
+            &id,
+            time_ns / 1_000_000_000,
+            reply_to,
+            credentials,
+            out,
+        )?,
+        Protocol::V2 => v2::encode_request(spec, &id, time_ns, reply_to, credentials, out)?,
+    }
+    Ok(id)
 }
 
 /// The transport as far as routing needs it.
@@ -585,13 +605,13 @@ mod tests {
     #[test]
     fn a_configured_ttl_beyond_i64_is_sent_as_i64_max() {
         let spec = RequestSpec {
-            agent: "rpcutil".into(),
-            collective: "provisioning".into(),
-            caller_id: "choria=p1".into(),
-            sender_id: "p1".into(),
+            agent: "rpcutil",
+            collective: "provisioning",
+            caller_id: "choria=p1",
+            sender_id: "p1",
             ttl: u64::MAX,
-            filter: Filter::default(),
-            body: b"{}".to_vec(),
+            filter: &Filter::default(),
+            body: b"{}",
             request_id: None,
             time_ns: Some(i64::MAX),
             seen_by: None,

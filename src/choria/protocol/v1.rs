@@ -135,17 +135,17 @@ fn text(body: &[u8], layer: Layer) -> Result<&str, ProtocolError> {
         .map_err(|_| ProtocolError::new(layer, "v1 messages must be UTF-8 text"))
 }
 
-/// `Transport` with `data`, written by hand (the base64 needs no scan for escapes).
-fn transport(data: &[u8], reply_to: &str, sender: &str, seen_by: Option<&str>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len() / 3 * 4 + 256);
-    gojson::Object::start(&mut out)
+/// `Transport` with `data`, written by hand (the base64 needs no scan for escapes),
+/// appended to `out`.
+fn transport(out: &mut Vec<u8>, data: &[u8], reply_to: &str, sender: &str, seen_by: Option<&str>) {
+    out.reserve(data.len() / 3 * 4 + 256);
+    gojson::Object::start(out)
         .str("protocol", TRANSPORT)
         .base64("data", data)
         .raw("headers", |out| {
             write_headers(out, reply_to, sender, seen_by)
         })
         .end();
-    out
 }
 
 /// `Headers`, by hand: the bytes serde gives for them.
@@ -172,50 +172,83 @@ fn write_headers(out: &mut Vec<u8>, reply_to: &str, sender: &str, seen_by: Optio
     headers.end();
 }
 
+/// Most bytes of a layer buffer kept for the thread's next request: a worker's
+/// usual requests reuse their memory, and one large configuration (certificates,
+/// policies) is not held on to by every worker.
+const LAYER_KEPT: usize = 64 * 1024;
+
+thread_local! {
+    /// The request and secure layers of the request this thread is encoding, kept
+    /// between its requests (they are copied into the transport and never leave).
+    static LAYERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Appends the transport of `spec` to `out`.
 pub(super) fn encode_request(
     spec: &RequestSpec,
     id: &str,
     time: i64,
     reply_to: &str,
     credentials: &Credentials,
-) -> Result<Vec<u8>, ProtocolError> {
-    // `Request` and `SecureRequest`, written by hand: the nested message is escaped
-    // in one pass.
-    let mut request = Vec::with_capacity(spec.body.len() * 2 + 512);
-    gojson::Object::start(&mut request)
+    out: &mut Vec<u8>,
+) -> Result<(), ProtocolError> {
+    LAYERS.with_borrow_mut(|(request, secure)| {
+        request.clear();
+        secure.clear();
+        let written = write_layers(spec, id, time, credentials, request, secure);
+        if written.is_ok() {
+            transport(out, secure, reply_to, spec.sender_id, spec.seen_by);
+        }
+        for layer in [request, secure] {
+            if layer.capacity() > LAYER_KEPT {
+                *layer = Vec::new();
+            }
+        }
+        written
+    })
+}
+
+/// `Request` and `SecureRequest`, written by hand into `request` and `secure`: the
+/// nested message is escaped in one pass.
+fn write_layers(
+    spec: &RequestSpec,
+    id: &str,
+    time: i64,
+    credentials: &Credentials,
+    request: &mut Vec<u8>,
+    secure: &mut Vec<u8>,
+) -> Result<(), ProtocolError> {
+    request.reserve(spec.body.len() * 2 + 512);
+    gojson::Object::start(request)
         .str("protocol", REQUEST)
-        .str("message", text(&spec.body, Layer::Request)?)
+        .str("message", text(spec.body, Layer::Request)?)
         .raw("envelope", |out| {
             // `RequestEnvelopeOut`, by hand.
             gojson::Object::start(out)
                 .str("requestid", id)
-                .str("senderid", &spec.sender_id)
-                .str("callerid", &spec.caller_id)
-                .str("collective", &spec.collective)
-                .str("agent", &spec.agent)
+                .str("senderid", spec.sender_id)
+                .str("callerid", spec.caller_id)
+                .str("collective", spec.collective)
+                .str("agent", spec.agent)
                 .int("ttl", spec.wire_ttl())
                 .int("time", time)
                 .raw("filter", |out| spec.filter.write_go(out))
                 .end()
         })
         .end();
-    let (signature, pubcert) = credentials.sign_v1(&request)?;
-    let mut secure = Vec::with_capacity(request.len() * 2 + pubcert.len() + signature.len() + 128);
-    gojson::Object::start(&mut secure)
+    let (signature, pubcert) = credentials.sign_v1(request)?;
+    secure.reserve(request.len() * 2 + pubcert.len() + signature.len() + 128);
+    gojson::Object::start(secure)
         .str("protocol", SECURE_REQUEST)
         .str(
             "message",
-            std::str::from_utf8(&request).expect("JSON is UTF-8"),
+            std::str::from_utf8(request).expect("JSON is UTF-8"),
         )
         .str("signature", &signature)
         .str("pubcert", &pubcert)
         .end();
-    Ok(transport(
-        &secure,
-        reply_to,
-        &spec.sender_id,
-        spec.seen_by.as_deref(),
-    ))
+    Ok(())
 }
 
 /// A transport parsed as v1's, its protocol not yet checked: [`super::decode_reply`]
@@ -391,7 +424,9 @@ pub(super) fn encode_reply(
         )
         .str("hash", &hash(&reply))
         .end();
-    transport(&secure, "", sender, seen_by)
+    let mut out = Vec::new();
+    transport(&mut out, &secure, "", sender, seen_by);
+    out
 }
 
 #[cfg(test)]
@@ -403,27 +438,29 @@ mod tests {
     #[test]
     fn requests_and_replies_written_by_hand_are_the_structs_serialised() {
         let spec = RequestSpec {
-            agent: "choria_provision".into(),
-            collective: "provisioning".into(),
-            caller_id: "choria=p<1>".into(),
-            sender_id: "p&1".into(),
+            agent: "choria_provision",
+            collective: "provisioning",
+            caller_id: "choria=p<1>",
+            sender_id: "p&1",
             ttl: 60,
-            filter: Filter::agent("choria_provision"),
-            body: br#"{"agent":"a","data":{"x":"<\u2028>"}}"#.to_vec(),
+            filter: &Filter::agent("choria_provision"),
+            body: br#"{"agent":"a","data":{"x":"<\u2028>"}}"#,
             request_id: None,
             time_ns: None,
-            seen_by: Some("nats://b:4222".into()),
+            seen_by: Some("nats://b:4222"),
         };
-        let payload = encode_request(&spec, "id1", 7, "r.1", &Credentials::Insecure).unwrap();
+        let mut payload = b"kept".to_vec();
+        encode_request(&spec, "id1", 7, "r.1", &Credentials::Insecure, &mut payload).unwrap();
+        let payload = payload.strip_prefix(b"kept").expect("appended").to_vec();
         let request = gojson::to_vec(&Request {
             protocol: REQUEST.into(),
-            message: String::from_utf8(spec.body.clone()).unwrap(),
+            message: String::from_utf8(spec.body.to_vec()).unwrap(),
             envelope: RequestEnvelope {
                 requestid: "id1".into(),
-                senderid: spec.sender_id.clone(),
-                callerid: spec.caller_id.clone(),
-                collective: spec.collective.clone(),
-                agent: spec.agent.clone(),
+                senderid: spec.sender_id.to_string(),
+                callerid: spec.caller_id.to_string(),
+                collective: spec.collective.to_string(),
+                agent: spec.agent.to_string(),
                 ttl: 60,
                 time: 7,
                 filter: spec.filter.clone(),

@@ -100,14 +100,13 @@ struct Reply {
 }
 
 /// `Transport` with `data`, written by hand (the base64 needs no scan for escapes).
-fn transport(data: &[u8], reply: &str, sender: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len() / 3 * 4 + 256);
-    gojson::Object::start(&mut out)
+fn transport(out: &mut Vec<u8>, data: &[u8], reply: &str, sender: &str) {
+    out.reserve(data.len() / 3 * 4 + 256);
+    gojson::Object::start(out)
         .str("protocol", TRANSPORT)
         .base64("data", data)
         .value("headers", &Headers { reply, sender })
         .end();
-    out
 }
 
 pub(super) fn encode_request(
@@ -116,15 +115,16 @@ pub(super) fn encode_request(
     time_ns: i64,
     reply_to: &str,
     credentials: &Credentials,
-) -> Result<Vec<u8>, ProtocolError> {
+    out: &mut Vec<u8>,
+) -> Result<(), ProtocolError> {
     let request = gojson::to_vec(&Request {
         protocol: REQUEST.into(),
-        message: b64(&spec.body),
+        message: b64(spec.body),
         id: id.into(),
-        sender: spec.sender_id.clone(),
-        caller: spec.caller_id.clone(),
-        collective: spec.collective.clone(),
-        agent: spec.agent.clone(),
+        sender: spec.sender_id.into(),
+        caller: spec.caller_id.into(),
+        collective: spec.collective.into(),
+        agent: spec.agent.into(),
         ttl: spec.wire_ttl(),
         time: time_ns,
         filter: spec.filter.clone(),
@@ -137,7 +137,8 @@ pub(super) fn encode_request(
         caller: caller_jwt,
         signer: String::new(),
     });
-    Ok(transport(&secure, reply_to, &spec.sender_id))
+    transport(out, &secure, reply_to, spec.sender_id);
+    Ok(())
 }
 
 fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
@@ -227,7 +228,9 @@ pub(super) fn encode_reply(
         signature: String::new(),
         sender: String::new(),
     });
-    transport(&secure, "", sender)
+    let mut out = Vec::new();
+    transport(&mut out, &secure, "", sender);
+    out
 }
 
 #[cfg(test)]
@@ -238,8 +241,10 @@ mod tests {
     fn the_transport_written_by_hand_is_the_struct_serialised() {
         for (reply, sender) in [("r.1", "n<1>"), ("", "")] {
             let data = b"{\"any\":\"<bytes>\"}\x00";
+            let mut written = Vec::new();
+            transport(&mut written, data, reply, sender);
             assert_eq!(
-                transport(data, reply, sender),
+                written,
                 gojson::to_vec(&Transport {
                     protocol: TRANSPORT,
                     data: b64(data),

@@ -76,10 +76,10 @@ impl std::fmt::Debug for Pumped {
 pub struct Run<'a> {
     /// The helper's stdin, closed once `input` is written.
     pub stdin: File,
-    /// Its stdout.
-    pub stdout: File,
-    /// Its stderr.
-    pub stderr: File,
+    /// Its stdout, borrowed: the caller's kill may look at it while the run goes on.
+    pub stdout: &'a File,
+    /// Its stderr, borrowed likewise.
+    pub stderr: &'a File,
     /// What to write.
     pub input: &'a [u8],
     /// Most stdout bytes kept.
@@ -516,8 +516,8 @@ mod tests {
         let mut child = spawned.process;
         let run = Run {
             stdin: spawned.stdin,
-            stdout: spawned.stdout,
-            stderr: spawned.stderr,
+            stdout: &spawned.stdout,
+            stderr: &spawned.stderr,
             input,
             stdout_cap: 1 << 20,
             stderr_cap: 1 << 20,

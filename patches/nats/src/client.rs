@@ -306,6 +306,14 @@ impl Client {
                             }
 
                             drop(write);
+
+                            // choria patch: the pause between flushes is slept right
+                            // after a flush, not after the next kick. Under load the
+                            // kicks of the next 2 ms find the flusher asleep and only
+                            // set its flag, so it wakes once per flush instead of
+                            // twice (woken by a kick, then asleep again until the
+                            // 2 ms were out); a lone message still leaves at once.
+                            thread::sleep(MIN_FLUSH_BETWEEN);
                         }
                         Err(RecvTimeoutError::Timeout) => {
                             let mut write = client.state.write.lock();

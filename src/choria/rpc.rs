@@ -47,6 +47,9 @@ const FLUSH_BELOW_IN_FLIGHT: usize = 8;
 /// The agent every provisioning RPC addresses, and the one discovery looks for.
 pub(crate) const PROVISION_AGENT: &str = "choria_provision";
 
+/// The agent of the inventory request.
+const RPCUTIL_AGENT: &str = "rpcutil";
+
 /// Most bytes of a request buffer kept for the thread's next request (see
 /// [`RequestBuffers`]).
 const BUFFER_KEPT: usize = 64 * 1024;
@@ -305,6 +308,8 @@ pub struct RpcClient {
     discovery_subject: Subject,
     /// The filter of every provisioning request and of discovery, made once.
     provision_filter: Filter,
+    /// The inventory request's filter, made once.
+    rpcutil_filter: Filter,
 }
 
 impl fmt::Debug for RpcClient {
@@ -345,6 +350,7 @@ impl RpcClient {
             node_prefix: subject(format!("{COLLECTIVE}.node"))?,
             discovery_subject: subject(format!("{COLLECTIVE}.broadcast.agent.discovery"))?,
             provision_filter: Filter::agent(PROVISION_AGENT),
+            rpcutil_filter: Filter::agent(RPCUTIL_AGENT),
         })
     }
 
@@ -429,11 +435,13 @@ impl RpcClient {
         let pending = self.router.expect(&id, REPLIES_PER_REQUEST);
         let started = Instant::now();
         let other_filter;
-        let filter = if agent == PROVISION_AGENT {
-            &self.provision_filter
-        } else {
-            other_filter = Filter::agent(agent);
-            &other_filter
+        let filter = match agent {
+            PROVISION_AGENT => &self.provision_filter,
+            RPCUTIL_AGENT => &self.rpcutil_filter,
+            _ => {
+                other_filter = Filter::agent(agent);
+                &other_filter
+            }
         };
         RequestBuffers::with(|body, payload| {
             protocol::mcorpc::RpcRequestBody::write_for(body, agent, action, data);

@@ -426,14 +426,15 @@ impl Helper {
         secrets: &[&str],
         stopping: Option<&AtomicBool>,
     ) -> Result<HelperRun, HelperError> {
-        let name = self.command.clone();
+        // Copied into an error only: a run that succeeds makes no copy of it.
+        let name = &self.command;
         if paused {
-            return Err(HelperError::Paused(name));
+            return Err(HelperError::Paused(name.clone()));
         }
         let prepared = match &*self.prepared {
             Ok(prepared) => prepared,
             Err(Unprepared::Parse(e)) => return Err(HelperError::Parse(e.clone())),
-            Err(Unprepared::Start(e)) => return Err(HelperError::Start(name, e.clone())),
+            Err(Unprepared::Start(e)) => return Err(HelperError::Start(name.clone(), e.clone())),
         };
         let started = Instant::now();
         let marker = proctree::new_marker();
@@ -474,27 +475,27 @@ impl Helper {
             stopping,
         };
         let pumped = pipes::pump(&mut child, run, &kill_tree);
-        log_stderr(identity, &name, &pumped.stderr, pumped.stderr_over, secrets);
+        log_stderr(identity, name, &pumped.stderr, pumped.stderr_over, secrets);
         let elapsed = started.elapsed();
         match pumped.end {
-            End::TimedOut => return Err(HelperError::Timeout(name, self.timeout)),
-            End::Stopped => return Err(HelperError::Stopped(name)),
+            End::TimedOut => return Err(HelperError::Timeout(name.clone(), self.timeout)),
+            End::Stopped => return Err(HelperError::Stopped(name.clone())),
             End::Finished => {}
         }
         let bytes = pumped
             .stdout
             .map_err(|e| HelperError::Read(name.clone(), e.to_string()))?;
         if pumped.stdout_over {
-            return Err(HelperError::TooLarge(name));
+            return Err(HelperError::TooLarge(name.clone()));
         }
         let status = pumped
             .status
             .map_err(|e| HelperError::Wait(name.clone(), e.to_string()))?;
         if bytes.iter().all(u8::is_ascii_whitespace) && status.success() {
-            return Err(HelperError::ZeroBytes(name));
+            return Err(HelperError::ZeroBytes(name.clone()));
         }
         if !status.success() {
-            return Err(HelperError::Wait(name, exit_status_text(status)));
+            return Err(HelperError::Wait(name.clone(), exit_status_text(status)));
         }
         if let Some(e) = pumped.write_error {
             // The helper exited 0 without reading its input: say so, but its answer counts.
@@ -502,8 +503,9 @@ impl Helper {
         }
         // The decoder never quotes values; the known secrets are masked on top, in
         // case a field name is one.
-        let output = HelperOutput::decode(&bytes)
-            .map_err(|e| HelperError::Decode(name, redact(e.to_string().as_bytes(), secrets)))?;
+        let output = HelperOutput::decode(&bytes).map_err(|e| {
+            HelperError::Decode(name.clone(), redact(e.to_string().as_bytes(), secrets))
+        })?;
         Ok(HelperRun { output, elapsed })
     }
 }

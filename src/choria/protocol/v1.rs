@@ -46,16 +46,18 @@ struct TransportIn<'a> {
     protocol: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     data: std::borrow::Cow<'a, str>,
-    #[serde(default)]
-    headers: HeadersIn,
+    #[serde(borrow, default)]
+    headers: HeadersIn<'a>,
 }
 
+/// The headers a reader uses, borrowed from the transport where nothing is escaped
+/// (an RPC reply's are read and dropped: no copies).
 #[derive(Deserialize, Default)]
-struct HeadersIn {
-    #[serde(rename = "reply-to", default)]
-    reply_to: Option<String>,
-    #[serde(default)]
-    mc_sender: Option<String>,
+struct HeadersIn<'a> {
+    #[serde(borrow, rename = "reply-to", default)]
+    reply_to: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    mc_sender: Option<Cow<'a, str>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -269,7 +271,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ProtocolError> {
         .map_err(|e| ProtocolError::json(Layer::Transport, &e))
 }
 
-fn open_parsed(t: TransportIn) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
+fn open_parsed(t: TransportIn<'_>) -> Result<(Vec<u8>, HeadersIn<'_>), ProtocolError> {
     expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
     Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
 }
@@ -280,7 +282,11 @@ pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
 
 /// [`transport_sender`] of a transport [`parse`]d already.
 pub(super) fn parsed_sender(t: Parsed) -> Result<String, ProtocolError> {
-    Ok(open_parsed(t.0)?.1.mc_sender.unwrap_or_default())
+    Ok(open_parsed(t.0)?
+        .1
+        .mc_sender
+        .map(Cow::into_owned)
+        .unwrap_or_default())
 }
 
 pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
@@ -388,7 +394,7 @@ pub(super) fn decode_parsed_request(t: Parsed) -> Result<DecodedRequest, Protoco
         time: e.time,
         filter: e.filter,
         body: server_body(request.message.as_bytes()),
-        reply_to: headers.reply_to.unwrap_or_default(),
+        reply_to: headers.reply_to.map(Cow::into_owned).unwrap_or_default(),
     })
 }
 

@@ -235,3 +235,47 @@ fn the_string_error_check_reads_signatures_as_meant() {
         ]
     );
 }
+
+/// The only per-thread memory (`thread_local!`) ARCHITECTURE.md allows: scratch or a
+/// cache that no caller can observe, each named here with what it is.
+const THREAD_SCRATCH: [(&str, &str); 4] = [
+    ("crypto/ids.rs", "pooled randomness for ids"),
+    (
+        "choria/protocol/v1.rs",
+        "a request's layers while it is encoded",
+    ),
+    (
+        "choria/rpc.rs",
+        "a request's body and payload while it is sent",
+    ),
+    (
+        "host/spawn.rs",
+        "the stack a helper's child runs on until its exec",
+    ),
+];
+
+#[test]
+fn per_thread_memory_is_only_the_scratch_architecture_md_names() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found: Vec<String> = rust_files(&root)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .contains(concat!("thread_local", "!"))
+        })
+        .map(|p| {
+            p.strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/")
+        })
+        .collect();
+    found.sort();
+    let mut allowed: Vec<String> = THREAD_SCRATCH.iter().map(|(f, _)| f.to_string()).collect();
+    allowed.sort();
+    assert_eq!(
+        found, allowed,
+        "a new thread_local! is global state unless it is scratch: name it in ARCHITECTURE.md and here"
+    );
+}

@@ -58,7 +58,10 @@ pub struct Mailbox {
 impl Mailbox {
     fn new(capacity: usize) -> Mailbox {
         Mailbox {
-            queue: Mutex::new(VecDeque::new()),
+            // Made here, on the caller's thread, which also frees it: left to the first
+            // push it was allocated on the reader thread and freed by the caller, the
+            // pattern that sends glibc's malloc down its slow path.
+            queue: Mutex::new(VecDeque::with_capacity(capacity.clamp(1, 4))),
             capacity: capacity.max(1),
             arrived: Condvar::new(),
         }

@@ -495,6 +495,17 @@ fn unb64(text: &str, layer: Layer, what: &str) -> Result<Vec<u8>, ProtocolError>
         .map_err(|e| ProtocolError::new(layer, format!("{what} is not base64: {e}")))
 }
 
+/// [`unb64`] appended to `out`, with the same error.
+fn unb64_into(
+    text: &str,
+    layer: Layer,
+    what: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), ProtocolError> {
+    B64.decode_vec(text, out)
+        .map_err(|e| ProtocolError::new(layer, format!("{what} is not base64: {e}")))
+}
+
 /// base64 of the SHA-256 of `bytes`.
 fn hash(bytes: &[u8]) -> String {
     b64(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref())

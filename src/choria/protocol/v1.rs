@@ -7,8 +7,8 @@ use std::borrow::Cow;
 
 use super::credentials::Credentials;
 use super::{
-    expect_protocol, flat, gojson, hash, hash_is, server_body, unb64, DecodedReply, DecodedRequest,
-    Filter, Layer, Protocol, ProtocolError, RequestSpec,
+    expect_protocol, flat, gojson, hash, hash_is, server_body, unb64, unb64_into, DecodedReply,
+    DecodedRequest, Filter, Layer, Protocol, ProtocolError, RequestSpec,
 };
 
 /// Transport protocol string.
@@ -184,6 +184,9 @@ thread_local! {
     /// between its requests (they are copied into the transport and never leave).
     static LAYERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// The transport data of the reply this thread is reading, base64-decoded: kept
+    /// between replies (what a decoded reply keeps is copied out of it).
+    static REPLY_DATA: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Appends the transport of `spec` to `out`.
@@ -282,11 +285,38 @@ pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
 
 /// [`transport_sender`] of a transport [`parse`]d already.
 pub(super) fn parsed_sender(t: Parsed) -> Result<String, ProtocolError> {
-    Ok(open_parsed(t.0)?
-        .1
+    // The data is decoded only to be judged, as `open_parsed` judges it.
+    with_data(&t.0, |_| Ok(()))?;
+    Ok(t.0
+        .headers
         .mc_sender
         .map(Cow::into_owned)
         .unwrap_or_default())
+}
+
+/// Runs `read` on the transport's data, base64-decoded into this thread's buffer
+/// ([`open_parsed`] without a vector per reply: at three replies per node these were
+/// blocks of a KiB or more, glibc's slow path).
+fn with_data<R>(
+    t: &TransportIn<'_>,
+    read: impl FnOnce(&[u8]) -> Result<R, ProtocolError>,
+) -> Result<R, ProtocolError> {
+    expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
+    REPLY_DATA.with(|cell| {
+        // A nested read (none today) gets a buffer of its own rather than a panic.
+        let mut own = Vec::new();
+        let mut kept = cell.try_borrow_mut();
+        let data = match kept.as_deref_mut() {
+            Ok(kept) => kept,
+            Err(_) => &mut own,
+        };
+        data.clear();
+        let result = unb64_into(&t.data, Layer::Transport, "data", data).and_then(|()| read(data));
+        if data.capacity() > LAYER_KEPT {
+            *data = Vec::new();
+        }
+        result
+    })
 }
 
 pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
@@ -295,8 +325,12 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
 
 /// [`decode_reply`] of a transport [`parse`]d already.
 pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolError> {
-    let (data, _) = open_parsed(t.0)?;
-    let secure = secure_reply(&data)?;
+    with_data(&t.0, decode_secure_reply)
+}
+
+/// The secure and reply layers of a v1 reply's decoded transport `data`.
+fn decode_secure_reply(data: &[u8]) -> Result<DecodedReply, ProtocolError> {
+    let secure = secure_reply(data)?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
     if !hash_is(secure.message.as_bytes(), &secure.hash) {
         return Err(ProtocolError::new(

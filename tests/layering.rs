@@ -238,15 +238,19 @@ fn the_string_error_check_reads_signatures_as_meant() {
 
 /// The only per-thread memory (`thread_local!`) ARCHITECTURE.md allows: scratch or a
 /// cache that no caller can observe, each named here with what it is.
-const THREAD_SCRATCH: [(&str, &str); 4] = [
+const THREAD_SCRATCH: [(&str, &str); 5] = [
     ("crypto/ids.rs", "pooled randomness for ids"),
     (
         "choria/protocol/v1.rs",
-        "a request's layers while it is encoded",
+        "a request's layers while it is encoded, a reply's data while it is read",
     ),
     (
         "choria/rpc.rs",
         "a request's body and payload while it is sent",
+    ),
+    (
+        "choria/protocol/scratch.rs",
+        "the test of the kept buffers' helper",
     ),
     (
         "host/spawn.rs",

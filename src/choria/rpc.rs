@@ -28,7 +28,7 @@ use super::client_config::ClientConfig;
 use super::connector::{redact_url, Connector};
 use super::identity::Identity;
 use super::protocol::mcorpc::RequestData;
-use super::protocol::{self, Credentials, Filter, Protocol, RequestSpec};
+use super::protocol::{self, scratch, Credentials, Filter, Protocol, RequestSpec};
 use super::router::{Pending, Routed, Router};
 use super::subject::{Subject, SubjectError};
 use crate::metrics::Metrics;
@@ -48,42 +48,12 @@ const FLUSH_BELOW_IN_FLIGHT: usize = 8;
 pub(crate) const PROVISION_AGENT: &str = "choria_provision";
 
 /// The agent of the inventory request.
-const RPCUTIL_AGENT: &str = "rpcutil";
+pub(crate) const RPCUTIL_AGENT: &str = "rpcutil";
 
-/// Most bytes of a request buffer kept for the thread's next request (see
-/// [`RequestBuffers`]).
-const BUFFER_KEPT: usize = 64 * 1024;
-
-/// A thread's buffers for the requests it sends: the RPC body and the NATS payload.
-/// A worker's requests reuse their memory instead of allocating and freeing two
-/// buffers of a few KiB each (the large blocks that take glibc's slow path); one
-/// large request's buffer is not kept.
-struct RequestBuffers;
-
-impl RequestBuffers {
-    /// Runs `f` with this thread's (body, payload) buffers, both empty.
-    fn with<R>(f: impl FnOnce(&mut Vec<u8>, &mut Vec<u8>) -> R) -> R {
-        thread_local! {
-            static BUFFERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
-                const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
-        }
-        BUFFERS.with(|cell| {
-            // A nested use (none today) gets buffers of its own rather than a panic.
-            let Ok(mut buffers) = cell.try_borrow_mut() else {
-                return f(&mut Vec::new(), &mut Vec::new());
-            };
-            let (body, payload) = &mut *buffers;
-            body.clear();
-            payload.clear();
-            let result = f(body, payload);
-            for buffer in [body, payload] {
-                if buffer.capacity() > BUFFER_KEPT {
-                    *buffer = Vec::new();
-                }
-            }
-            result
-        })
-    }
+thread_local! {
+    /// The RPC body and the NATS payload of the request this thread is sending.
+    static REQUEST_BUFFERS: std::cell::RefCell<[Vec<u8>; 2]> =
+        const { std::cell::RefCell::new([Vec::new(), Vec::new()]) };
 }
 
 /// Replies kept per direct request: the real one plus a few forged or duplicated ones.
@@ -443,7 +413,7 @@ impl RpcClient {
                 &other_filter
             }
         };
-        RequestBuffers::with(|body, payload| {
+        scratch::with(&REQUEST_BUFFERS, |[body, payload]| {
             protocol::mcorpc::RpcRequestBody::write_for(body, agent, action, data);
             let spec = self.spec(agent, filter, body, &id);
             self.send(&spec, payload, &subject, timeout)
@@ -613,7 +583,7 @@ impl RpcClient {
             protocol::DISCOVERY_REQUEST,
             &id,
         );
-        RequestBuffers::with(|_, payload| {
+        scratch::with(&REQUEST_BUFFERS, |[_, payload]| {
             self.send(&spec, payload, &self.discovery_subject, limit)
         })?;
         let mut wait = initial.min(limit);

@@ -412,7 +412,7 @@ impl NodeSequence {
     ) -> Step<()> {
         let call = Call {
             identity,
-            agent: "rpcutil",
+            agent: crate::choria::rpc::RPCUTIL_AGENT,
             action: "inventory",
             tries: 5,
             timeout: self.timeouts.rpcutil,

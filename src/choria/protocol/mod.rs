@@ -14,6 +14,7 @@ mod flat;
 pub mod gojson;
 pub mod mcorpc;
 mod scan;
+pub(crate) mod scratch;
 mod v1;
 mod v2;
 

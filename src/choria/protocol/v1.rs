@@ -4,8 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 use super::credentials::Credentials;
+use super::scratch;
 use super::{
     expect_protocol, flat, gojson, hash, hash_is, server_body, unb64, unb64_into, DecodedReply,
     DecodedRequest, Filter, Layer, Protocol, ProtocolError, RequestSpec,
@@ -174,19 +176,13 @@ fn write_headers(out: &mut Vec<u8>, reply_to: &str, sender: &str, seen_by: Optio
     headers.end();
 }
 
-/// Most bytes of a layer buffer kept for the thread's next request: a worker's
-/// usual requests reuse their memory, and one large configuration (certificates,
-/// policies) is not held on to by every worker.
-const LAYER_KEPT: usize = 64 * 1024;
-
 thread_local! {
-    /// The request and secure layers of the request this thread is encoding, kept
-    /// between its requests (they are copied into the transport and never leave).
-    static LAYERS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
-    /// The transport data of the reply this thread is reading, base64-decoded: kept
-    /// between replies (what a decoded reply keeps is copied out of it).
-    static REPLY_DATA: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The request and secure layers of the request this thread is encoding (they
+    /// are copied into the transport and never leave).
+    static LAYERS: RefCell<[Vec<u8>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
+    /// The transport data of the reply this thread is reading, base64-decoded (what a
+    /// decoded reply keeps is copied out of it).
+    static REPLY_DATA: RefCell<[Vec<u8>; 1]> = const { RefCell::new([Vec::new()]) };
 }
 
 /// Appends the transport of `spec` to `out`.
@@ -198,19 +194,10 @@ pub(super) fn encode_request(
     credentials: &Credentials,
     out: &mut Vec<u8>,
 ) -> Result<(), ProtocolError> {
-    LAYERS.with_borrow_mut(|(request, secure)| {
-        request.clear();
-        secure.clear();
-        let written = write_layers(spec, id, time, credentials, request, secure);
-        if written.is_ok() {
-            transport(out, secure, reply_to, spec.sender_id, spec.seen_by);
-        }
-        for layer in [request, secure] {
-            if layer.capacity() > LAYER_KEPT {
-                *layer = Vec::new();
-            }
-        }
-        written
+    scratch::with(&LAYERS, |[request, secure]| {
+        write_layers(spec, id, time, credentials, request, secure)?;
+        transport(out, secure, reply_to, spec.sender_id, spec.seen_by);
+        Ok(())
     })
 }
 
@@ -302,20 +289,9 @@ fn with_data<R>(
     read: impl FnOnce(&[u8]) -> Result<R, ProtocolError>,
 ) -> Result<R, ProtocolError> {
     expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
-    REPLY_DATA.with(|cell| {
-        // A nested read (none today) gets a buffer of its own rather than a panic.
-        let mut own = Vec::new();
-        let mut kept = cell.try_borrow_mut();
-        let data = match kept.as_deref_mut() {
-            Ok(kept) => kept,
-            Err(_) => &mut own,
-        };
-        data.clear();
-        let result = unb64_into(&t.data, Layer::Transport, "data", data).and_then(|()| read(data));
-        if data.capacity() > LAYER_KEPT {
-            *data = Vec::new();
-        }
-        result
+    scratch::with(&REPLY_DATA, |[data]| {
+        unb64_into(&t.data, Layer::Transport, "data", data)?;
+        read(data)
     })
 }
 

@@ -332,11 +332,17 @@ impl Fleet {
         }
         let result = {
             let mut hosts = self.hosts.lock();
-            if let Some(entry) = hosts.get_mut(identity) {
+            let now = Instant::now();
+            // A cool-down that has run out is over even if the finisher, which wakes
+            // a little late on purpose (`finisher::slack`), has not forgotten the
+            // entry yet: the node is queued under a new generation, and the
+            // finisher's late finish no longer matches it.
+            let over = |e: &Entry| matches!(e.state, State::CoolingDown(at) if at <= now);
+            if let Some(entry) = hosts.get_mut(identity).filter(|e| !over(e)) {
                 // A node seen again while still queued is alive: restart its stale
                 // clock but keep its place (re-queuing would cost a second slot).
                 if entry.state == State::Queued {
-                    entry.since = Instant::now();
+                    entry.since = now;
                 }
                 AddResult::Known
             } else {
@@ -351,7 +357,7 @@ impl Fleet {
                             identity.clone(),
                             Entry {
                                 generation,
-                                since: Instant::now(),
+                                since: now,
                                 state: State::Queued,
                             },
                         );
@@ -499,17 +505,27 @@ impl Fleet {
         });
     }
 
-    /// The finisher's end of a cool-down: forgets the entry if it is still
-    /// generation `generation`, and offers it again when `then` says so.
-    fn cooled_down(&self, identity: &Identity, generation: u64, then: AfterCoolDown) {
-        let current = self
-            .hosts
-            .lock()
-            .get(identity)
-            .is_some_and(|e| e.generation == generation);
-        self.remove(identity, generation);
-        if current && then == AfterCoolDown::Offer {
-            match self.add(identity, Source::Retry) {
+    /// The finisher's end of cool-downs: forgets each entry of `due` that is still
+    /// at its generation, all under one lock, then offers again those whose `then`
+    /// says so. Empties `due`.
+    fn cooled_down(&self, due: &mut Vec<(u64, Identity, AfterCoolDown)>) {
+        let mut offers = Vec::new();
+        let mut hosts = self.hosts.lock();
+        for (generation, identity, then) in due.drain(..) {
+            if hosts
+                .get(&identity)
+                .is_some_and(|e| e.generation == generation)
+            {
+                hosts.remove(&identity);
+                if then == AfterCoolDown::Offer {
+                    offers.push(identity);
+                }
+            }
+        }
+        drop(hosts);
+        self.update_gauges();
+        for identity in offers {
+            match self.add(&identity, Source::Retry) {
                 AddResult::Added => log::debug!(
                     "Offering {identity} again: the lock another provisioner held has run out"
                 ),

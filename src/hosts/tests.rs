@@ -138,6 +138,127 @@ fn the_cooldown_ends_and_the_node_can_come_back() {
     r.fleet.stop();
 }
 
+/// A fleet whose threads are not started: the test plays the worker and the finisher.
+fn unstarted(cooldown: Duration) -> Arc<Fleet> {
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let recorder = Arc::new(Recorder {
+        calls: Mutex::new(Vec::new()),
+        outcomes: Mutex::new(HashMap::new()),
+        gate: None,
+        started: crossbeam_channel::unbounded().0,
+        waiting: Mutex::new(Default::default()),
+        woken: Mutex::new(Vec::new()),
+    });
+    Fleet::new(
+        FleetOptions {
+            workers: 1,
+            capacity: 10,
+            cooldown,
+            shutdown_timeout: Duration::from_secs(2),
+            lock_window: Duration::from_secs(1),
+        },
+        metrics,
+        pause,
+        recorder as Arc<dyn Provision>,
+    )
+}
+
+#[test]
+fn a_cool_down_that_ran_out_is_over_before_the_finisher_forgets_it() {
+    let fleet = unstarted(Duration::from_millis(50));
+    assert_eq!(fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    let job = fleet.work_rx.try_recv().unwrap();
+    assert!(fleet.begin(&job).is_some());
+    fleet.finish(&job, &Outcome::Done);
+    assert_eq!(
+        fleet.add(&id("n1"), Source::Discovery),
+        AddResult::Known,
+        "cooling down"
+    );
+    std::thread::sleep(Duration::from_millis(60));
+    // No finisher runs here: the entry is still in the map, its cool-down over.
+    assert!(fleet.is_known("n1"));
+    assert_eq!(
+        fleet.add(&id("n1"), Source::Discovery),
+        AddResult::Added,
+        "queued again as soon as the cool-down ran out"
+    );
+    let again = fleet.work_rx.try_recv().unwrap();
+    assert_ne!(again.generation, job.generation);
+    // The finisher's late finish names the old generation: the new entry stays.
+    let finish = fleet.done_rx.try_recv().unwrap();
+    assert_eq!(finish.generation, job.generation);
+    let mut due = vec![(finish.generation, finish.identity, finish.then)];
+    fleet.cooled_down(&mut due);
+    assert!(due.is_empty());
+    assert!(fleet.is_known("n1"), "the new generation is not forgotten");
+    assert!(fleet.begin(&again).is_some(), "and is still queued");
+}
+
+#[test]
+fn one_batch_forgets_only_the_entries_at_their_generation_and_offers_the_locked_ones() {
+    let fleet = unstarted(Duration::from_secs(60));
+    for name in ["a", "b", "c"] {
+        assert_eq!(fleet.add(&id(name), Source::Discovery), AddResult::Added);
+    }
+    let jobs: Vec<Job> = fleet.work_rx.try_iter().collect();
+    let generation = |name: &str| {
+        jobs.iter()
+            .find(|j| j.identity.as_str() == name)
+            .unwrap()
+            .generation
+    };
+    let mut due = vec![
+        (generation("a"), id("a"), AfterCoolDown::Forget),
+        (generation("b") + 100, id("b"), AfterCoolDown::Forget),
+        (generation("c"), id("c"), AfterCoolDown::Offer),
+        (1_000, id("unknown"), AfterCoolDown::Offer),
+    ];
+    fleet.cooled_down(&mut due);
+    assert!(!fleet.is_known("a"), "forgotten");
+    assert!(fleet.is_known("b"), "another generation: kept");
+    assert!(fleet.is_known("c"), "offered again");
+    assert!(
+        !fleet.is_known("unknown"),
+        "nothing offered that was not there"
+    );
+    let offered: Vec<Job> = fleet.work_rx.try_iter().collect();
+    assert_eq!(offered.len(), 1);
+    assert_eq!(offered[0].identity.as_str(), "c");
+    assert_ne!(offered[0].generation, generation("c"));
+    assert_eq!(
+        fleet.metrics().waiting_nodes.get(),
+        2,
+        "gauges updated once for the batch"
+    );
+}
+
+#[test]
+fn the_finisher_wakes_at_most_four_times_a_second_at_the_default_cool_down() {
+    assert_eq!(
+        finisher::slack(COOLDOWN.min(LOCK_WINDOW)),
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        finisher::slack(Duration::from_secs(6400)),
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        finisher::slack(Duration::from_secs(32)),
+        Duration::from_millis(500) / 2
+    );
+    assert_eq!(
+        finisher::slack(Duration::from_secs(8)),
+        Duration::from_millis(125)
+    );
+    assert_eq!(
+        finisher::slack(Duration::from_millis(100)),
+        Duration::from_millis(10)
+    );
+    assert_eq!(finisher::slack(Duration::ZERO), Duration::from_millis(10));
+}
+
 #[test]
 fn failures_and_upgrades_are_forgotten_at_once() {
     let r = rig(1, 10, Duration::from_secs(600), false);

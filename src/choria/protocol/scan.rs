@@ -50,6 +50,39 @@ fn is_string_special(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
 }
 
+/// The index of the first byte at or after `from` that Go's `encoding/json` escapes in
+/// a string, or that may start such an escape: a control character, `"`, `\`, `<`,
+/// `>`, `&`, or 0xE2 (the first byte of U+2028 and U+2029); `bytes.len()` if there is
+/// none. Where a string being written must leave its plain run.
+pub(super) fn escape_special(bytes: &[u8], from: usize) -> usize {
+    let mut i = from;
+    while let Some(word) = bytes.get(i..i + 8) {
+        let mut lanes = [0u8; 8];
+        lanes.copy_from_slice(word);
+        let v = u64::from_le_bytes(lanes);
+        // `"` (0x22) and `&` (0x26) differ in bit 2 alone, `<` (0x3c) and `>` (0x3e)
+        // in bit 1 alone: setting that bit tests each pair with one compare (no
+        // other byte becomes 0x26 or 0x3e so).
+        let hits = below(v, 0x20)
+            | equal(v | (ONES * 0x04), 0x26)
+            | equal(v | (ONES * 0x02), 0x3e)
+            | equal(v, b'\\')
+            | equal(v, 0xe2);
+        if hits != 0 {
+            return i + (hits.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < bytes.len() && !is_escape_special(bytes[i]) {
+        i += 1;
+    }
+    i.min(bytes.len())
+}
+
+fn is_escape_special(b: u8) -> bool {
+    matches!(b, 0..=0x1f | b'"' | b'\\' | b'<' | b'>' | b'&' | 0xe2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +113,11 @@ mod tests {
                                 naive(&bytes, from, is_string_special),
                                 "{bytes:?} from {from}"
                             );
+                            assert_eq!(
+                                escape_special(&bytes, from),
+                                naive(&bytes, from, is_escape_special),
+                                "escape: {bytes:?} from {from}"
+                            );
                         }
                     }
                 }
@@ -102,7 +140,7 @@ mod tests {
             // Mostly plain bytes, now and then one of interest or a high byte.
             let bytes: Vec<u8> = (0..len)
                 .map(|_| match next() % 16 {
-                    0 => b"\"\\\n\x00\x1f"[(next() % 5) as usize],
+                    0 => b"\"\\\n\x00\x1f<>&\xe2"[(next() % 9) as usize],
                     1 => 0x80 | (next() as u8),
                     2 => b' ',
                     _ => b'A' + (next() % 26) as u8,
@@ -113,6 +151,10 @@ mod tests {
                 string_special(&bytes, from),
                 naive(&bytes, from, is_string_special)
             );
+            assert_eq!(
+                escape_special(&bytes, from),
+                naive(&bytes, from, is_escape_special)
+            );
         }
     }
 
@@ -121,5 +163,8 @@ mod tests {
         assert_eq!(string_special(b"abc", 3), 3);
         assert_eq!(string_special(b"abc", 5), 3);
         assert_eq!(string_special(b"", 0), 0);
+        assert_eq!(escape_special(b"abc", 3), 3);
+        assert_eq!(escape_special(b"abc", 5), 3);
+        assert_eq!(escape_special(b"", 0), 0);
     }
 }

@@ -21,10 +21,23 @@ pub(super) fn strings<'a, const N: usize>(
     bytes: &'a [u8],
     keys: [&str; N],
 ) -> Option<[Cow<'a, str>; N]> {
+    strings_with(bytes, keys, None)
+}
+
+/// [`strings`], the first value that has an escape unescaped into `spare` (emptied
+/// first) and borrowed from it, rather than into a new allocation: a v1 reply's
+/// secure `message` is most of the reply, and a buffer the reading thread keeps
+/// spares an allocation of that size per reply (glibc's slow path, as it is over
+/// the per-thread cache's sizes).
+pub(super) fn strings_with<'a, const N: usize>(
+    bytes: &'a [u8],
+    keys: [&str; N],
+    mut spare: Option<&'a mut Vec<u8>>,
+) -> Option<[Cow<'a, str>; N]> {
     let mut values: [Option<Cow<'a, str>>; N] = std::array::from_fn(|_| None);
     let end = object(bytes, 0, |key, at| {
         let slot = keys.iter().position(|k| *k == key)?;
-        let (value, next) = string(bytes, at)?;
+        let (value, next) = string_into(bytes, at, &mut spare)?;
         fill(&mut values[slot], value)?;
         Some(next)
     })?;
@@ -167,6 +180,16 @@ fn expect(bytes: &[u8], at: usize, byte: u8) -> Option<usize> {
 /// The JSON string starting at `at` (its opening quote) and the index after its
 /// closing quote; borrowed when it has no escape.
 fn string(bytes: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
+    string_into(bytes, at, &mut None)
+}
+
+/// [`string`], unescaped into `spare` (taken, so used once) when it has an escape
+/// and a spare buffer is given.
+fn string_into<'a>(
+    bytes: &'a [u8],
+    at: usize,
+    spare: &mut Option<&'a mut Vec<u8>>,
+) -> Option<(Cow<'a, str>, usize)> {
     let start = expect(bytes, at, b'"')?;
     // Up to the first quote, backslash or control character a word at a time: a
     // string without escapes (most of them) is borrowed from there.
@@ -179,17 +202,37 @@ fn string(bytes: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
         b'\\' => {}
         _ => return None, // serde refuses a control character
     }
+    // Escapes only ever add ASCII, so the result is UTF-8 exactly when the raw bytes
+    // between them are.
+    match spare.take() {
+        Some(buf) => {
+            buf.clear();
+            let end = unescape(bytes, start, first, buf)?;
+            let buf: &'a Vec<u8> = buf;
+            Some((Cow::Borrowed(std::str::from_utf8(buf).ok()?), end))
+        }
+        None => {
+            let mut buf = Vec::new();
+            let end = unescape(bytes, start, first, &mut buf)?;
+            Some((Cow::Owned(String::from_utf8(buf).ok()?), end))
+        }
+    }
+}
+
+/// Appends the string whose text starts at `start` and whose first escape is at
+/// `first` to `buf`, unescaped; the index after its closing quote.
+fn unescape(bytes: &[u8], start: usize, first: usize, buf: &mut Vec<u8>) -> Option<usize> {
     // A nested message has an escape every few bytes: from the first one on, byte by
     // byte into a buffer sized for the rest (copying the runs between escapes cost
     // more than pushing their bytes).
-    let mut buf = Vec::with_capacity(bytes.len() - start);
+    buf.reserve(bytes.len() - start);
     buf.extend_from_slice(&bytes[start..first]);
     let mut i = first;
     loop {
         let &b = bytes.get(i)?;
         i += 1;
         match b {
-            b'"' => break,
+            b'"' => return Some(i),
             b'\\' => {
                 buf.push(match *bytes.get(i)? {
                     b'"' => b'"',
@@ -208,9 +251,6 @@ fn string(bytes: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
             _ => buf.push(b),
         }
     }
-    // Escapes only ever add ASCII, so the result is UTF-8 exactly when the raw bytes
-    // between them are.
-    Some((Cow::Owned(String::from_utf8(buf).ok()?), i))
 }
 
 #[cfg(test)]
@@ -231,6 +271,10 @@ mod tests {
     /// where serde refuses, it does not answer.
     fn same_as_serde(bytes: &[u8]) -> bool {
         let fast = strings(bytes, KEYS);
+        // The same values unescaped into a spare buffer that held something before.
+        let mut spare = b"left over from the last reply".to_vec();
+        let spared = strings_with(bytes, KEYS, Some(&mut spare));
+        assert_eq!(fast, spared, "{bytes:?}");
         let serde = serde_json::from_slice::<Secure>(bytes).ok();
         match (fast, serde) {
             (Some([p, m, h]), Some(s)) => {
@@ -240,6 +284,19 @@ mod tests {
             (Some(v), None) => panic!("fast path accepts what serde refuses: {v:?} from {bytes:?}"),
             (None, _) => false,
         }
+    }
+
+    #[test]
+    fn the_first_escaped_value_is_unescaped_into_the_spare_buffer_and_borrowed_from_it() {
+        let bytes = br#"{"protocol":"p\"1","message":"m\"2","hash":"h\"3"}"#;
+        let mut spare = b"old".to_vec();
+        let [p, m, h] = strings_with(bytes, KEYS, Some(&mut spare)).unwrap();
+        assert_eq!((&*p, &*m, &*h), ("p\"1", "m\"2", "h\"3"));
+        assert!(matches!(p, Cow::Borrowed(_)), "borrowed from the spare");
+        assert!(matches!(m, Cow::Owned(_)), "the spare is used once");
+        assert!(matches!(h, Cow::Owned(_)));
+        drop((p, m, h));
+        assert_eq!(spare, b"p\"1", "emptied, then the first escaped value");
     }
 
     fn secure(message: &str) -> Vec<u8> {

@@ -180,9 +180,10 @@ thread_local! {
     /// The request and secure layers of the request this thread is encoding (they
     /// are copied into the transport and never leave).
     static LAYERS: RefCell<[Vec<u8>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
-    /// The transport data of the reply this thread is reading, base64-decoded (what a
-    /// decoded reply keeps is copied out of it).
-    static REPLY_DATA: RefCell<[Vec<u8>; 1]> = const { RefCell::new([Vec::new()]) };
+    /// The transport data of the reply this thread is reading, base64-decoded, and
+    /// its secure layer's message unescaped (what a decoded reply keeps is copied out
+    /// of them).
+    static REPLY_DATA: RefCell<[Vec<u8>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
 }
 
 /// Appends the transport of `spec` to `out`.
@@ -271,7 +272,7 @@ pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
 /// [`transport_sender`] of a transport [`parse`]d already.
 pub(super) fn parsed_sender(t: Parsed) -> Result<String, ProtocolError> {
     // The data is decoded only to be judged, as `open_parsed` judges it.
-    with_data(&t.0, |_| Ok(()))?;
+    with_data(&t.0, |_, _| Ok(()))?;
     Ok(t.0
         .headers
         .mc_sender
@@ -281,15 +282,16 @@ pub(super) fn parsed_sender(t: Parsed) -> Result<String, ProtocolError> {
 
 /// Runs `read` on the transport's data, base64-decoded into this thread's buffer
 /// ([`open_parsed`] without a vector per reply: at three replies per node these were
-/// blocks of a KiB or more, glibc's slow path).
+/// blocks of a KiB or more, glibc's slow path), with a second buffer of this thread's
+/// for the secure layer's message.
 fn with_data<R>(
     t: &TransportIn<'_>,
-    read: impl FnOnce(&[u8]) -> Result<R, ProtocolError>,
+    read: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<R, ProtocolError>,
 ) -> Result<R, ProtocolError> {
     expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
-    scratch::with(&REPLY_DATA, |[data]| {
+    scratch::with(&REPLY_DATA, |[data, message]| {
         unb64_into(&t.data, Layer::Transport, "data", data)?;
-        read(data)
+        read(data, message)
     })
 }
 
@@ -302,9 +304,10 @@ pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolErr
     with_data(&t.0, decode_secure_reply)
 }
 
-/// The secure and reply layers of a v1 reply's decoded transport `data`.
-fn decode_secure_reply(data: &[u8]) -> Result<DecodedReply, ProtocolError> {
-    let secure = secure_reply(data)?;
+/// The secure and reply layers of a v1 reply's decoded transport `data`, the secure
+/// message unescaped into `spare` when it has escapes.
+fn decode_secure_reply(data: &[u8], spare: &mut Vec<u8>) -> Result<DecodedReply, ProtocolError> {
+    let secure = secure_reply(data, spare)?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
     if !hash_is(secure.message.as_bytes(), &secure.hash) {
         return Err(ProtocolError::new(
@@ -342,10 +345,15 @@ fn reply_layer(message: &str) -> Result<flat::ReplyFields<'_>, ProtocolError> {
     })
 }
 
-/// The secure reply in `data`: Go's usual bytes in one pass ([`flat::strings`]),
-/// anything else through serde, which judges it as it always did.
-fn secure_reply(data: &[u8]) -> Result<SecureReplyIn<'_>, ProtocolError> {
-    if let Some([protocol, message, hash]) = flat::strings(data, ["protocol", "message", "hash"]) {
+/// The secure reply in `data`: Go's usual bytes in one pass ([`flat::strings_with`],
+/// the message unescaped into `spare`), anything else through serde, which judges it
+/// as it always did.
+fn secure_reply<'a>(
+    data: &'a [u8],
+    spare: &'a mut Vec<u8>,
+) -> Result<SecureReplyIn<'a>, ProtocolError> {
+    let keys = ["protocol", "message", "hash"];
+    if let Some([protocol, message, hash]) = flat::strings_with(data, keys, Some(spare)) {
         return Ok(SecureReplyIn {
             protocol,
             message,

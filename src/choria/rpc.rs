@@ -162,7 +162,8 @@ pub struct Watch<'a> {
     pending: Pending<'a>,
     client: &'a RpcClient,
     identity: Identity,
-    rpc: String,
+    agent: &'static str,
+    action: &'static str,
     body: Vec<u8>,
     asked_at: Instant,
 }
@@ -171,7 +172,8 @@ impl fmt::Debug for Watch<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Watch")
             .field("identity", &self.identity)
-            .field("rpc", &self.rpc)
+            .field("agent", &self.agent)
+            .field("action", &self.action)
             .finish()
     }
 }
@@ -207,14 +209,15 @@ impl Watch<'_> {
                 .accept(&bytes, self.pending.id(), &self.identity)
             {
                 Ok((_, body)) if body != self.body => {
+                    let rpc = format!("{}#{}", self.agent, self.action);
                     self.client
                         .metrics
                         .contested_replies
-                        .with_label_values(&[&self.rpc])
+                        .with_label_values(&[&rpc])
                         .inc();
                     return Err(Contested {
                         identity: self.identity.clone(),
-                        rpc: self.rpc.clone(),
+                        rpc,
                     });
                 }
                 Ok(_) => {}
@@ -392,8 +395,8 @@ impl RpcClient {
     pub fn call(
         &self,
         identity: &Identity,
-        agent: &str,
-        action: &str,
+        agent: &'static str,
+        action: &'static str,
         data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Answer<'_>, RpcError> {
@@ -452,7 +455,8 @@ impl RpcClient {
                             pending,
                             client: self,
                             identity: identity.clone(),
-                            rpc: format!("{agent}#{action}"),
+                            agent,
+                            action,
                             body,
                             asked_at,
                         },

@@ -31,8 +31,8 @@ pub trait NodeRpc: Send + Sync {
     fn call(
         &self,
         identity: &Identity,
-        agent: &str,
-        action: &str,
+        agent: &'static str,
+        action: &'static str,
         data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Called<'_>, RpcError>;
@@ -52,8 +52,8 @@ impl NodeRpc for RpcClient {
     fn call(
         &self,
         identity: &Identity,
-        agent: &str,
-        action: &str,
+        agent: &'static str,
+        action: &'static str,
         data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Called<'_>, RpcError> {

@@ -69,7 +69,7 @@ impl Facts {
 pub struct Position {
     /// The step: an RPC's action (`inventory`, `configure` …) or `helper`,
     /// `server_jwt`, `key_transport`, `upgrade_slot`, `stale`, `start`.
-    pub step: String,
+    pub step: &'static str,
     /// When that step started.
     pub since: Instant,
     /// Tries of the step's RPC so far (0 for steps that are not RPCs).
@@ -100,7 +100,7 @@ impl Progress {
         Progress {
             state: Mutex::new(State {
                 position: Position {
-                    step: "start".into(),
+                    step: "start",
                     since: Instant::now(),
                     tries: 0,
                 },
@@ -110,11 +110,11 @@ impl Progress {
     }
 
     /// The attempt moved on to `step`.
-    pub fn step(&self, step: &str) {
+    pub fn step(&self, step: &'static str) {
         let mut s = self.state.lock();
         if s.position.step != step {
             s.position = Position {
-                step: step.to_string(),
+                step,
                 since: Instant::now(),
                 tries: 0,
             };
@@ -122,7 +122,7 @@ impl Progress {
     }
 
     /// Try `n` of the RPC `step` is starting.
-    pub fn rpc_try(&self, step: &str, n: u32) {
+    pub fn rpc_try(&self, step: &'static str, n: u32) {
         self.step(step);
         self.state.lock().position.tries = n;
     }
@@ -171,15 +171,9 @@ mod tests {
         assert_eq!(p.position().step, "start");
         p.rpc_try("inventory", 1);
         p.rpc_try("inventory", 2);
-        assert_eq!(
-            (p.position().step.as_str(), p.position().tries),
-            ("inventory", 2)
-        );
+        assert_eq!((p.position().step, p.position().tries), ("inventory", 2));
         p.step("helper");
-        assert_eq!(
-            (p.position().step.as_str(), p.position().tries),
-            ("helper", 0)
-        );
+        assert_eq!((p.position().step, p.position().tries), ("helper", 0));
         p.record(|f| f.version_before = Some("0.30.2".into()));
         for n in 0..RETRIES_KEPT + 3 {
             p.record(|f| f.retried(&format!("try {n} {}", "x".repeat(400))));

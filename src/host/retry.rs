@@ -49,14 +49,24 @@ pub enum Check<T> {
     Fail(String),
 }
 
+/// `agent#action`: an RPC's name in messages and its `rpc` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label(&'static str, &'static str);
+
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}#{}", self.0, self.1)
+    }
+}
+
 /// Everything the wrapper needs for one call.
 pub struct Call<'a> {
     /// The node.
     pub identity: &'a Identity,
     /// Agent name (`choria_provision`, `rpcutil`).
-    pub agent: &'a str,
+    pub agent: &'static str,
     /// Action name.
-    pub action: &'a str,
+    pub action: &'static str,
     /// Maximum tries.
     pub tries: usize,
     /// Per-try timeout.
@@ -64,9 +74,10 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// `agent#action`, the `rpc` label.
-    pub fn label(&self) -> String {
-        format!("{}#{}", self.agent, self.action)
+    /// `agent#action`, the `rpc` label, written where it is shown (a call that
+    /// succeeds makes no string of it).
+    pub fn label(&self) -> Label {
+        Label(self.agent, self.action)
     }
 }
 
@@ -128,7 +139,10 @@ impl<'r> Retrier<'r> {
         for attempt in 1..=call.tries {
             if attempt > 1 {
                 if let Some(why) = self.sleep(FIVE_SEC.duration(attempt - 1)) {
-                    self.metrics.rpc_errors.with_label_values(&[&label]).inc();
+                    self.metrics
+                        .rpc_errors
+                        .with_label_values(&[&label.to_string()])
+                        .inc();
                     return Err(CallError::Failed(format!(
                         "{label} failed for {}: {why}",
                         call.identity
@@ -145,7 +159,7 @@ impl<'r> Retrier<'r> {
                 call.timeout,
             );
             self.metrics
-                .observe_rpc(&label, started.elapsed().as_secs_f64());
+                .observe_rpc(call.agent, call.action, started.elapsed().as_secs_f64());
             // (fatal?, why) for a try that did not end in an accepted reply.
             let (fatal, why) = match result {
                 Err(e @ RpcError::NoResponders { .. }) => {
@@ -176,7 +190,10 @@ impl<'r> Retrier<'r> {
                 },
             };
             if fatal {
-                self.metrics.rpc_errors.with_label_values(&[&label]).inc();
+                self.metrics
+                    .rpc_errors
+                    .with_label_values(&[&label.to_string()])
+                    .inc();
                 return Err(CallError::Failed(format!(
                     "{label} failed for {}: {why}",
                     call.identity
@@ -191,7 +208,10 @@ impl<'r> Retrier<'r> {
                 .record(|f| f.retried(&format!("{label} try {attempt}/{}: {why}", call.tries)));
             last = why;
         }
-        self.metrics.rpc_errors.with_label_values(&[&label]).inc();
+        self.metrics
+            .rpc_errors
+            .with_label_values(&[&label.to_string()])
+            .inc();
         Err(CallError::Failed(format!(
             "{label} failed for {} after {} tries: {last}",
             call.identity, call.tries

@@ -208,7 +208,7 @@ impl NodeSequence {
         }
     }
 
-    fn call<'a>(&self, identity: &'a Identity, action: &'a str, tries: usize) -> Call<'a> {
+    fn call<'a>(&self, identity: &'a Identity, action: &'static str, tries: usize) -> Call<'a> {
         Call {
             identity,
             agent: crate::choria::rpc::PROVISION_AGENT,

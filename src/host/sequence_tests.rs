@@ -809,7 +809,7 @@ fn the_attempt_reports_its_step_and_facts() {
     let (outcome, progress) = r.attempt_reporting();
     assert_eq!(outcome, Outcome::Done);
     let at = progress.position();
-    assert_eq!((at.step.as_str(), at.tries), ("restart", 1));
+    assert_eq!((at.step, at.tries), ("restart", 1));
     let facts = progress.facts();
     assert_eq!(
         facts.version_before.as_deref(),

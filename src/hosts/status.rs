@@ -37,16 +37,18 @@ const TEXT_MAX: usize = 1000;
 /// One finished attempt: a line of the audit trail and an entry of `/nodes`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
-    /// When it ended (RFC 3339, UTC).
-    pub time: String,
-    /// The provisioner that made it.
-    pub instance: String,
+    /// When it ended, in Unix seconds; written as RFC 3339, UTC (formatted only
+    /// when the record is written or shown, not for every node).
+    #[serde(serialize_with = "as_rfc3339")]
+    pub time: i64,
+    /// The provisioner that made it (shared by every record, not copied).
+    pub instance: Arc<str>,
     /// The node.
-    pub identity: String,
+    pub identity: Identity,
     /// The outcome label (`provisioned`, `deferred`, `failed` …).
     pub outcome: &'static str,
     /// The step it ended at.
-    pub step: String,
+    pub step: &'static str,
     /// How long it took, in seconds.
     pub duration_seconds: f64,
     /// Which attempt of this identity (since this process started).
@@ -72,7 +74,7 @@ struct History {
     /// Oldest first.
     records: VecDeque<Arc<Record>>,
     /// How many of `records` each node has (never zero).
-    per_identity: HashMap<String, usize>,
+    per_identity: HashMap<Identity, usize>,
 }
 
 impl History {
@@ -107,7 +109,7 @@ impl History {
         self.records.push_back(record);
     }
 
-    fn forget(&mut self, identity: &str) {
+    fn forget(&mut self, identity: &Identity) {
         if let Some(n) = self.per_identity.get_mut(identity) {
             *n -= 1;
             if *n == 0 {
@@ -130,7 +132,7 @@ pub struct Board {
     history: Mutex<History>,
     attempts: Mutex<HashMap<Identity, u64>>,
     audit: OnceLock<Arc<AuditLog>>,
-    instance: OnceLock<String>,
+    instance: OnceLock<Arc<str>>,
 }
 
 impl std::fmt::Debug for Board {
@@ -157,6 +159,11 @@ fn rfc3339(at: Instant) -> String {
     crate::clock::rfc3339(wall(at))
 }
 
+/// A record's `time`, Unix seconds, as RFC 3339.
+fn as_rfc3339<S: serde::Serializer>(unix: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::clock::rfc3339(*unix as f64))
+}
+
 fn cut(text: String) -> String {
     if text.chars().count() <= TEXT_MAX {
         return text;
@@ -179,7 +186,7 @@ impl Board {
 
     /// Names this provisioner in every record (set once).
     pub fn set_instance(&self, identity: &str) {
-        let _ = self.instance.set(identity.to_string());
+        let _ = self.instance.set(identity.into());
     }
 
     /// An attempt of `identity` starts; returns its number.
@@ -225,9 +232,9 @@ impl Board {
             }
         }
         let record = Arc::new(Record {
-            time: crate::clock::rfc3339(crate::clock::unix_nanos() as f64 / 1e9),
+            time: crate::clock::unix_nanos() / 1_000_000_000,
             instance: self.instance.get().cloned().unwrap_or_default(),
-            identity: identity.to_string(),
+            identity: identity.clone(),
             outcome: outcome.label(),
             step: flight.progress.position().step,
             duration_seconds: (took.as_secs_f64() * 1000.0).round() / 1000.0,
@@ -264,7 +271,7 @@ impl Board {
             .records
             .iter()
             .rev()
-            .filter(|r| r.identity == identity)
+            .filter(|r| r.identity.as_str() == identity)
             .cloned()
             .collect()
     }
@@ -397,6 +404,26 @@ mod tests {
     }
 
     #[test]
+    fn a_record_keeps_seconds_and_is_written_with_an_rfc3339_time() {
+        let record = Record {
+            time: 1_764_892_800, // 2025-12-05T00:00:00Z
+            instance: "p1.test".into(),
+            identity: id("n1.example.net"),
+            outcome: "provisioned",
+            step: "restart",
+            duration_seconds: 0.05,
+            attempt: 1,
+            error: None,
+            reason: None,
+            facts: Facts::default(),
+        };
+        let line = serde_json::to_value(&record).unwrap();
+        assert_eq!(line["time"], "2025-12-05T00:00:00Z");
+        assert_eq!(line["identity"], "n1.example.net");
+        assert_eq!(line["instance"], "p1.test");
+    }
+
+    #[test]
     fn attempts_are_numbered_and_the_history_is_bounded_per_node_and_in_all() {
         let board = Board::default();
         board.set_instance("p1.test");
@@ -418,10 +445,7 @@ mod tests {
         );
         assert_eq!(mine[0].attempt, PER_IDENTITY as u64 + 5, "newest first");
         assert_eq!(mine[0].error.as_deref(), Some("try 25"));
-        assert_eq!(
-            (mine[0].step.as_str(), mine[0].instance.as_str()),
-            ("inventory", "p1.test")
-        );
+        assert_eq!((mine[0].step, &*mine[0].instance), ("inventory", "p1.test"));
         assert_eq!(mine[0].duration_seconds, 1.5);
         for n in 0..HISTORY {
             attempt(&board, &id(&format!("n{n}.example.net")), &Outcome::Done);

@@ -475,9 +475,21 @@ impl Metrics {
         &self.site
     }
 
-    /// Records the duration of one RPC try for `rpc` (`agent#action`).
-    pub fn observe_rpc(&self, rpc: &str, seconds: f64) {
-        self.rpc_time.observe(&[rpc], seconds);
+    /// Records the duration of one RPC try of `agent#action` (its `rpc` label).
+    pub fn observe_rpc(&self, agent: &str, action: &str, seconds: f64) {
+        // The label is `agent#action`, compared in its parts: no string is made per
+        // call, only for the first of each RPC.
+        let joined = |label: &str| {
+            label.len() == agent.len() + 1 + action.len()
+                && label.starts_with(agent)
+                && label.ends_with(action)
+                && label.as_bytes()[agent.len()] == b'#'
+        };
+        self.rpc_time.observe_where(
+            |key| matches!(key, [label] if joined(label)),
+            || vec![format!("{agent}#{action}")],
+            seconds,
+        );
     }
 
     /// Records the duration of one helper run.
@@ -547,8 +559,10 @@ mod tests {
     #[test]
     fn summaries_have_only_sum_and_count() {
         let m = Metrics::new("lon").unwrap();
-        m.observe_rpc("rpcutil#inventory", 0.25);
-        m.observe_rpc("rpcutil#inventory", 0.5);
+        m.observe_rpc("rpcutil", "inventory", 0.25);
+        m.observe_rpc("rpcutil", "inventory", 0.5);
+        // Another RPC, whose parts are prefix and suffix of the first's label.
+        m.observe_rpc("rpcutil#in", "ventory", 9.0);
         m.observe_helper(1.5);
         let text = m.render();
         assert!(
@@ -564,6 +578,12 @@ mod tests {
         assert!(
             text.contains(
                 "choria_provisioner_rpc_time_count{rpc=\"rpcutil#inventory\",site=\"lon\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "choria_provisioner_rpc_time_count{rpc=\"rpcutil#in#ventory\",site=\"lon\"} 1"
             ),
             "{text}"
         );

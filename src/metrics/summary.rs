@@ -51,15 +51,31 @@ impl SumCountVec {
     /// Records one observation of `value` (seconds) for the label `values`.
     pub fn observe(&self, values: &[&str], value: f64) {
         debug_assert_eq!(values.len(), self.labels.len());
+        self.observe_where(
+            |key| key.iter().map(String::as_str).eq(values.iter().copied()),
+            || values.iter().map(|v| v.to_string()).collect(),
+            value,
+        );
+    }
+
+    /// Records one observation of `value` (seconds) for the series whose label values
+    /// `matches` (of which there is at most one), made by `make` if there is none
+    /// yet. A handful of series (an RPC's name, the site): found without making the
+    /// key, which is only made for the first observation of a series.
+    pub fn observe_where(
+        &self,
+        matches: impl Fn(&[String]) -> bool,
+        make: impl FnOnce() -> Vec<String>,
+        value: f64,
+    ) {
         let mut series = self.series.lock();
-        // A handful of series (an RPC's name, the site): found without making the
-        // key, which is only made for the first observation of a series.
-        let same = |key: &Vec<String>| key.iter().map(String::as_str).eq(values.iter().copied());
-        let entry = match series.iter_mut().find(|(key, _)| same(key)) {
+        let entry = match series.iter_mut().find(|(key, _)| matches(key)) {
             Some((_, entry)) => entry,
-            None => series
-                .entry(values.iter().map(|v| v.to_string()).collect())
-                .or_insert((0.0, 0)),
+            None => {
+                let key = make();
+                debug_assert_eq!(key.len(), self.labels.len());
+                series.entry(key).or_insert((0.0, 0))
+            }
         };
         entry.0 += value;
         entry.1 += 1;

@@ -165,6 +165,26 @@ fn write_utf8(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
 }
 
+/// Appends `value` in decimal, as `{value}` formats it, without the formatting
+/// machinery (two integers per request: its ttl and time).
+fn write_int(out: &mut Vec<u8>, value: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 /// Appends `value` as Go would write it, every object's keys sorted when `sorted`
 /// (Go's maps) or in their order otherwise: the bytes [`write()`] gives, with strings
 /// through [`write_str`].
@@ -499,8 +519,7 @@ impl<'a> Object<'a> {
     /// An integer field.
     pub fn int(mut self, key: &str, value: i64) -> Self {
         self.key(key);
-        // Writing to a Vec cannot fail.
-        let _ = write!(self.out, "{value}");
+        write_int(self.out, value);
         self
     }
 
@@ -698,6 +717,15 @@ mod tests {
                 to_string(&text),
                 "{text:?}"
             );
+        }
+    }
+
+    #[test]
+    fn integers_are_written_as_format_writes_them() {
+        for value in [0, 1, -1, 9, 10, 60, -60, 1_764_892_800, i64::MAX, i64::MIN] {
+            let mut out = Vec::new();
+            write_int(&mut out, value);
+            assert_eq!(String::from_utf8(out).unwrap(), value.to_string());
         }
     }
 

@@ -628,6 +628,13 @@ mod tests {
     use super::map_checks::{as_float64, sorted_everywhere};
     use super::*;
 
+    /// `write_str` gives what serde and the Go formatter give for `text`.
+    fn written_as_serde_writes(text: &str) {
+        let mut out = Vec::new();
+        write_str(&mut out, text);
+        assert_eq!(String::from_utf8(out).unwrap(), to_string(text), "{text:?}");
+    }
+
     #[test]
     fn write_str_gives_the_bytes_serde_and_the_formatter_give() {
         let mut every_byte: String = (0u8..0x80).map(char::from).collect();
@@ -641,9 +648,7 @@ mod tests {
             "\u{e2}",
             r#"{"a":"<b>"}"#,
         ] {
-            let mut out = Vec::new();
-            write_str(&mut out, text);
-            assert_eq!(String::from_utf8(out).unwrap(), to_string(text), "{text:?}");
+            written_as_serde_writes(text);
         }
     }
 
@@ -661,14 +666,7 @@ mod tests {
                     if let Some(j) = second.filter(|j| *j < 40) {
                         text[j] = special;
                     }
-                    let text = text.concat();
-                    let mut out = Vec::new();
-                    write_str(&mut out, &text);
-                    assert_eq!(
-                        String::from_utf8(out).unwrap(),
-                        to_string(&text),
-                        "{text:?}"
-                    );
+                    written_as_serde_writes(&text.concat());
                 }
             }
         }
@@ -676,16 +674,9 @@ mod tests {
 
     #[test]
     fn write_str_gives_what_serde_gives_on_random_text_of_runs_and_escapes() {
-        // A fixed xorshift stream: the same cases on every run. Runs of every length
-        // around the eight bytes walked one by one, between escapes alone and in
-        // clusters, and characters of two, three and four bytes.
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        // Runs of every length around the eight bytes walked one by one, between
+        // escapes alone and in clusters, and characters of two, three and four bytes.
+        let mut next = super::super::scan::xorshift(0x2545_F491_4F6C_DD1D);
         let pieces = [
             "\"",
             "\\",
@@ -710,13 +701,7 @@ mod tests {
                 text.extend(std::iter::repeat_n('a', run));
                 text.push_str(pieces[(next() % pieces.len() as u64) as usize]);
             }
-            let mut out = Vec::new();
-            write_str(&mut out, &text);
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                to_string(&text),
-                "{text:?}"
-            );
+            written_as_serde_writes(&text);
         }
     }
 

@@ -29,21 +29,12 @@ fn equal(v: u64, b: u8) -> u64 {
 /// after `from`, where a JSON string being read ends, has an escape, or is invalid;
 /// `bytes.len()` if there is none.
 pub(super) fn string_special(bytes: &[u8], from: usize) -> usize {
-    let mut i = from;
-    while let Some(word) = bytes.get(i..i + 8) {
-        let mut lanes = [0u8; 8];
-        lanes.copy_from_slice(word);
-        let v = u64::from_le_bytes(lanes);
-        let hits = equal(v, b'"') | equal(v, b'\\') | below(v, 0x20);
-        if hits != 0 {
-            return i + (hits.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    while i < bytes.len() && !is_string_special(bytes[i]) {
-        i += 1;
-    }
-    i.min(bytes.len())
+    first(
+        bytes,
+        from,
+        |v| equal(v, b'"') | equal(v, b'\\') | below(v, 0x20),
+        is_string_special,
+    )
 }
 
 fn is_string_special(b: u8) -> bool {
@@ -55,32 +46,58 @@ fn is_string_special(b: u8) -> bool {
 /// `>`, `&`, or 0xE2 (the first byte of U+2028 and U+2029); `bytes.len()` if there is
 /// none. Where a string being written must leave its plain run.
 pub(super) fn escape_special(bytes: &[u8], from: usize) -> usize {
+    // `"` (0x22) and `&` (0x26) differ in bit 2 alone, `<` (0x3c) and `>` (0x3e) in
+    // bit 1 alone: setting that bit tests each pair with one compare (no other byte
+    // becomes 0x26 or 0x3e so).
+    first(
+        bytes,
+        from,
+        |v| {
+            below(v, 0x20)
+                | equal(v | (ONES * 0x04), 0x26)
+                | equal(v | (ONES * 0x02), 0x3e)
+                | equal(v, b'\\')
+                | equal(v, 0xe2)
+        },
+        is_escape_special,
+    )
+}
+
+fn is_escape_special(b: u8) -> bool {
+    matches!(b, 0..=0x1f | b'"' | b'\\' | b'<' | b'>' | b'&' | 0xe2)
+}
+
+/// The index of the first byte at or after `from` that `is` holds for; `hits` flags
+/// the same bytes in a word (its lowest flag exact), which is tested eight at a time
+/// before the tail is tested byte by byte.
+#[inline(always)]
+fn first(bytes: &[u8], from: usize, hits: impl Fn(u64) -> u64, is: impl Fn(u8) -> bool) -> usize {
     let mut i = from;
     while let Some(word) = bytes.get(i..i + 8) {
         let mut lanes = [0u8; 8];
         lanes.copy_from_slice(word);
-        let v = u64::from_le_bytes(lanes);
-        // `"` (0x22) and `&` (0x26) differ in bit 2 alone, `<` (0x3c) and `>` (0x3e)
-        // in bit 1 alone: setting that bit tests each pair with one compare (no
-        // other byte becomes 0x26 or 0x3e so).
-        let hits = below(v, 0x20)
-            | equal(v | (ONES * 0x04), 0x26)
-            | equal(v | (ONES * 0x02), 0x3e)
-            | equal(v, b'\\')
-            | equal(v, 0xe2);
-        if hits != 0 {
-            return i + (hits.trailing_zeros() / 8) as usize;
+        let found = hits(u64::from_le_bytes(lanes));
+        if found != 0 {
+            return i + (found.trailing_zeros() / 8) as usize;
         }
         i += 8;
     }
-    while i < bytes.len() && !is_escape_special(bytes[i]) {
+    while i < bytes.len() && !is(bytes[i]) {
         i += 1;
     }
     i.min(bytes.len())
 }
 
-fn is_escape_special(b: u8) -> bool {
-    matches!(b, 0..=0x1f | b'"' | b'\\' | b'<' | b'>' | b'&' | 0xe2)
+/// A fixed xorshift stream for tests: the same cases on every run.
+#[cfg(test)]
+pub(super) fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
 }
 
 #[cfg(test)]
@@ -127,14 +144,7 @@ mod tests {
 
     #[test]
     fn random_text_is_scanned_as_a_byte_scan_scans_it() {
-        // A fixed xorshift stream: the same cases on every run.
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..20_000 {
             let len = (next() % 64) as usize;
             // Mostly plain bytes, now and then one of interest or a high byte.

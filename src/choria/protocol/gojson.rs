@@ -107,7 +107,7 @@ const ESCAPES: [u8; 256] = {
 /// [`to_vec`]`(text)` gives. Bytes go through a table one by one while escapes come
 /// close together (a nested message's quotes); a run of more than eight plain bytes
 /// (PEM lines, base64, the values of a nested message) is scanned eight bytes at a
-/// time ([`scan::escape_special`]) and copied whole.
+/// time (`scan::escape_special`) and copied whole.
 pub fn write_str(out: &mut Vec<u8>, text: &str) {
     write_utf8(out, text.as_bytes())
 }

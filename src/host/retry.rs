@@ -139,14 +139,7 @@ impl<'r> Retrier<'r> {
         for attempt in 1..=call.tries {
             if attempt > 1 {
                 if let Some(why) = self.sleep(FIVE_SEC.duration(attempt - 1)) {
-                    self.metrics
-                        .rpc_errors
-                        .with_label_values(&[&label.to_string()])
-                        .inc();
-                    return Err(CallError::Failed(format!(
-                        "{label} failed for {}: {why}",
-                        call.identity
-                    )));
+                    return Err(self.failed(label, format!("failed for {}: {why}", call.identity)));
                 }
             }
             self.progress.rpc_try(call.action, attempt as u32);
@@ -190,14 +183,7 @@ impl<'r> Retrier<'r> {
                 },
             };
             if fatal {
-                self.metrics
-                    .rpc_errors
-                    .with_label_values(&[&label.to_string()])
-                    .inc();
-                return Err(CallError::Failed(format!(
-                    "{label} failed for {}: {why}",
-                    call.identity
-                )));
+                return Err(self.failed(label, format!("failed for {}: {why}", call.identity)));
             }
             log::warn!(
                 "{label} try {attempt}/{} for {} failed: {why}",
@@ -208,14 +194,23 @@ impl<'r> Retrier<'r> {
                 .record(|f| f.retried(&format!("{label} try {attempt}/{}: {why}", call.tries)));
             last = why;
         }
+        Err(self.failed(
+            label,
+            format!(
+                "failed for {} after {} tries: {last}",
+                call.identity, call.tries
+            ),
+        ))
+    }
+
+    /// A call that failed for good: counted under its `rpc` label, and the error that
+    /// says so (`what` follows the label).
+    fn failed(&self, label: Label, what: String) -> CallError {
         self.metrics
             .rpc_errors
             .with_label_values(&[&label.to_string()])
             .inc();
-        Err(CallError::Failed(format!(
-            "{label} failed for {} after {} tries: {last}",
-            call.identity, call.tries
-        )))
+        CallError::Failed(format!("{label} {what}"))
     }
 
     /// Sleeps `d` unless paused or stopping first; returns why it was cut short.

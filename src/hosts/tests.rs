@@ -58,6 +58,14 @@ struct Rig {
 }
 
 fn rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig {
+    let rig = unstarted_rig(workers, capacity, cooldown, gated);
+    rig.fleet.start();
+    rig
+}
+
+/// A [`rig`] whose threads are not started: the test plays the worker and the
+/// finisher.
+fn unstarted_rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig {
     let metrics = Arc::new(Metrics::new("test").unwrap());
     let pause = Arc::new(Pause::new(metrics.paused.clone()));
     let (release, gate) = crossbeam_channel::unbounded();
@@ -82,7 +90,6 @@ fn rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig 
         pause,
         Arc::clone(&recorder) as Arc<dyn Provision>,
     );
-    fleet.start();
     Rig {
         fleet,
         recorder,
@@ -140,28 +147,7 @@ fn the_cooldown_ends_and_the_node_can_come_back() {
 
 /// A fleet whose threads are not started: the test plays the worker and the finisher.
 fn unstarted(cooldown: Duration) -> Arc<Fleet> {
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let pause = Arc::new(Pause::new(metrics.paused.clone()));
-    let recorder = Arc::new(Recorder {
-        calls: Mutex::new(Vec::new()),
-        outcomes: Mutex::new(HashMap::new()),
-        gate: None,
-        started: crossbeam_channel::unbounded().0,
-        waiting: Mutex::new(Default::default()),
-        woken: Mutex::new(Vec::new()),
-    });
-    Fleet::new(
-        FleetOptions {
-            workers: 1,
-            capacity: 10,
-            cooldown,
-            shutdown_timeout: Duration::from_secs(2),
-            lock_window: Duration::from_secs(1),
-        },
-        metrics,
-        pause,
-        recorder as Arc<dyn Provision>,
-    )
+    unstarted_rig(1, 10, cooldown, false).fleet
 }
 
 #[test]

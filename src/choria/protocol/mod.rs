@@ -492,11 +492,12 @@ pub fn b64(bytes: &[u8]) -> String {
 
 /// Decodes standard base64 for `layer`.
 fn unb64(text: &str, layer: Layer, what: &str) -> Result<Vec<u8>, ProtocolError> {
-    B64.decode(text)
-        .map_err(|e| ProtocolError::new(layer, format!("{what} is not base64: {e}")))
+    let mut out = Vec::new();
+    unb64_into(text, layer, what, &mut out)?;
+    Ok(out)
 }
 
-/// [`unb64`] appended to `out`, with the same error.
+/// [`unb64`] appended to `out`.
 fn unb64_into(
     text: &str,
     layer: Layer,

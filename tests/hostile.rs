@@ -812,6 +812,54 @@ fn header_blocks_that_do_not_parse_never_drop_the_connection() {
 }
 
 #[test]
+fn forged_no_responders_statuses_never_make_a_live_node_unreachable() {
+    // nats-server says "no responders" with an empty message whose header block is
+    // `NATS/1.0 503`, and passes a node's HPUB header bytes on unread: a node that
+    // reads the requests of others could send that status to every reply subject,
+    // and each honest node would have been given up as gone. A status is believed
+    // only when the broker says the same of a probe, so the nodes are provisioned,
+    // and the forgeries are counted.
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let raw = std::sync::Arc::new(parking_lot::Mutex::new(RawPublisher::connect(
+        &server.url(),
+    )));
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (raw_race, sent_race) = (raw.clone(), sent.clone());
+    let _race = attacker.race(Box::new(move |_, request, _| {
+        let mut raw = raw_race.lock();
+        // Before the real reply, twice; the second comes after a probe found the node.
+        raw.hpub(&request.reply_to, b"NATS/1.0 503\r\n\r\n", b"");
+        raw.hpub(&request.reply_to, b"NATS/1.0 503\r\n\r\n", b"");
+        raw.flush();
+        sent_race.fetch_add(2, Ordering::Relaxed);
+        None
+    }));
+    attacker.flush();
+    // The nodes answer 100 ms late, so every forgery comes before the real reply.
+    let fleet = sim(&server.url(), 5, |o| {
+        o.faults.slow = 1.0;
+        o.faults.slow_by = Duration::from_millis(100);
+    });
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_provisioned(&fleet, 5, Duration::from_secs(60));
+    assert_all_provisioned_once(&fleet);
+    assert!(
+        sent.load(Ordering::Relaxed) >= 30,
+        "the statuses were forged"
+    );
+    // Both statuses of each of the 15 requests (inventory, configure, restart).
+    assert!(
+        prov.counter("rejected_replies", &["forged_no_responders"]) >= 30,
+        "forged statuses counted: {}",
+        prov.counter("rejected_replies", &["forged_no_responders"])
+    );
+    assert_eq!(prov.metrics.unreachable_nodes.get(), 0, "no node given up");
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+    assert_connection_held(&prov);
+}
+
+#[test]
 fn subjects_and_reply_tos_that_are_not_utf8_or_hold_unicode_spaces_never_drop_the_connection() {
     // nats-server passes a PUB's subject and reply-to on byte for byte. The client once
     // read the MSG line as UTF-8 and split it on Unicode whitespace: invalid UTF-8, or

@@ -212,6 +212,70 @@ fn no_reply_times_out_with_go_s_message() {
 }
 
 #[test]
+fn no_responders_from_the_broker_is_believed_at_once_and_a_forged_one_is_not() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let rpc = client(&server, &dir);
+    let forged = || rejected(&rpc, "forged_no_responders");
+    // Nobody subscribes: nats-server's status, confirmed by the probe.
+    let started = Instant::now();
+    let err = rpc
+        .call(
+            &id("gone.example.net"),
+            "rpcutil",
+            "inventory",
+            &serde_json::json!({}),
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+    assert!(matches!(err, RpcError::NoResponders { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "not the timeout"
+    );
+    assert_eq!(rpc.metrics().unreachable_nodes.get(), 1);
+    assert_eq!(forged(), 0);
+    // A silent node is there, and another connection sends its request's reply
+    // subject the status: the probe finds the node, so the call waits on (here until
+    // its timeout) and counts the forgery.
+    let _node = responder(&server, "n1.example.net", Mode::Silent);
+    let forger = nats::connect(server.url()).unwrap();
+    let mut raw = support::hostile::RawPublisher::connect(&server.url());
+    let (to_forge, reply_tos) = bounded::<String>(4);
+    let _forging = forger
+        .subscribe("provisioning.node.n1.example.net")
+        .unwrap()
+        .with_handler(move |msg| {
+            if let Some(reply) = msg.reply.filter(|_| !msg.data.is_empty()) {
+                let _ = to_forge.try_send(reply);
+            }
+            Ok(())
+        });
+    forger.flush().unwrap();
+    let forging = std::thread::spawn(move || {
+        if let Ok(reply) = reply_tos.recv_timeout(Duration::from_secs(5)) {
+            raw.hpub(&reply, b"NATS/1.0 503\r\n\r\n", b"");
+            raw.flush();
+        }
+    });
+    let started = Instant::now();
+    let err = rpc
+        .call(
+            &id("n1.example.net"),
+            "rpcutil",
+            "inventory",
+            &serde_json::json!({}),
+            Duration::from_millis(800),
+        )
+        .unwrap_err();
+    forging.join().unwrap();
+    assert!(matches!(err, RpcError::NoReply { .. }), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(800));
+    assert_eq!(rpc.metrics().unreachable_nodes.get(), 1, "not given up");
+    assert_eq!(forged(), 1);
+}
+
+#[test]
 fn a_reply_from_the_wrong_sender_is_ignored() {
     let server = NatsServer::start();
     let dir = TempDir::new("rpc");

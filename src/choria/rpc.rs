@@ -59,6 +59,10 @@ thread_local! {
 /// Replies kept per direct request: the real one plus a few forged or duplicated ones.
 const REPLIES_PER_REQUEST: usize = 8;
 
+/// Messages a probe's mailbox keeps (`RpcClient::nobody_listens`): the broker's one
+/// status, and room for what else is sent there before its PONG.
+const PROBE_REPLIES: usize = 4;
+
 /// Distinct senders one discovery keeps; more than a fleet of 50,000 can send, so
 /// only a flood of made-up identities reaches it.
 pub const MAX_DISCOVERY_SENDERS: usize = 100_000;
@@ -203,7 +207,11 @@ impl Watch<'_> {
                     None => return Ok(()),
                 }
             };
-            let Routed::Reply(bytes) = next else { continue };
+            let Routed::Reply(bytes) = next else {
+                // A reply came, so somebody listens: the status is forged.
+                self.client.count_forged_status(&self.identity);
+                continue;
+            };
             match self
                 .client
                 .accept(&bytes, self.pending.id(), &self.identity)
@@ -423,6 +431,8 @@ impl RpcClient {
         })?;
         let asked_at = Instant::now();
         let mut rejected: Option<(u64, String)> = None;
+        // Whether a probe found someone subscribed to the node's subject.
+        let mut listened_to = false;
         loop {
             // Checked on every message: a flood cannot extend the call.
             let left = timeout.saturating_sub(started.elapsed());
@@ -440,6 +450,14 @@ impl RpcClient {
                     })
                 }
                 Some(Routed::NoResponders) => {
+                    // Anyone may publish a "no responders" status to a reply subject
+                    // (a node that reads the requests of others sees theirs): it is
+                    // believed only when the broker says the same of a probe.
+                    if listened_to || !self.nobody_listens(&subject, timeout) {
+                        listened_to = true;
+                        self.count_forged_status(identity);
+                        continue;
+                    }
                     self.metrics.unreachable_nodes.inc();
                     return Err(RpcError::NoResponders {
                         identity: identity.clone(),
@@ -473,6 +491,43 @@ impl RpcClient {
                 }
             }
         }
+    }
+
+    /// Whether nobody is subscribed to `subject`, asked of the broker itself: an empty
+    /// message with a reply subject of its own, then a PING, written together.
+    /// nats-server sends "no responders" for a message nobody is subscribed to while
+    /// it handles the publish, before it reads the PING, and the client hands out
+    /// what it reads in order: a real status is in the probe's mailbox when the PONG
+    /// is back. A forger must first be sent the probe and answer it, so its status
+    /// comes after. A node that is there reads the probe as a message it cannot
+    /// decode and drops it (go-choria and the simulator). When the probe cannot be
+    /// sent, the status is believed, as it was before probes.
+    fn nobody_listens(&self, subject: &Subject, timeout: Duration) -> bool {
+        let id = protocol::new_request_id(self.protocol);
+        let probe = self.router.expect(&id, PROBE_REPLIES);
+        let Ok(reply) = self.router.reply_subject(&id) else {
+            return true;
+        };
+        if self
+            .bus
+            .publish_request(subject, &reply, None, b"")
+            .is_err()
+            || self.bus.flush(timeout).is_err()
+        {
+            return true;
+        }
+        std::iter::from_fn(|| probe.replies.try_recv())
+            .take(PROBE_REPLIES)
+            .any(|r| matches!(r, Routed::NoResponders))
+    }
+
+    /// Counts a "no responders" status that a probe or a reply proved false.
+    fn count_forged_status(&self, identity: &Identity) {
+        self.metrics
+            .rejected_replies
+            .with_label_values(&["forged_no_responders"])
+            .inc();
+        log::debug!("Ignored a forged \"no responders\" status for {identity}");
     }
 
     fn count_rejection(&self, why: &Rejection) {

@@ -74,7 +74,7 @@ pub struct Metrics {
     /// Identities refused as invalid, by `source` (`discovery`, `event`) and `reason`.
     pub refused_identities: IntCounterVec,
     /// RPC replies refused, by `reason` (`undecodable`, `wrong_request`,
-    /// `wrong_sender`, `overflow`).
+    /// `wrong_sender`, `overflow`, `forged_no_responders`).
     pub rejected_replies: IntCounterVec,
     /// Requests nobody could answer: no server subscribes to the node's subject.
     pub unreachable_nodes: IntCounter,

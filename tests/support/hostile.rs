@@ -165,6 +165,9 @@ impl RawPublisher {
         use std::io::{BufRead, BufReader, Write};
         let address = url.trim_start_matches("nats://");
         let mut stream = std::net::TcpStream::connect(address).expect("raw connect");
+        // Each forgery goes out at once (Nagle's algorithm held a second small write
+        // for the first one's delayed ACK, about 40 ms).
+        stream.set_nodelay(true).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();

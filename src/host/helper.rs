@@ -26,6 +26,7 @@ use super::redact::redact;
 use super::spawn;
 use crate::choria::identity::Identity;
 use crate::config::shell_words;
+use crate::crypto::jwt::ProvisioningClaims;
 use crate::json_text;
 
 /// Most bytes of stdout accepted from a helper (certificates, policies and a
@@ -49,7 +50,7 @@ pub struct HelperInput<'a> {
     /// The inventory reply data, as a JSON *string*.
     pub inventory: &'a str,
     /// The verified provisioning JWT claims (`jwt`).
-    pub jwt: Option<&'a serde_json::Value>,
+    pub jwt: Option<&'a ProvisioningClaims>,
 }
 
 impl fmt::Debug for HelperInput<'_> {
@@ -645,8 +646,51 @@ mod tests {
     }
 
     #[test]
+    fn the_claims_are_written_as_a_decoded_value_of_them_was() {
+        // The helper input once held the claims as a `serde_json::Value` made from
+        // them; written straight from the struct, the bytes are the same.
+        let claims: ProvisioningClaims = serde_json::from_str(
+            r#"{"cht":"t","chs":true,"chu":"nats://h:4222","chpwd":"pw","extensions":{"b":[1,2.5],"a":null},"v2":true,"purpose":"choria_provisioning","exp":1798761600,"jti":"j"}"#,
+        )
+        .unwrap();
+        let identity = Identity::parse("n1.example.net").unwrap();
+        let input = |jwt| HelperInput {
+            identity: &identity,
+            csr: None,
+            ed25519_pubkey: None,
+            inventory: "{}",
+            jwt,
+        };
+        #[derive(Serialize)]
+        struct AsValue<'a> {
+            identity: &'a Identity,
+            csr: Option<&'a CsrInfo>,
+            ed25519_pubkey: Option<&'a Ed25519Info>,
+            inventory: &'a str,
+            jwt: Option<&'a serde_json::Value>,
+        }
+        let value = serde_json::to_value(&claims).unwrap();
+        let old = serde_json::to_vec(&AsValue {
+            identity: &identity,
+            csr: None,
+            ed25519_pubkey: None,
+            inventory: "{}",
+            jwt: Some(&value),
+        })
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(serde_json::to_vec(&input(Some(&claims))).unwrap()).unwrap(),
+            String::from_utf8(old).unwrap()
+        );
+    }
+
+    #[test]
     fn debug_output_hides_secrets() {
-        let claims = serde_json::json!({"cht": "tok-3f9a", "chpwd": "hunter22"});
+        let claims = ProvisioningClaims {
+            cht: "tok-3f9a".into(),
+            chpwd: "hunter22".into(),
+            ..ProvisioningClaims::default()
+        };
         let input = HelperInput {
             identity: &Identity::parse("n1").unwrap(),
             csr: None,

@@ -4,6 +4,7 @@
 //! (`ed25519`) and CSR validation (`pki`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -16,9 +17,9 @@ use crate::config::Config;
 use crate::crypto::csr::{DenyList, DenyListError};
 use crate::crypto::ids;
 use crate::crypto::jwt::{
-    check_provisioning_claims, sign_server_token, signed_provisioning_claims, ProvisioningClaims,
-    RequestedServerClaims, ServerClaimsInput, SignedServerToken, SigningKey, SigningToken,
-    TokenError, VerifyKey,
+    check_signed_claims, fill_default_org, sign_server_token, signed_provisioning_claims,
+    ProvisioningClaims, RequestedServerClaims, ServerClaimsInput, SignedServerToken, SigningKey,
+    SigningToken, TokenError, VerifyKey,
 };
 
 /// Distinct provisioning JWTs whose signature is remembered: a site gives its whole
@@ -42,7 +43,7 @@ pub struct KeyMaterial {
 
 /// The remembered tokens; `Debug` shows how many, never a token (it holds `cht`).
 #[derive(Default)]
-struct SignedTokens(Mutex<HashMap<Box<str>, ProvisioningClaims>>);
+struct SignedTokens(Mutex<HashMap<Box<str>, Arc<ProvisioningClaims>>>);
 
 impl std::fmt::Debug for SignedTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -111,51 +112,49 @@ impl KeyMaterial {
         })
     }
 
-    /// Verifies the node's provisioning JWT; its claims, for the helper.
+    /// Verifies the node's provisioning JWT; its claims, for the helper (shared with
+    /// every node that presents the same token).
     pub fn verify_provisioning_jwt(
         &self,
         identity: &Identity,
         jwt: &str,
-    ) -> Result<Value, AttemptError> {
+    ) -> Result<Arc<ProvisioningClaims>, AttemptError> {
         let key = self.verify.as_ref().ok_or_else(|| {
             failed("no JWT verification certificate configured, cannot validate JWT".into())
         })?;
-        let claims = self
-            .verify_at(jwt, key, crate::clock::unix_seconds())
+        self.verify_at(jwt, key, crate::clock::unix_seconds())
             .map_err(|error| AttemptError::Jwt {
                 identity: identity.clone(),
                 error,
-            })?;
-        serde_json::to_value(&claims).map_err(|e| {
-            failed(format!(
-                "could not encode the JWT claims of {identity}: {e}"
-            ))
-        })
+            })
     }
 
     /// `verify_provisioning_token(jwt, key, now)`, the signature checked once per
     /// distinct token (an ed25519 check is about half a million instructions; every
-    /// node of a fleet usually presents the same token).
+    /// node of a fleet usually presents the same token) and its claims decoded once.
     fn verify_at(
         &self,
         jwt: &str,
         key: &VerifyKey,
         now: i64,
-    ) -> Result<ProvisioningClaims, TokenError> {
+    ) -> Result<Arc<ProvisioningClaims>, TokenError> {
         let known = self.signed.0.lock().get(jwt).cloned();
         let claims = match known {
             Some(claims) => claims,
             None => {
-                let claims = signed_provisioning_claims(jwt, key)?;
+                let mut claims = signed_provisioning_claims(jwt, key)?;
+                fill_default_org(&mut claims);
+                let claims = Arc::new(claims);
                 let mut signed = self.signed.0.lock();
                 if signed.len() >= SIGNED_TOKENS_KEPT {
                     signed.clear();
                 }
-                signed.insert(jwt.into(), claims.clone());
+                signed.insert(jwt.into(), Arc::clone(&claims));
                 claims
             }
         };
-        check_provisioning_claims(claims, now)
+        check_signed_claims(&claims, now)?;
+        Ok(claims)
     }
 
     /// Signs the server JWT for the node (ed25519 feature), with the chain-issuer data

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::replies::{self, BadReplyData, Gen25519Reply, GencsrReply, InventoryReply, JwtReply};
 use super::requests::{ConfigureData, RestartData};
@@ -30,6 +30,7 @@ use super::retry::{Call, Check, Retrier};
 use super::upgrade_slots::{UpgradeSlots, SLOT_TIMEOUT};
 use crate::choria::identity::Identity;
 use crate::config::{Config, Pause};
+use crate::crypto::jwt::ProvisioningClaims;
 use crate::metrics::Metrics;
 
 /// Per-try timeouts: `discovery_timeout` + the agent's DDL timeout.
@@ -76,7 +77,7 @@ pub const LOCK_SINCE: &str = "0.29.0";
 struct Attempt<'r> {
     /// The accepted replies whose requests are still watched for forged twins.
     watches: Vec<Watched<'r>>,
-    claims: Option<Value>,
+    claims: Option<Arc<ProvisioningClaims>>,
     ecdh_public: String,
     ed25519: Option<Ed25519Info>,
     inventory: String,
@@ -326,11 +327,9 @@ impl NodeSequence {
         }
         let claims = self.keys.verify_provisioning_jwt(identity, &jwt)?;
         w.progress.record(|f| {
-            f.provisioning_jwt_id = claims["jti"]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .map(crate::untrusted::shown);
-            f.provisioning_jwt_expires = claims["exp"].as_i64();
+            let jti = &claims.standard.jti;
+            f.provisioning_jwt_id = (!jti.is_empty()).then(|| crate::untrusted::shown(jti));
+            f.provisioning_jwt_expires = claims.standard.exp;
         });
         a.claims = Some(claims);
         a.ecdh_public = ecdh;
@@ -495,7 +494,7 @@ impl NodeSequence {
             csr: a.csr.as_ref(),
             ed25519_pubkey: a.ed25519.as_ref(),
             inventory: &a.inventory,
-            jwt: a.claims.as_ref(),
+            jwt: a.claims.as_deref(),
         };
         let bytes = serde_json::to_vec(&input)
             .map_err(|e| AttemptError::Encode(format!("could not JSON encode host: {e}")))?;
@@ -528,11 +527,11 @@ impl NodeSequence {
     fn secrets<'a>(&'a self, a: &'a Attempt) -> Vec<&'a str> {
         let mut out = vec![self.token()];
         if let Some(claims) = &a.claims {
-            for key in ["cht", "chpwd"] {
-                if let Some(v) = claims[key].as_str() {
-                    out.push(v);
-                }
-            }
+            out.extend(
+                [claims.cht.as_str(), claims.chpwd.as_str()]
+                    .into_iter()
+                    .filter(|v| !v.is_empty()),
+            );
         }
         out
     }

@@ -117,18 +117,24 @@ pub fn signed_provisioning_claims(
 }
 
 /// The second half of [`verify_provisioning_token`]: the checks of decoded, signed
-/// claims at time `now` (times, purpose, `ou`, chain issuer).
+/// claims at time `now` (times, purpose, chain issuer), and `ou` filled in.
 pub fn check_provisioning_claims(
     mut claims: ProvisioningClaims,
     now: i64,
 ) -> Result<ProvisioningClaims, TokenError> {
+    check_signed_claims(&claims, now)?;
+    fill_default_org(&mut claims);
+    Ok(claims)
+}
+
+/// The time-dependent checks of [`check_provisioning_claims`] (times, purpose, chain
+/// issuer), which change nothing: claims checked once and kept are checked again
+/// with this on every use, without a copy.
+pub fn check_signed_claims(claims: &ProvisioningClaims, now: i64) -> Result<(), TokenError> {
     check_times(&claims.standard, now)?;
     let s = &claims.standard;
     if s.sub != PROVISIONING_PURPOSE && s.purpose != PROVISIONING_PURPOSE {
         return Err(TokenError::NotProvisioningToken);
-    }
-    if claims.ou.is_empty() {
-        claims.ou = DEFAULT_ORG.to_string();
     }
     if !s.tcs.is_empty() {
         let chained = s.iss.starts_with(CHAIN_ISSUER_PREFIX);
@@ -142,7 +148,14 @@ pub fn check_provisioning_claims(
             _ => return Err(TokenError::IssuerExpired),
         }
     }
-    Ok(claims)
+    Ok(())
+}
+
+/// What verification fills in: the default organisation when `ou` is empty.
+pub fn fill_default_org(claims: &mut ProvisioningClaims) {
+    if claims.ou.is_empty() {
+        claims.ou = DEFAULT_ORG.to_string();
+    }
 }
 
 /// [`verify_provisioning_token`] at the current system time.

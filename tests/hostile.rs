@@ -746,6 +746,49 @@ fn protocol_lines_as_long_as_the_broker_allows_never_drop_the_connection() {
     );
 }
 
+/// A raw NATS client (`RawPublisher`) that sends `forge(raw, reply subject)`, and
+/// flushes, for every request `attacker` reads whose action `wanted` accepts.
+struct RawRace {
+    raw: std::sync::Arc<parking_lot::Mutex<RawPublisher>>,
+    sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    _race: nats::Handler,
+}
+
+impl RawRace {
+    fn start(
+        server: &NatsServer,
+        attacker: &Hostile,
+        wanted: fn(&str) -> bool,
+        forge: impl Fn(&mut RawPublisher, &str) + Send + Sync + 'static,
+    ) -> RawRace {
+        let raw = std::sync::Arc::new(parking_lot::Mutex::new(RawPublisher::connect(
+            &server.url(),
+        )));
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (raw_race, sent_race) = (raw.clone(), sent.clone());
+        let race = attacker.race(Box::new(move |_, request, body| {
+            if wanted(&body.action) {
+                let mut raw = raw_race.lock();
+                forge(&mut raw, &request.reply_to);
+                raw.flush();
+                sent_race.fetch_add(1, Ordering::Relaxed);
+            }
+            None
+        }));
+        attacker.flush();
+        RawRace {
+            raw,
+            sent,
+            _race: race,
+        }
+    }
+
+    /// Requests forged for so far.
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
 /// A run in which a raw NATS client (`RawPublisher`) sends `forge(raw, reply
 /// subject)` for every inventory request while 5 honest nodes boot; once they are
 /// provisioned, `then(raw)` sends what else the test sends, of which `dropped_events`
@@ -759,28 +802,14 @@ fn raw_forgeries_to_every_inventory(
 ) {
     let server = NatsServer::start();
     let attacker = Hostile::connect(&server.url(), None);
-    let raw = std::sync::Arc::new(parking_lot::Mutex::new(RawPublisher::connect(
-        &server.url(),
-    )));
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let (raw_race, sent_race) = (raw.clone(), sent.clone());
-    let _race = attacker.race(Box::new(move |_, request, body| {
-        if body.action == "inventory" {
-            let mut raw = raw_race.lock();
-            forge(&mut raw, &request.reply_to);
-            raw.flush();
-            sent_race.fetch_add(1, Ordering::Relaxed);
-        }
-        None
-    }));
-    attacker.flush();
+    let race = RawRace::start(&server, &attacker, |action| action == "inventory", forge);
     let fleet = sim(&server.url(), 5, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
     wait_provisioned(&fleet, 5, Duration::from_secs(60));
-    assert!(sent.load(Ordering::Relaxed) >= 1, "no inventory was forged");
+    assert!(race.sent() >= 1, "no inventory was forged");
     assert_all_provisioned_once(&fleet);
     assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
-    then(&mut raw.lock());
+    then(&mut race.raw.lock());
     wait_until(
         "the startup events sent dropped as undecodable",
         Duration::from_secs(10),
@@ -821,21 +850,16 @@ fn forged_no_responders_statuses_never_make_a_live_node_unreachable() {
     // and the forgeries are counted.
     let server = NatsServer::start();
     let attacker = Hostile::connect(&server.url(), None);
-    let raw = std::sync::Arc::new(parking_lot::Mutex::new(RawPublisher::connect(
-        &server.url(),
-    )));
-    let sent = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let (raw_race, sent_race) = (raw.clone(), sent.clone());
-    let _race = attacker.race(Box::new(move |_, request, _| {
-        let mut raw = raw_race.lock();
-        // Before the real reply, twice; the second comes after a probe found the node.
-        raw.hpub(&request.reply_to, b"NATS/1.0 503\r\n\r\n", b"");
-        raw.hpub(&request.reply_to, b"NATS/1.0 503\r\n\r\n", b"");
-        raw.flush();
-        sent_race.fetch_add(2, Ordering::Relaxed);
-        None
-    }));
-    attacker.flush();
+    // Twice before each real reply; the second comes after a probe found the node.
+    let race = RawRace::start(
+        &server,
+        &attacker,
+        |_| true,
+        |raw, to| {
+            raw.hpub(to, b"NATS/1.0 503\r\n\r\n", b"");
+            raw.hpub(to, b"NATS/1.0 503\r\n\r\n", b"");
+        },
+    );
     // The nodes answer 100 ms late, so every forgery comes before the real reply.
     let fleet = sim(&server.url(), 5, |o| {
         o.faults.slow = 1.0;
@@ -844,10 +868,7 @@ fn forged_no_responders_statuses_never_make_a_live_node_unreachable() {
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
     wait_provisioned(&fleet, 5, Duration::from_secs(60));
     assert_all_provisioned_once(&fleet);
-    assert!(
-        sent.load(Ordering::Relaxed) >= 30,
-        "the statuses were forged"
-    );
+    assert!(race.sent() >= 15, "the statuses were forged");
     // Both statuses of each of the 15 requests (inventory, configure, restart).
     assert!(
         prov.counter("rejected_replies", &["forged_no_responders"]) >= 30,

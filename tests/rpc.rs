@@ -136,6 +136,18 @@ fn rejected(rpc: &RpcClient, reason: &str) -> u64 {
         .get()
 }
 
+/// `rpcutil#inventory` to `node` with empty data: the error, the call must fail.
+fn failed_inventory(rpc: &RpcClient, node: &str, timeout: Duration) -> RpcError {
+    rpc.call(
+        &id(node),
+        "rpcutil",
+        "inventory",
+        &serde_json::json!({}),
+        timeout,
+    )
+    .expect_err("the inventory call fails")
+}
+
 fn client(server: &NatsServer, dir: &TempDir) -> RpcClient {
     let cfg = dir.write(
         "choria.cfg",
@@ -193,15 +205,7 @@ fn no_reply_times_out_with_go_s_message() {
     let _node = responder(&server, "n1.example.net", Mode::Silent);
     let rpc = client(&server, &dir);
     let started = Instant::now();
-    let err = rpc
-        .call(
-            &id("n1.example.net"),
-            "rpcutil",
-            "inventory",
-            &serde_json::json!({}),
-            Duration::from_millis(500),
-        )
-        .unwrap_err();
+    let err = failed_inventory(&rpc, "n1.example.net", Duration::from_millis(500));
     assert!(started.elapsed() >= Duration::from_millis(500));
     assert!(matches!(err, RpcError::NoReply { .. }));
     assert!(
@@ -219,15 +223,7 @@ fn no_responders_from_the_broker_is_believed_at_once_and_a_forged_one_is_not() {
     let forged = || rejected(&rpc, "forged_no_responders");
     // Nobody subscribes: nats-server's status, confirmed by the probe.
     let started = Instant::now();
-    let err = rpc
-        .call(
-            &id("gone.example.net"),
-            "rpcutil",
-            "inventory",
-            &serde_json::json!({}),
-            Duration::from_secs(5),
-        )
-        .unwrap_err();
+    let err = failed_inventory(&rpc, "gone.example.net", Duration::from_secs(5));
     assert!(matches!(err, RpcError::NoResponders { .. }), "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(2),
@@ -259,15 +255,7 @@ fn no_responders_from_the_broker_is_believed_at_once_and_a_forged_one_is_not() {
         }
     });
     let started = Instant::now();
-    let err = rpc
-        .call(
-            &id("n1.example.net"),
-            "rpcutil",
-            "inventory",
-            &serde_json::json!({}),
-            Duration::from_millis(800),
-        )
-        .unwrap_err();
+    let err = failed_inventory(&rpc, "n1.example.net", Duration::from_millis(800));
     forging.join().unwrap();
     assert!(matches!(err, RpcError::NoReply { .. }), "{err}");
     assert!(started.elapsed() >= Duration::from_millis(800));
@@ -281,15 +269,7 @@ fn a_reply_from_the_wrong_sender_is_ignored() {
     let dir = TempDir::new("rpc");
     let _node = responder(&server, "n1.example.net", Mode::WrongSender);
     let rpc = client(&server, &dir);
-    let err = rpc
-        .call(
-            &id("n1.example.net"),
-            "rpcutil",
-            "inventory",
-            &serde_json::json!({}),
-            Duration::from_millis(500),
-        )
-        .unwrap_err();
+    let err = failed_inventory(&rpc, "n1.example.net", Duration::from_millis(500));
     assert!(
         err.to_string()
             .contains("1 rejected, last: reply comes from impostor.example.net"),
@@ -304,15 +284,7 @@ fn a_reply_with_a_wrong_hash_is_rejected() {
     let dir = TempDir::new("rpc");
     let _node = responder(&server, "n1.example.net", Mode::WrongHash);
     let rpc = client(&server, &dir);
-    let err = rpc
-        .call(
-            &id("n1.example.net"),
-            "rpcutil",
-            "inventory",
-            &serde_json::json!({}),
-            Duration::from_millis(500),
-        )
-        .unwrap_err();
+    let err = failed_inventory(&rpc, "n1.example.net", Duration::from_millis(500));
     assert!(err.to_string().contains("hash does not match"), "{err}");
 }
 

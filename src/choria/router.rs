@@ -115,7 +115,50 @@ enum Route {
     Sink(Sink),
 }
 
-type Routes = Mutex<HashMap<Box<str>, Route>>;
+type Routes = Mutex<HashMap<RouteKey, Route>>;
+
+/// Most bytes of a request id the router registers: v1's ids are 32 hex digits and
+/// v2's 27-character KSUIDs.
+const MAX_ID: usize = 32;
+
+/// A request id held inline, so that registering one allocates nothing; a reply
+/// subject's last token longer than [`MAX_ID`] is no request of ours.
+#[derive(Clone, Copy)]
+struct RouteKey {
+    len: u8,
+    bytes: [u8; MAX_ID],
+}
+
+impl RouteKey {
+    /// `id` as a key, or `None` when it is longer than [`MAX_ID`].
+    fn new(id: &str) -> Option<RouteKey> {
+        let mut bytes = [0u8; MAX_ID];
+        bytes.get_mut(..id.len())?.copy_from_slice(id.as_bytes());
+        Some(RouteKey {
+            len: id.len() as u8,
+            bytes,
+        })
+    }
+
+    fn as_str(&self) -> &str {
+        // Made from a `&str` whole.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl PartialEq for RouteKey {
+    fn eq(&self, other: &RouteKey) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for RouteKey {}
+
+impl std::hash::Hash for RouteKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
 
 /// The reply router of one connection.
 pub struct Router {
@@ -137,19 +180,20 @@ impl std::fmt::Debug for Router {
 /// A request id registered with a [`Sink`]; unregisters itself when dropped.
 pub struct Collecting<'a> {
     router: &'a Router,
-    id: Box<str>,
+    key: Option<RouteKey>,
 }
 
 impl Drop for Collecting<'_> {
     fn drop(&mut self) {
-        self.router.routes.lock().remove(&self.id);
+        self.router.unregister(self.key.as_ref());
     }
 }
 
 /// A registered request id; unregisters itself when dropped.
 pub struct Pending<'a> {
     router: &'a Router,
-    id: Box<str>,
+    /// `None` for an id too long to register (never one of ours): nothing is routed.
+    key: Option<RouteKey>,
     /// Replies as they arrive (at most the capacity given when registering; later
     /// ones are dropped and counted).
     pub replies: Arc<Mailbox>,
@@ -157,14 +201,14 @@ pub struct Pending<'a> {
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        self.router.routes.lock().remove(&self.id);
+        self.router.unregister(self.key.as_ref());
     }
 }
 
 impl Pending<'_> {
-    /// The request id.
+    /// The request id (empty for one too long to register).
     pub fn id(&self) -> &str {
-        &self.id
+        self.key.as_ref().map_or("", RouteKey::as_str)
     }
 }
 
@@ -194,13 +238,10 @@ impl Router {
     /// dropped until it reads some.
     pub fn expect(&self, id: &str, capacity: usize) -> Pending<'_> {
         let mailbox = Arc::new(Mailbox::new(capacity));
-        let id: Box<str> = id.into();
-        self.routes
-            .lock()
-            .insert(id.clone(), Route::Mailbox(Arc::clone(&mailbox)));
+        let key = self.register(id, Route::Mailbox(Arc::clone(&mailbox)));
         Pending {
             router: self,
-            id,
+            key,
             replies: mailbox,
         }
     }
@@ -208,9 +249,27 @@ impl Router {
     /// Registers `id` with `sink`, which takes every reply on the reader thread until
     /// the returned value is dropped. `sink` must return at once.
     pub fn collect(&self, id: &str, sink: Sink) -> Collecting<'_> {
-        let id: Box<str> = id.into();
-        self.routes.lock().insert(id.clone(), Route::Sink(sink));
-        Collecting { router: self, id }
+        let key = self.register(id, Route::Sink(sink));
+        Collecting { router: self, key }
+    }
+
+    /// Routes `id`'s replies to `route`; its key, or `None` (and nothing routed) for an
+    /// id longer than any this crate makes.
+    fn register(&self, id: &str, route: Route) -> Option<RouteKey> {
+        let key = RouteKey::new(id);
+        match key {
+            Some(key) => {
+                self.routes.lock().insert(key, route);
+            }
+            None => log::error!("Request id {id:?} is too long to route its replies"),
+        }
+        key
+    }
+
+    fn unregister(&self, key: Option<&RouteKey>) {
+        if let Some(key) = key {
+            self.routes.lock().remove(key);
+        }
     }
 
     /// What the router saw so far.
@@ -233,7 +292,7 @@ fn route(routes: &Routes, stats: &RouterStats, msg: Delivered) {
         Routed::Reply(msg.data)
     };
     // Cloned out so that the lock is not held while handing over or sinking.
-    let route = routes.lock().get(id).cloned();
+    let route = RouteKey::new(id).and_then(|key| routes.lock().get(&key).cloned());
     match route {
         Some(Route::Mailbox(mailbox)) => {
             if mailbox.offer(routed) {
@@ -249,5 +308,43 @@ fn route(routes: &Routes, stats: &RouterStats, msg: Delivered) {
         None => {
             stats.unexpected.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::choria::protocol::{new_request_id, Protocol};
+
+    #[test]
+    fn every_request_id_this_crate_makes_fits_a_route_key_and_reads_back() {
+        for protocol in [Protocol::V1, Protocol::V2] {
+            for _ in 0..100 {
+                let id = new_request_id(protocol);
+                let key = RouteKey::new(&id).expect("fits");
+                assert_eq!(key.as_str(), id);
+            }
+        }
+    }
+
+    #[test]
+    fn route_keys_are_equal_and_hash_alike_by_their_text_and_a_longer_token_is_none() {
+        use std::collections::HashSet;
+        let a = RouteKey::new("abc").unwrap();
+        let keys: HashSet<RouteKey> = [
+            a,
+            RouteKey::new("abcd").unwrap(),
+            RouteKey::new("").unwrap(),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(keys.len(), 3);
+        assert!(keys.contains(&RouteKey::new("abc").unwrap()));
+        assert!(!keys.contains(&RouteKey::new("ab").unwrap()));
+        assert!(RouteKey::new(&"x".repeat(MAX_ID)).is_some());
+        assert!(RouteKey::new(&"x".repeat(MAX_ID + 1)).is_none());
+        // A multi-byte character whose bytes straddle the limit is refused whole.
+        let straddling = format!("{}é", "x".repeat(MAX_ID - 1));
+        assert!(RouteKey::new(&straddling).is_none());
     }
 }

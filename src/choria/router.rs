@@ -140,15 +140,21 @@ impl RouteKey {
         })
     }
 
+    /// The id's bytes: what the map hashes and compares, on the reader thread for
+    /// every reply, without checking them as UTF-8 again.
+    fn bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
     fn as_str(&self) -> &str {
         // Made from a `&str` whole.
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+        std::str::from_utf8(self.bytes()).unwrap_or_default()
     }
 }
 
 impl PartialEq for RouteKey {
     fn eq(&self, other: &RouteKey) -> bool {
-        self.as_str() == other.as_str()
+        self.bytes() == other.bytes()
     }
 }
 
@@ -156,7 +162,7 @@ impl Eq for RouteKey {}
 
 impl std::hash::Hash for RouteKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state)
+        self.bytes().hash(state)
     }
 }
 

@@ -12,6 +12,8 @@
 #                                    instructions per node and the top functions
 #                                    (wall-clock figures are then meaningless)
 #   PROFILE=callgrind-sim            the same for choria-fleet-sim
+#   PROFILE=dhat-sim                 choria-fleet-sim under valgrind's dhat: its heap
+#                                    at its peak per node, and where it was allocated
 #   PROFILE=strace                   the provisioner's system calls per node, by name
 #                                    (its helpers' own calls left out)
 #   PROFILE=perf                     the provisioner under `perf record` with DWARF call
@@ -48,8 +50,8 @@ out="$PWD/target/bench"
 rm -rf "$out" && mkdir -p "$out"
 case "$PROFILE" in
   "") cargo_profile=release ;;
-  callgrind | callgrind-sim | strace | perf | sleeps | allocs | dhat) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
-  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf, sleeps, allocs or dhat" >&2; exit 2 ;;
+  callgrind | callgrind-sim | strace | perf | sleeps | allocs | dhat | dhat-sim) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
+  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf, sleeps, allocs, dhat or dhat-sim" >&2; exit 2 ;;
 esac
 if [ "${BUILD:-1}" != 0 ]; then
   cargo build --profile "$cargo_profile" --features sim --bins --example queue_rss >"$out/build.log" 2>&1
@@ -78,6 +80,7 @@ callgrind=(valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out")
 case "$PROFILE" in
   callgrind) prov_cmd=("${callgrind[@]}" "${prov_cmd[@]}") ;;
   callgrind-sim) sim_cmd=("${callgrind[@]}" "${sim_cmd[@]}") ;;
+  dhat-sim) sim_cmd=(valgrind --tool=dhat --dhat-out-file="$out/dhat-sim.out" "${sim_cmd[@]}") ;;
   dhat) prov_cmd=(valgrind --tool=dhat --dhat-out-file="$out/dhat.out" "${prov_cmd[@]}") ;;
   strace) prov_cmd=(strace -f -qq ${STRACE_SUMMARY:+-c} -o "$out/strace.out" "${prov_cmd[@]}") ;;
   perf) prov_cmd=(perf record -q -F 1999 --call-graph dwarf,32768 -o "$out/perf.data" "${prov_cmd[@]}") ;;
@@ -133,7 +136,7 @@ sleep 0.5
 sim=$!
 pids+=($sim)
 # Every node booted before the provisioner starts: the first discovery finds them all.
-sleep "$([ "$PROFILE" = callgrind-sim ] && echo 20 || echo 2)"
+case "$PROFILE" in callgrind-sim | dhat-sim) sleep 20 ;; *) sleep 2 ;; esac
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # The sum of a value over every provisioner: ticks, or a /proc/<pid>/status field.
@@ -278,6 +281,24 @@ for pp in d["pps"]:
     sites[site[:110]] += pp["tbk"]
 for site, n in sites.most_common(15):
     print(f"bench:   {n / done:7.1f} {site}")
+PY
+elif [ "$PROFILE" = dhat-sim ]; then
+  # The simulator's memory is what it holds at its peak (dhat's t-gmax), by the
+  # site that allocated it.
+  python3 - "$out/dhat-sim.out" "$NODES" <<'PY'
+import collections, json, re, sys
+d, nodes = json.load(open(sys.argv[1])), int(sys.argv[2])
+frames = d["ftbl"]
+peak = sum(pp["gb"] for pp in d["pps"])
+print(f"bench: choria-fleet-sim heap at its peak: {peak / 1048576:.1f} MiB, {peak / nodes:,.0f} bytes per node")
+plumbing = re.compile(r"alloc|RawVec|raw_vec|__rust_|vg_replace|\[root\]|UnknownInlinedFun|core::|hashbrown|indexmap|serde_core|<serde|serde_json::(de|value)|SpecFrom|SpecExtend|Clone|to_owned|to_string|fmt::format|std::")
+sites = collections.Counter()
+for pp in d["pps"]:
+    names = [re.sub(r"^0x[0-9A-F]+: ", "", frames[i]).split(" (")[0] for i in pp["fs"]]
+    site = next((n for n in names if not plumbing.search(n)), names[-1] if names else "?")
+    sites[site[:110]] += pp["gb"]
+for site, n in sites.most_common(15):
+    print(f"bench:   {n / nodes:9,.0f} {site}")
 PY
 elif [ "$PROFILE" = sleeps ]; then
   perf script -i "$out/sleeps.data" -F comm,pid,tid,event,ip,sym 2>/dev/null >"$out/sleeps.txt" || true

@@ -268,6 +268,18 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
         summary.configuration.as_ref().unwrap()["identity"],
         node.as_str()
     );
+    let text = the_streamed_summary_is_the_summary(&rig.sim);
+    assert!(text.contains("\"private_key\": \"-----BEGIN RSA PRIVATE KEY-----"));
+}
+
+/// `write_summary` (what the binary writes, node by node) is the pretty JSON of
+/// `summary()`, byte for byte: the text.
+fn the_streamed_summary_is_the_summary(sim: &choria_provisioner::sim::Sim) -> String {
+    let mut streamed = Vec::new();
+    sim.write_summary(&mut streamed).unwrap();
+    let whole = serde_json::to_string_pretty(&sim.summary()).unwrap();
+    assert_eq!(String::from_utf8(streamed).unwrap(), whole);
+    whole
 }
 
 #[test]
@@ -560,6 +572,8 @@ fn every_fault_mode_shows_up() {
         json!({"config": "{\"a\":\"b\"}", "certificate": "c", "ca": "c", "ssldir": "/s", "key": key, "ecdh_public": ours}),
     );
     assert_eq!(r["statuscode"], 1, "the old ECDH key is gone: {r}");
+    let text = the_streamed_summary_is_the_summary(&rig.sim);
+    assert!(text.contains("\"fault\": \"reboot\""), "{text}");
 }
 
 // ------------------------------------------------------------------------ the binaries

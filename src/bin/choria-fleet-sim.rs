@@ -354,17 +354,23 @@ fn run(args: Args) -> i32 {
             break;
         }
     }
-    let summary = sim.summary();
-    sim.stop();
-    let json = serde_json::to_string_pretty(&summary).unwrap_or_default();
-    match args.summary {
-        Some(path) => {
-            if let Err(e) = std::fs::write(&path, json) {
-                eprintln!("choria-fleet-sim: cannot write the summary to {path}: {e}");
-                return 1;
-            }
+    // Written node by node, before the nodes are let go (as the summary was taken).
+    let written = match &args.summary {
+        Some(path) => std::fs::File::create(path).and_then(|file| {
+            sim.write_summary(&mut std::io::BufWriter::with_capacity(1 << 16, file))
+        }),
+        None => {
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+            sim.write_summary(&mut out)
+                .and_then(|()| std::io::Write::write_all(&mut out, b"\n"))
+                .and_then(|()| std::io::Write::flush(&mut out))
         }
-        None => println!("{json}"),
+    };
+    sim.stop();
+    if let Err(e) = written {
+        let to = args.summary.as_deref().unwrap_or("standard output");
+        eprintln!("choria-fleet-sim: cannot write the summary to {to}: {e}");
+        return 1;
     }
     0
 }

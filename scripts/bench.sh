@@ -262,43 +262,34 @@ rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.strip() and not 
 counts = {r[2].split(":")[-1]: int(r[0]) for r in rows if r[0].isdigit()}
 print(f"bench: provisioner allocations per node: " + ", ".join(f"{k} {counts.get(k, 0) / done:.1f}" for k in ("malloc", "realloc", "calloc", "free")))
 PY
-elif [ "$PROFILE" = dhat ]; then
-  python3 - "$out/dhat.out" "$out/summary.json" <<'PY'
+elif [ "$PROFILE" = dhat ] || [ "$PROFILE" = dhat-sim ]; then
+  # dhat: what the daemon allocates per node, in blocks and bytes. dhat-sim: what the
+  # simulator holds at its peak (dhat's t-gmax), per node of the fleet.
+  python3 - "$out/$PROFILE.out" "$out/summary.json" "$NODES" "$PROFILE" <<'PY'
 import collections, json, re, sys
-done = max(1, sum(1 for n in json.load(open(sys.argv[2]))["nodes"] if n["phase"] == "provisioned"))
-d = json.load(open(sys.argv[1]))
+d, mode = json.load(open(sys.argv[1])), sys.argv[4]
 frames = d["ftbl"]
-blocks = sum(pp["tbk"] for pp in d["pps"])
-size = sum(pp["tb"] for pp in d["pps"])
-print(f"bench: provisioner heap: {blocks / done:.1f} blocks, {size / done / 1024:.1f} KiB allocated per node ({blocks} blocks in all)")
+if mode == "dhat":
+    per = max(1, sum(1 for n in json.load(open(sys.argv[2]))["nodes"] if n["phase"] == "provisioned"))
+    key, shown = "tbk", lambda v: f"{v:7.1f}"
+    blocks = sum(pp["tbk"] for pp in d["pps"])
+    size = sum(pp["tb"] for pp in d["pps"])
+    print(f"bench: provisioner heap: {blocks / per:.1f} blocks, {size / per / 1024:.1f} KiB allocated per node ({blocks} blocks in all)")
+else:
+    per = int(sys.argv[3])
+    key, shown = "gb", lambda v: f"{v:9,.0f}"
+    peak = sum(pp["gb"] for pp in d["pps"])
+    print(f"bench: choria-fleet-sim heap at its peak: {peak / 1048576:.1f} MiB, {peak / per:,.0f} bytes per node")
 # Each site named by the first frame of our code or of a library we call, past the
-# allocator, the collections and serde's generic parts.
-plumbing = re.compile(r"alloc|RawVec|raw_vec|__rust_|vg_replace|\[root\]|UnknownInlinedFun|core::|hashbrown|indexmap|serde_core|<serde|serde_json::(de|value)|SpecFrom|SpecExtend|Clone|to_owned|to_string|fmt::format")
+# allocator, the collections, std and serde's generic parts.
+plumbing = re.compile(r"alloc|RawVec|raw_vec|__rust_|vg_replace|\[root\]|UnknownInlinedFun|core::|std::|hashbrown|indexmap|serde_core|<serde|serde_json::(de|value)|SpecFrom|SpecExtend|Clone|to_owned|to_string|fmt::format")
 sites = collections.Counter()
 for pp in d["pps"]:
     names = [re.sub(r"^0x[0-9A-F]+: ", "", frames[i]).split(" (")[0] for i in pp["fs"]]
     site = next((n for n in names if not plumbing.search(n)), names[-1] if names else "?")
-    sites[site[:110]] += pp["tbk"]
+    sites[site[:110]] += pp[key]
 for site, n in sites.most_common(15):
-    print(f"bench:   {n / done:7.1f} {site}")
-PY
-elif [ "$PROFILE" = dhat-sim ]; then
-  # The simulator's memory is what it holds at its peak (dhat's t-gmax), by the
-  # site that allocated it.
-  python3 - "$out/dhat-sim.out" "$NODES" <<'PY'
-import collections, json, re, sys
-d, nodes = json.load(open(sys.argv[1])), int(sys.argv[2])
-frames = d["ftbl"]
-peak = sum(pp["gb"] for pp in d["pps"])
-print(f"bench: choria-fleet-sim heap at its peak: {peak / 1048576:.1f} MiB, {peak / nodes:,.0f} bytes per node")
-plumbing = re.compile(r"alloc|RawVec|raw_vec|__rust_|vg_replace|\[root\]|UnknownInlinedFun|core::|hashbrown|indexmap|serde_core|<serde|serde_json::(de|value)|SpecFrom|SpecExtend|Clone|to_owned|to_string|fmt::format|std::")
-sites = collections.Counter()
-for pp in d["pps"]:
-    names = [re.sub(r"^0x[0-9A-F]+: ", "", frames[i]).split(" (")[0] for i in pp["fs"]]
-    site = next((n for n in names if not plumbing.search(n)), names[-1] if names else "?")
-    sites[site[:110]] += pp["gb"]
-for site, n in sites.most_common(15):
-    print(f"bench:   {n / nodes:9,.0f} {site}")
+    print(f"bench:   {shown(n / per)} {site}")
 PY
 elif [ "$PROFILE" = sleeps ]; then
   perf script -i "$out/sleeps.data" -F comm,pid,tid,event,ip,sym 2>/dev/null >"$out/sleeps.txt" || true

@@ -746,6 +746,59 @@ fn protocol_lines_as_long_as_the_broker_allows_never_drop_the_connection() {
     );
 }
 
+#[test]
+fn replies_to_ids_that_are_not_a_pending_request_route_nowhere_whatever_their_length() {
+    // The router keys its routes by request ids held inline (at most 32 bytes, the
+    // longest this crate makes). A node that reads a request can answer on its reply
+    // prefix with any last token: the real id cut short or lengthened, one longer
+    // than any key, one as long as the broker allows, one that splits a UTF-8
+    // character at the limit. Each is counted as unexpected and changes nothing.
+    fn tokens(id: &str) -> Vec<String> {
+        vec![
+            format!("{id}x"),
+            id[..id.len() - 1].to_string(),
+            "y".repeat(33),
+            "z".repeat(3000),
+            format!("{}é", "w".repeat(31)),
+        ]
+    }
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let race = RawRace::start(
+        &server,
+        &attacker,
+        |action| action == "inventory",
+        |raw, to| {
+            let (prefix, id) = to.rsplit_once('.').expect("a reply subject has tokens");
+            for token in tokens(id) {
+                let subject = format!("{prefix}.{token}");
+                raw.publish(subject.as_bytes(), b"_INBOX.x", b"not a reply");
+            }
+        },
+    );
+    let fleet = sim(&server.url(), 5, |_| {});
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    wait_provisioned(&fleet, 5, Duration::from_secs(60));
+    assert_all_provisioned_once(&fleet);
+    let forged = race.sent() * tokens("0123456789abcdef").len() as u64;
+    assert!(forged >= 5, "no inventory was forged");
+    let unexpected = || {
+        prov.daemon()
+            .rpc()
+            .router()
+            .stats()
+            .unexpected
+            .load(Ordering::Relaxed)
+    };
+    wait_until(
+        "every forged reply counted as unexpected",
+        Duration::from_secs(10),
+        || unexpected() >= forged,
+    );
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+    assert_connection_held(&prov);
+}
+
 /// A raw NATS client (`RawPublisher`) that sends `forge(raw, reply subject)`, and
 /// flushes, for every request `attacker` reads whose action `wanted` accepts.
 struct RawRace {

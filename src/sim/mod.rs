@@ -213,9 +213,10 @@ pub struct DiscoverySummary {
 /// Most discoveries recorded for the summary; later ones are counted only.
 const MAX_DISCOVERIES_KEPT: usize = 1000;
 
-/// The whole fleet at the end of a run.
+/// The whole fleet at the end of a run: every node's [`NodeSummary`] in `nodes`
+/// (as [`Sim::write_summary`] writes it, the nodes are summarised one at a time).
 #[derive(Debug, Serialize)]
-pub struct Summary {
+pub struct Summary<Nodes = Vec<NodeSummary>> {
     /// Counters.
     pub progress: Progress,
     /// The first request any node received, Unix milliseconds.
@@ -225,18 +226,7 @@ pub struct Summary {
     /// Valid broadcast discoveries in the order they arrived (at most 1,000).
     pub discoveries: Vec<DiscoverySummary>,
     /// Every node.
-    pub nodes: Vec<NodeSummary>,
-}
-
-/// [`Summary`] as it is written by [`Sim::write_summary`]: the same fields in the
-/// same order, the nodes summarised one at a time as they are written.
-#[derive(Serialize)]
-struct StreamedSummary<'a> {
-    progress: Progress,
-    first_request_unix_ms: Option<u64>,
-    last_restart_unix_ms: Option<u64>,
-    discoveries: Vec<DiscoverySummary>,
-    nodes: StreamedNodes<'a>,
+    pub nodes: Nodes,
 }
 
 /// Every node's [`NodeSummary`], made as it is written.
@@ -488,36 +478,34 @@ impl Sim {
 
     /// Every node's state.
     pub fn summary(&self) -> Summary {
-        let (first_request_unix_ms, last_restart_unix_ms) = self.span();
-        Summary {
-            progress: self.progress(),
-            first_request_unix_ms,
-            last_restart_unix_ms,
-            discoveries: self.shared.discoveries.lock().clone(),
-            nodes: self
-                .shared
+        self.summary_of(
+            self.shared
                 .nodes
                 .iter()
                 .zip(&self.shared.faults)
                 .map(|(n, fault)| node_summary(&n.lock(), *fault))
                 .collect(),
-        }
+        )
     }
 
     /// Writes the JSON of [`Sim::summary`] (pretty, the same text) to `out` one node
     /// at a time: neither the summary nor its text is held whole, which at 100,000
     /// nodes was the simulator's peak (160 MB of copies, then 78 MB of text).
     pub fn write_summary(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut *out, &self.summary_of(StreamedNodes(&self.shared)))?;
+        out.flush()
+    }
+
+    /// The summary with `nodes` for its nodes.
+    fn summary_of<Nodes>(&self, nodes: Nodes) -> Summary<Nodes> {
         let (first_request_unix_ms, last_restart_unix_ms) = self.span();
-        let summary = StreamedSummary {
+        Summary {
             progress: self.progress(),
             first_request_unix_ms,
             last_restart_unix_ms,
             discoveries: self.shared.discoveries.lock().clone(),
-            nodes: StreamedNodes(&self.shared),
-        };
-        serde_json::to_writer_pretty(&mut *out, &summary)?;
-        out.flush()
+            nodes,
+        }
     }
 
     /// The first request any node received and the last restart any node answered,

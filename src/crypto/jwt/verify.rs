@@ -102,7 +102,8 @@ pub fn verify_provisioning_token(
 /// The first half of [`verify_provisioning_token`], which depends on nothing but the
 /// token's bytes and the key: the signature checked, the claims decoded. A caller
 /// may keep its result for the same bytes and key (a fleet often shares one token),
-/// but must pass it through [`check_provisioning_claims`] on every use.
+/// but must pass it through [`check_provisioning_claims`] on every use (or, once
+/// [`fill_default_org`] was applied to the kept claims, [`check_signed_claims`]).
 pub fn signed_provisioning_claims(
     token: &str,
     key: &VerifyKey,

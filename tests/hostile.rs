@@ -406,6 +406,104 @@ fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
     assert_connection_held(&prov);
 }
 
+/// Copies of its forgery a flooding attacker sends after the first: more than a
+/// request's mailbox keeps, so the node's own reply, which comes later, finds it full.
+const FLOOD_COPIES: usize = 20;
+
+#[test]
+fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed() {
+    // The attack: answer a node's `jwt` first with the attacker's ECDH key, then fill
+    // the request's bounded mailbox with identical copies (which alone are no
+    // contest), so that the node's real, different reply is dropped when it comes and
+    // the key is sent encrypted for the attacker. Any reply dropped from a request's
+    // mailbox must count as a contest: it may have been the real one.
+    let server = NatsServer::start();
+    let dir = TempDir::new("flood-jwt");
+    let key_pem = fixture("rsa2048-pkcs1.pem");
+    let key_der = choria_provisioner::crypto::pem::decode(&key_pem)
+        .unwrap()
+        .der;
+    let secret = [43u8; 32];
+    let attacker_public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret));
+    let attacker_public = choria_provisioner::crypto::ids::hex(attacker_public.as_bytes());
+    let jwt = choria_provisioner::sim::keygen::provisioning_jwt(
+        &ISSUER_SEED,
+        "s3cret",
+        &server.url(),
+        false,
+        false,
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let (reader, _read) = reader(&server);
+    let attacker = Hostile::connect(&server.url(), None);
+    let publisher = attacker.nc().clone();
+    let forged = std::sync::Arc::clone(&attacker.loot);
+    let race = attacker.race(Box::new(move |target, request, body| {
+        if body.action != "jwt" {
+            return None;
+        }
+        let reply = ok(
+            "jwt",
+            serde_json::json!({"jwt": jwt, "ecdh_public": attacker_public}),
+        );
+        let payload = choria_provisioner::choria::protocol::encode_reply(
+            request,
+            target,
+            &reply.encode(),
+            choria_provisioner::clock::unix_nanos(),
+            None,
+        );
+        for _ in 0..=FLOOD_COPIES {
+            let _ = publisher.publish(&request.reply_to, &payload);
+        }
+        forged.forged.fetch_add(1, Ordering::Relaxed);
+        None
+    }));
+    attacker.flush();
+    // The nodes answer 300 ms late: the flood has always filled the mailbox by then.
+    let fleet = sim(&server.url(), 10, |o| {
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
+        o.faults = choria_provisioner::sim::Faults {
+            slow: 1.0,
+            slow_by: Duration::from_millis(300),
+            ..Default::default()
+        };
+    });
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "helper: {}\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+            helper_with_key(&dir, &key_pem).display(),
+            issuer_public_hex()
+        ),
+        fast(),
+    );
+    contested_then_provisioned(
+        &prov,
+        &fleet,
+        &attacker,
+        &[&reader],
+        race,
+        "choria_provision#jwt",
+        || true,
+    );
+    assert!(
+        prov.counter("rejected_replies", &["overflow"]) >= 10,
+        "every reply dropped from a full mailbox is counted"
+    );
+    let configures = reader.loot.configures.lock();
+    for (node, data) in configures.iter() {
+        assert!(
+            !attacker_decrypts(&secret, data, &key_der),
+            "the key for {node} was encrypted for the attacker"
+        );
+    }
+    assert_connection_held(&prov);
+}
+
 /// A reader for the whole run: a second hostile node that only records what every
 /// node may read (each `configure` request among them).
 fn reader(server: &NatsServer) -> (Hostile, nats::Handler) {
@@ -644,12 +742,14 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
 }
 
 #[test]
-fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counted() {
+fn replies_in_the_attacker_s_own_name_and_garbage_are_rejected_and_counted() {
     let server = NatsServer::with_config("max_payload: 8388608");
     let attacker = Hostile::connect(&server.url(), None);
     let publisher = attacker.nc().clone();
     // To every inventory request: a reply in the attacker's name, undecodable bytes, a
-    // 10,000-deep JSON, bad base64, an 8 MiB field, and 500 copies of a garbage reply.
+    // 10,000-deep JSON, bad base64 and an 8 MiB field: five, fewer than a request's
+    // mailbox keeps, so each is read, refused and counted, and the node's own reply
+    // is still accepted.
     let _race = attacker.race(Box::new(move |_, request, body| {
         if body.action != "inventory" {
             return None;
@@ -675,15 +775,12 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
             "A".repeat(8 * 1024 * 1024 - 100)
         );
         let _ = publisher.publish(to, big);
-        for _ in 0..500 {
-            let _ = publisher.publish(to, b"{}");
-        }
         None
     }));
     attacker.flush();
     // The real nodes answer 400 ms late, so the junk always meets a route that is
     // still open (on a loaded machine the attacker could otherwise come after the
-    // attempt had moved on, and nothing would overflow).
+    // attempt had moved on).
     let fleet = sim(&server.url(), 10, |o| {
         o.faults = choria_provisioner::sim::Faults {
             slow: 1.0,
@@ -694,8 +791,52 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
     wait_provisioned(&fleet, 10, Duration::from_secs(60));
     assert_all_provisioned_once(&fleet);
-    assert!(prov.counter("rejected_replies", &["wrong_sender"]) >= 1);
-    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 1);
+    assert!(prov.counter("rejected_replies", &["wrong_sender"]) >= 10);
+    assert!(prov.counter("rejected_replies", &["undecodable"]) >= 40);
+    assert_eq!(prov.counter("rejected_replies", &["overflow"]), 0);
+    assert_eq!(prov.counter("contested_replies", &["rpcutil#inventory"]), 0);
+    assert_eq!(prov.metrics.provision_errors.get(), 0);
+    assert_connection_held(&prov);
+}
+
+#[test]
+fn a_flood_of_replies_in_a_node_s_name_stops_its_attempts_until_the_flood_ends() {
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let publisher = attacker.nc().clone();
+    let loot = std::sync::Arc::clone(&attacker.loot);
+    // 500 garbage replies to every inventory request: more than its mailbox keeps, so
+    // some are dropped unread, and the node's own reply could be among them while a
+    // forgery is accepted. The attempt stops (nothing is configured) and the node is
+    // tried again after the cool-down.
+    let race = attacker.race(Box::new(move |_, request, body| {
+        if body.action != "inventory" {
+            return None;
+        }
+        for _ in 0..500 {
+            let _ = publisher.publish(&request.reply_to, b"{}");
+        }
+        loot.forged.fetch_add(1, Ordering::Relaxed);
+        None
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 10, |o| {
+        o.faults = choria_provisioner::sim::Faults {
+            slow: 1.0,
+            slow_by: Duration::from_millis(400),
+            ..Default::default()
+        }
+    });
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    contested_then_provisioned(
+        &prov,
+        &fleet,
+        &attacker,
+        &[],
+        race,
+        "rpcutil#inventory",
+        || true,
+    );
     let overflow = prov
         .daemon()
         .rpc()
@@ -704,7 +845,11 @@ fn replies_in_the_attacker_s_own_name_garbage_and_floods_are_rejected_and_counte
         .overflow
         .load(Ordering::Relaxed);
     assert!(overflow > 0, "the flood overflowed its bounded route");
-    assert_eq!(prov.metrics.provision_errors.get(), 0);
+    let counted = prov.counter("rejected_replies", &["overflow"]);
+    assert!(
+        (10..=overflow).contains(&counted),
+        "replies dropped from mailboxes are counted: {counted} of {overflow}"
+    );
     assert_connection_held(&prov);
 }
 

@@ -7,7 +7,9 @@
 //! Nothing is decoded on the reader thread: a reply is handed over as bytes and
 //! checked by its caller, and every route is a bounded [`Mailbox`] that never blocks
 //! the reader, so a flood of replies (forged or not) can neither stall the reader nor
-//! grow memory: what does not fit is counted and dropped. A caller waits on its
+//! grow memory: what does not fit is counted and dropped, and the mailbox remembers
+//! how many it dropped, since one of them may have been the node's own reply (its
+//! caller treats any drop as a contest: `rpc.rs`). A caller waits on its
 //! mailbox without spinning: one futex wake per reply, no `sched_yield` loop (a
 //! crossbeam channel spins and yields before it parks, which cost more CPU than the
 //! reply itself with a few dozen workers waiting).
@@ -48,11 +50,19 @@ pub struct RouterStats {
 pub type Sink = Arc<dyn Fn(Routed) + Send + Sync>;
 
 /// The replies to one request, for its caller: at most `capacity` wait; the reader
-/// thread adds without blocking, the caller waits without spinning.
+/// thread adds without blocking, the caller waits without spinning. What does not fit
+/// is dropped unread and counted, for the caller to see ([`Mailbox::take_dropped`]).
 pub struct Mailbox {
-    queue: Mutex<VecDeque<Routed>>,
+    inbox: Mutex<Inbox>,
     capacity: usize,
     arrived: Condvar,
+}
+
+/// A mailbox's contents, under its lock.
+struct Inbox {
+    queue: VecDeque<Routed>,
+    /// Replies dropped because the queue was full, since the caller last asked.
+    dropped: u64,
 }
 
 impl Mailbox {
@@ -61,48 +71,59 @@ impl Mailbox {
             // Made here, on the caller's thread, which also frees it: left to the first
             // push it was allocated on the reader thread and freed by the caller, the
             // pattern that sends glibc's malloc down its slow path.
-            queue: Mutex::new(VecDeque::with_capacity(capacity.clamp(1, 4))),
+            inbox: Mutex::new(Inbox {
+                queue: VecDeque::with_capacity(capacity.clamp(1, 4)),
+                dropped: 0,
+            }),
             capacity: capacity.max(1),
             arrived: Condvar::new(),
         }
     }
 
-    /// Adds `routed` unless the mailbox is full; wakes the caller if it waits.
+    /// Adds `routed` unless the mailbox is full (then it is dropped and counted); wakes
+    /// the caller if it waits.
     fn offer(&self, routed: Routed) -> bool {
-        let mut queue = self.queue.lock();
-        if queue.len() >= self.capacity {
+        let mut inbox = self.inbox.lock();
+        if inbox.queue.len() >= self.capacity {
+            inbox.dropped += 1;
             return false;
         }
-        queue.push_back(routed);
-        drop(queue);
+        inbox.queue.push_back(routed);
+        drop(inbox);
         self.arrived.notify_one();
         true
+    }
+
+    /// How many replies were dropped unread since the last call: each may have been
+    /// the one that mattered.
+    pub fn take_dropped(&self) -> u64 {
+        std::mem::take(&mut self.inbox.lock().dropped)
     }
 
     /// The next reply, waiting at most `timeout` for one.
     pub fn recv_timeout(&self, timeout: Duration) -> Option<Routed> {
         let deadline = Instant::now().checked_add(timeout);
-        let mut queue = self.queue.lock();
+        let mut inbox = self.inbox.lock();
         loop {
-            if let Some(routed) = queue.pop_front() {
+            if let Some(routed) = inbox.queue.pop_front() {
                 return Some(routed);
             }
             let timed_out = match deadline {
-                Some(deadline) => self.arrived.wait_until(&mut queue, deadline).timed_out(),
+                Some(deadline) => self.arrived.wait_until(&mut inbox, deadline).timed_out(),
                 None => {
-                    self.arrived.wait(&mut queue);
+                    self.arrived.wait(&mut inbox);
                     false
                 }
             };
             if timed_out {
-                return queue.pop_front();
+                return inbox.queue.pop_front();
             }
         }
     }
 
     /// The next reply if one is there.
     pub fn try_recv(&self) -> Option<Routed> {
-        self.queue.lock().pop_front()
+        self.inbox.lock().queue.pop_front()
     }
 }
 
@@ -331,6 +352,23 @@ mod tests {
                 assert_eq!(key.as_str(), id);
             }
         }
+    }
+
+    #[test]
+    fn a_full_mailbox_drops_what_does_not_fit_and_says_how_many_once() {
+        let mailbox = Mailbox::new(2);
+        for n in 0..5u8 {
+            mailbox.offer(Routed::Reply(vec![n]));
+        }
+        assert_eq!(mailbox.take_dropped(), 3);
+        assert_eq!(mailbox.take_dropped(), 0, "told once");
+        // The first two are kept, in order; the dropped are gone.
+        for n in 0..2u8 {
+            assert!(matches!(mailbox.try_recv(), Some(Routed::Reply(b)) if b == [n]));
+        }
+        assert!(mailbox.try_recv().is_none());
+        assert!(mailbox.offer(Routed::NoResponders), "room again once read");
+        assert_eq!(mailbox.take_dropped(), 0);
     }
 
     #[test]

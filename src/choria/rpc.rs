@@ -13,7 +13,9 @@
 //! A provisioning-mode node can read every request and answer in any node's name, so
 //! an accepted reply comes with a [`Watch`]: the caller keeps listening and, before it
 //! trusts what the node said, asks whether a second, different reply came in the
-//! same name ([`Watch::settle`]).
+//! same name ([`Watch::settle`]). A request keeps at most 8 replies for its caller;
+//! one dropped unread because more came may have been the node's own, pushed out by
+//! a forger's copies, so any drop contests the request too ([`Contest::Flooded`]).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -103,11 +105,15 @@ pub enum RpcError {
         /// Replies that came but were rejected, with the last reason.
         rejected: Option<(u64, String)>,
     },
+    /// Replies were dropped unread while waiting (more came than a node sends): someone
+    /// else answers in the node's name, and no reply to the request can be trusted.
+    Contested(Contested),
 }
 
 impl fmt::Display for RpcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            RpcError::Contested(c) => c.fmt(f),
             RpcError::Encode(e) => write!(f, "could not encode the request: {e}"),
             RpcError::Subject(e) => write!(f, "could not address the request: {e}"),
             RpcError::Publish(e) => write!(f, "could not publish the request: {e}"),
@@ -139,23 +145,46 @@ impl fmt::Display for RpcError {
 
 impl std::error::Error for RpcError {}
 
-/// Two different replies to one request, both claiming to come from the node asked:
-/// someone answers in its name.
+/// How a request's replies showed that someone else answers in the node's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contest {
+    /// A valid reply in the node's name differs from the accepted one.
+    Different,
+    /// More replies came than a request keeps, and `dropped` of them were dropped
+    /// unread: any of them may have been the node's own reply, different from the one
+    /// accepted, so no reply to this request can be trusted.
+    Flooded {
+        /// Replies dropped unread.
+        dropped: u64,
+    },
+}
+
+/// A request answered in the node's name by someone else: two different replies, or
+/// more replies than a node sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contested {
     /// The node whose name was used.
     pub identity: Identity,
     /// `agent#action`.
     pub rpc: String,
+    /// What showed it.
+    pub why: Contest,
 }
 
 impl fmt::Display for Contested {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} was answered twice with different replies in the name of {}: another node is answering for it",
-            self.rpc, self.identity
-        )
+        match self.why {
+            Contest::Different => write!(
+                f,
+                "{} was answered twice with different replies in the name of {}: another node is answering for it",
+                self.rpc, self.identity
+            ),
+            Contest::Flooded { dropped } => write!(
+                f,
+                "{} was answered in the name of {} more often than a node answers ({dropped} replies dropped unread, any of which may have been its own): another node is answering for it",
+                self.rpc, self.identity
+            ),
+        }
     }
 }
 
@@ -191,21 +220,27 @@ impl Watch<'_> {
     }
 
     /// Reads what else arrived for this request until `until` (at once if past):
-    /// `Err` when a valid reply in the node's name differs from the accepted one.
-    /// Identical copies and invalid replies are not a contest (they are counted).
+    /// `Err` when a valid reply in the node's name differs from the accepted one, or
+    /// when a reply was dropped unread because the request's mailbox was full (it may
+    /// have been that different reply). Identical copies and invalid replies that were
+    /// read are not a contest (they are counted).
     pub fn settle(&self, until: Instant) -> Result<(), Contested> {
         loop {
+            self.client
+                .check_dropped(&self.pending, &self.identity, self.agent, self.action)?;
             let left = until.saturating_duration_since(Instant::now());
             let next = if left.is_zero() {
-                match self.pending.replies.try_recv() {
-                    Some(r) => r,
-                    None => return Ok(()),
-                }
+                self.pending.replies.try_recv()
             } else {
-                match self.pending.replies.recv_timeout(left) {
-                    Some(r) => r,
-                    None => return Ok(()),
-                }
+                self.pending.replies.recv_timeout(left)
+            };
+            let Some(next) = next else {
+                return self.client.check_dropped(
+                    &self.pending,
+                    &self.identity,
+                    self.agent,
+                    self.action,
+                );
             };
             let Routed::Reply(bytes) = next else {
                 // A reply came, so somebody listens: the status is forged.
@@ -217,21 +252,26 @@ impl Watch<'_> {
                 .accept(&bytes, self.pending.id(), &self.identity)
             {
                 Ok((_, body)) if body != self.body => {
-                    let rpc = format!("{}#{}", self.agent, self.action);
-                    self.client
-                        .metrics
-                        .contested_replies
-                        .with_label_values(&[&rpc])
-                        .inc();
-                    return Err(Contested {
-                        identity: self.identity.clone(),
-                        rpc,
-                    });
+                    return Err(self.client.contest(
+                        &self.identity,
+                        self.agent,
+                        self.action,
+                        Contest::Different,
+                    ));
                 }
                 Ok(_) => {}
                 Err(rejection) => self.client.count_rejection(&rejection),
             }
         }
+    }
+}
+
+impl Drop for Watch<'_> {
+    /// Counts what was dropped unread after the last [`Watch::settle`] (too late to
+    /// matter, but a flood all the same).
+    fn drop(&mut self) {
+        self.client
+            .count_dropped(self.pending.replies.take_dropped());
     }
 }
 
@@ -441,6 +481,10 @@ impl RpcClient {
             } else {
                 pending.replies.recv_timeout(left)
             };
+            // A reply dropped unread may have been the node's own: whatever is
+            // accepted now could be a forgery that no twin would expose.
+            self.check_dropped(&pending, identity, agent, action)
+                .map_err(RpcError::Contested)?;
             let bytes = match routed {
                 None => {
                     return Err(RpcError::NoReply {
@@ -528,6 +572,48 @@ impl RpcClient {
             .with_label_values(&["forged_no_responders"])
             .inc();
         log::debug!("Ignored a forged \"no responders\" status for {identity}");
+    }
+
+    /// `Err` (counted as a contest) when replies to `pending` were dropped unread since
+    /// the last look.
+    fn check_dropped(
+        &self,
+        pending: &Pending,
+        identity: &Identity,
+        agent: &str,
+        action: &str,
+    ) -> Result<(), Contested> {
+        match pending.replies.take_dropped() {
+            0 => Ok(()),
+            dropped => {
+                self.count_dropped(dropped);
+                Err(self.contest(identity, agent, action, Contest::Flooded { dropped }))
+            }
+        }
+    }
+
+    /// Counts `dropped` replies under `rejected_replies{reason="overflow"}`.
+    fn count_dropped(&self, dropped: u64) {
+        if dropped > 0 {
+            self.metrics
+                .rejected_replies
+                .with_label_values(&["overflow"])
+                .inc_by(dropped);
+        }
+    }
+
+    /// A contest of `agent#action` for `identity`, counted under `contested_replies`.
+    fn contest(&self, identity: &Identity, agent: &str, action: &str, why: Contest) -> Contested {
+        let rpc = format!("{agent}#{action}");
+        self.metrics
+            .contested_replies
+            .with_label_values(&[&rpc])
+            .inc();
+        Contested {
+            identity: identity.clone(),
+            rpc,
+            why,
+        }
     }
 
     fn count_rejection(&self, why: &Rejection) {

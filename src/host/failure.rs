@@ -83,7 +83,10 @@ pub enum AttemptError {
     },
     /// A request body could not be encoded.
     Encode(String),
-    /// Someone else answered in the node's name: nothing secret was sent.
+    /// Someone else answered in the node's name, so the attempt stops. Every reply
+    /// that what is sent depends on is settled before `configure`, so a contest of
+    /// those is found before anything secret leaves; one on `configure`'s or
+    /// `restart`'s own replies (a flood) only stops the attempt.
     Contested {
         /// The node.
         identity: Identity,
@@ -133,7 +136,7 @@ impl fmt::Display for AttemptError {
             AttemptError::Contested {
                 identity,
                 contested,
-            } => write!(f, "not configuring {identity}: {contested}"),
+            } => write!(f, "stopped provisioning {identity}: {contested}"),
         }
     }
 }
@@ -142,7 +145,13 @@ impl std::error::Error for AttemptError {}
 
 impl From<CallError> for AttemptError {
     fn from(e: CallError) -> AttemptError {
-        AttemptError::Call(e)
+        match e {
+            CallError::Contested(contested) => AttemptError::Contested {
+                identity: contested.identity.clone(),
+                contested,
+            },
+            e => AttemptError::Call(e),
+        }
     }
 }
 

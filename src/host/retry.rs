@@ -15,7 +15,7 @@ use super::node_rpc::{NodeRpc, ReplyWatch};
 use crate::backoff::FIVE_SEC;
 use crate::choria::identity::Identity;
 use crate::choria::protocol::mcorpc::RequestData;
-use crate::choria::rpc::{Reply, RpcError};
+use crate::choria::rpc::{Contested, Reply, RpcError};
 use crate::config::Pause;
 use crate::metrics::Metrics;
 
@@ -107,6 +107,9 @@ pub enum CallError {
     /// The node's provisioning lock is held by another caller (another provisioner):
     /// not retried here.
     Locked(String),
+    /// Someone else answers in the node's name (a try's replies were flooded): not
+    /// retried here, no try's reply can be trusted.
+    Contested(Contested),
 }
 
 impl std::fmt::Display for CallError {
@@ -115,6 +118,7 @@ impl std::fmt::Display for CallError {
             CallError::Failed(why) | CallError::Unreachable(why) | CallError::Locked(why) => {
                 f.write_str(why)
             }
+            CallError::Contested(contested) => contested.fmt(f),
         }
     }
 }
@@ -157,6 +161,13 @@ impl<'r> Retrier<'r> {
             let (fatal, why) = match result {
                 Err(e @ RpcError::NoResponders { .. }) => {
                     return Err(CallError::Unreachable(format!("{label} failed: {e}")));
+                }
+                Err(RpcError::Contested(contested)) => {
+                    log::error!(
+                        "SECURITY: {contested}; {} is tried again after the cool-down",
+                        call.identity
+                    );
+                    return Err(CallError::Contested(contested));
                 }
                 Err(e) => (false, e.to_string()),
                 Ok(answer) if answer.reply.statuscode != 0 => {

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::{NodeSequence, Timeouts};
 use crate::choria::identity::Identity;
 use crate::choria::protocol::mcorpc::{ReplyData, RequestData};
-use crate::choria::rpc::{Contested, Reply, RpcError};
+use crate::choria::rpc::{Contest, Contested, Reply, RpcError};
 use crate::config::{Config, Pause, Secret};
 use crate::host::node_rpc::{Called, NodeRpc, ReplyWatch};
 use crate::host::outcome::Outcome;
@@ -31,6 +31,8 @@ enum Answer {
     NoResponders,
     /// OK with this data, and a second, different reply in the node's name.
     Contested(Value),
+    /// More replies than a request keeps: some were dropped unread while waiting.
+    Flooded,
     /// OK with this data, and a second, different reply this long after it; its
     /// watch waits as a real one does.
     LateTwin(Value, Duration),
@@ -140,6 +142,7 @@ impl NodeRpc for FakeNode {
         let forged = || Contested {
             identity: identity.clone(),
             rpc: format!("{agent}#{action}"),
+            why: Contest::Different,
         };
         match answer {
             Answer::Ok(data) => Ok(Called {
@@ -158,6 +161,10 @@ impl NodeRpc for FakeNode {
             Answer::NoResponders => Err(RpcError::NoResponders {
                 identity: identity.clone(),
             }),
+            Answer::Flooded => Err(RpcError::Contested(Contested {
+                why: Contest::Flooded { dropped: 3 },
+                ..forged()
+            })),
             Answer::Contested(data) => Ok(Called {
                 reply: reply(0, "OK", data),
                 watch: watch(Some((forged(), Duration::ZERO)), false),
@@ -479,6 +486,29 @@ fn a_contested_reply_stops_the_attempt_before_configure() {
     );
     assert!(outcome.needs_cooldown(), "tried again only later");
     assert_eq!(r.node.calls(), ["inventory"], "no configure was sent");
+}
+
+#[test]
+fn a_flooded_call_stops_the_attempt_at_once_and_is_not_retried() {
+    for (action, expected) in [
+        ("inventory", &["inventory"][..]),
+        ("configure", &["inventory", "configure"][..]),
+        ("restart", &["inventory", "configure", "restart"][..]),
+    ] {
+        let node = FakeNode::answering(&[(action, &[Answer::Flooded])]);
+        let r = rig(node, CONFIGURED, |_| {});
+        let outcome = r.attempt();
+        assert!(
+            matches!(&outcome, Outcome::Contested(m) if m.contains(&format!("#{action} was answered in the name of n1.example.net more often than a node answers (3 replies dropped unread"))),
+            "{action}: {outcome}"
+        );
+        assert!(outcome.needs_cooldown(), "{action}: tried again only later");
+        assert_eq!(
+            r.node.calls(),
+            expected,
+            "{action}: one try, nothing after it"
+        );
+    }
 }
 
 /// A pki node whose `gencsr` (or `inventory`) reply gets a forged twin 600 ms later,

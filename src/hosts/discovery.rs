@@ -21,11 +21,13 @@ pub trait Discover: Send + Sync {
 
 /// When a discovery could not queue every node it found, the next one starts once
 /// the queue holds at most half its capacity and `min_gap` has passed since the last
-/// one started. Both bound it: nothing a broker or a node sends can make us discover
+/// one ended. Both bound it: nothing a broker or a node sends can make us discover
 /// more than once per `min_gap`, and never while the queue is still half full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rediscovery {
-    /// Shortest time from the start of one discovery to the start of an early one.
+    /// Shortest time from the end of one discovery to the start of an early one
+    /// (measured from the end, so that however late the loop's thread runs, no two
+    /// discoveries start less than this apart).
     pub min_gap: Duration,
     /// How often the queue is looked at while an early discovery is due.
     pub poll: Duration,
@@ -54,8 +56,8 @@ pub fn run_with(
 ) {
     let ticker = tick(interval);
     let stopped = fleet.stopped();
-    let mut started = Instant::now();
     let mut left_out = cycle(fleet, discoverer);
+    let mut ended = Instant::now();
     loop {
         // Polled only while some discovered nodes are still waiting for room.
         let poll = if left_out > 0 {
@@ -70,7 +72,7 @@ pub fn run_with(
                 recv(stopped) -> _ => return,
                 recv(poll) -> _ => {
                     if fleet.queued() <= fleet.capacity() / 2
-                        && started.elapsed() >= rediscovery.min_gap
+                        && ended.elapsed() >= rediscovery.min_gap
                     {
                         log::info!(
                             "Discovering again before the interval: the queue has room for the {left_out} nodes the last discovery could not queue"
@@ -85,8 +87,8 @@ pub fn run_with(
         if fleet.is_stopping() {
             return;
         }
-        started = Instant::now();
         left_out = cycle(fleet, discoverer);
+        ended = Instant::now();
     }
 }
 

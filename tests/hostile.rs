@@ -801,14 +801,25 @@ fn replies_in_the_attacker_s_own_name_and_garbage_are_rejected_and_counted() {
 
 #[test]
 fn a_flood_of_replies_in_a_node_s_name_stops_its_attempts_until_the_flood_ends() {
+    flood_inventory_replies(false);
+}
+
+#[test]
+fn a_flood_of_replies_to_a_request_sent_ahead_stops_the_attempt_too() {
+    // With `jwt`, inventory goes out with jwt and waits in its mailbox while jwt's
+    // reply (300 ms late) is awaited: the flood fills it unread.
+    flood_inventory_replies(true);
+}
+
+/// 500 garbage replies to every inventory request: more than its mailbox keeps, so
+/// some are dropped unread, and the node's own reply could be among them while a
+/// forgery is accepted. The attempt stops (nothing is configured) and the node is
+/// tried again after the cool-down.
+fn flood_inventory_replies(jwt: bool) {
     let server = NatsServer::start();
     let attacker = Hostile::connect(&server.url(), None);
     let publisher = attacker.nc().clone();
     let loot = std::sync::Arc::clone(&attacker.loot);
-    // 500 garbage replies to every inventory request: more than its mailbox keeps, so
-    // some are dropped unread, and the node's own reply could be among them while a
-    // forgery is accepted. The attempt stops (nothing is configured) and the node is
-    // tried again after the cool-down.
     let race = attacker.race(Box::new(move |_, request, body| {
         if body.action != "inventory" {
             return None;
@@ -821,13 +832,23 @@ fn a_flood_of_replies_in_a_node_s_name_stops_its_attempts_until_the_flood_ends()
     }));
     attacker.flush();
     let fleet = sim(&server.url(), 10, |o| {
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
         o.faults = choria_provisioner::sim::Faults {
             slow: 1.0,
-            slow_by: Duration::from_millis(400),
+            slow_by: Duration::from_millis(if jwt { 300 } else { 400 }),
             ..Default::default()
         }
     });
-    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    let config = if jwt {
+        format!(
+            "token: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+            issuer_public_hex()
+        )
+    } else {
+        "token: s3cret\n".to_string()
+    };
+    let prov = Provisioner::start(&server.url(), "p1.test", &config, fast());
     contested_then_provisioned(
         &prov,
         &fleet,

@@ -275,6 +275,123 @@ impl Drop for Watch<'_> {
     }
 }
 
+/// Whether a request is flushed to the broker as it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Flushed at once while few requests are in flight, so that a lone request
+    /// leaves now rather than with the client's flusher.
+    Now,
+    /// Not flushed: another request follows at once and is flushed with it.
+    Later,
+}
+
+/// A request on its way, whose replies are kept (up to the mailbox's 8) until
+/// [`Asked::answer`] reads them.
+pub struct Asked<'a> {
+    pending: Pending<'a>,
+    client: &'a RpcClient,
+    identity: Identity,
+    subject: Subject,
+    agent: &'static str,
+    action: &'static str,
+    timeout: Duration,
+    started: Instant,
+    asked_at: Instant,
+}
+
+impl fmt::Debug for Asked<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Asked")
+            .field("identity", &self.identity)
+            .field("agent", &self.agent)
+            .field("action", &self.action)
+            .finish()
+    }
+}
+
+impl<'a> Asked<'a> {
+    /// Waits for the first valid reply, until the request's timeout (counted from when
+    /// it was sent). Replies that are not valid are counted and skipped; a reply
+    /// dropped unread ends the wait as a contest.
+    pub fn answer(self) -> Result<Answer<'a>, RpcError> {
+        let Asked {
+            pending,
+            client,
+            identity,
+            subject,
+            agent,
+            action,
+            timeout,
+            started,
+            asked_at,
+        } = self;
+        let mut rejected: Option<(u64, String)> = None;
+        // Whether a probe found someone subscribed to the node's subject.
+        let mut listened_to = false;
+        loop {
+            // Checked on every message: a flood cannot extend the call.
+            let left = timeout.saturating_sub(started.elapsed());
+            let routed = if left.is_zero() {
+                None
+            } else {
+                pending.replies.recv_timeout(left)
+            };
+            // A reply dropped unread may have been the node's own: whatever is
+            // accepted now could be a forgery that no twin would expose.
+            client
+                .check_dropped(&pending, &identity, agent, action)
+                .map_err(RpcError::Contested)?;
+            let bytes = match routed {
+                None => {
+                    return Err(RpcError::NoReply {
+                        identity,
+                        waited: started.elapsed(),
+                        rejected,
+                    })
+                }
+                Some(Routed::NoResponders) => {
+                    // Anyone may publish a "no responders" status to a reply subject
+                    // (a node that reads the requests of others sees theirs): it is
+                    // believed only when the broker says the same of a probe.
+                    if listened_to || !client.nobody_listens(&subject, timeout) {
+                        listened_to = true;
+                        client.count_forged_status(&identity);
+                        continue;
+                    }
+                    client.metrics.unreachable_nodes.inc();
+                    return Err(RpcError::NoResponders { identity });
+                }
+                Some(Routed::Reply(bytes)) => bytes,
+            };
+            match client.accept(&bytes, pending.id(), &identity) {
+                Ok((reply, body)) => {
+                    return Ok(Answer {
+                        reply,
+                        watch: Watch {
+                            pending,
+                            client,
+                            identity,
+                            agent,
+                            action,
+                            body,
+                            asked_at,
+                        },
+                    })
+                }
+                Err(why) => {
+                    client.count_rejection(&why);
+                    log::debug!(
+                        "Rejected a reply to {agent}#{action} for {identity}: {}",
+                        why.detail
+                    );
+                    let n = rejected.as_ref().map(|(n, _)| n + 1).unwrap_or(1);
+                    rejected = Some((n, why.detail));
+                }
+            }
+        }
+    }
+}
+
 /// An accepted reply and the watch over its request.
 #[derive(Debug)]
 pub struct Answer<'a> {
@@ -407,14 +524,16 @@ impl RpcClient {
     }
 
     /// Encodes `spec` with its routed reply subject and publishes it to `subject`.
-    /// With few requests in flight it flushes (at most `timeout`) so the request
-    /// leaves at once; under load the nats flusher writes many together instead.
+    /// With few requests in flight and [`Flush::Now`] it flushes (at most `timeout`)
+    /// so the request leaves at once; under load the nats flusher writes many
+    /// together instead.
     fn send(
         &self,
         spec: &RequestSpec,
         payload: &mut Vec<u8>,
         subject: &Subject,
         timeout: Duration,
+        flush: Flush,
     ) -> Result<(), RpcError> {
         let reply = self
             .router
@@ -432,7 +551,7 @@ impl RpcClient {
         self.bus
             .publish_request(subject, &reply, None, payload)
             .map_err(|e| RpcError::Publish(e.to_string()))?;
-        if self.router.pending() < FLUSH_BELOW_IN_FLIGHT {
+        if flush == Flush::Now && self.router.pending() < FLUSH_BELOW_IN_FLIGHT {
             let _ = self.bus.flush(timeout);
         }
         Ok(())
@@ -448,6 +567,23 @@ impl RpcClient {
         data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Answer<'_>, RpcError> {
+        self.ask(identity, agent, action, data, timeout, Flush::Now)?
+            .answer()
+    }
+
+    /// Sends one try of `agent#action` to `identity` without waiting for its reply:
+    /// [`Asked::answer`] waits for it, at most `timeout` from now. Its replies are
+    /// kept from now on (up to the mailbox's 8; any dropped contests the request), so
+    /// several requests to one node can be on their way at once.
+    pub fn ask(
+        &self,
+        identity: &Identity,
+        agent: &'static str,
+        action: &'static str,
+        data: &dyn RequestData,
+        timeout: Duration,
+        flush: Flush,
+    ) -> Result<Asked<'_>, RpcError> {
         let id = protocol::new_request_id(self.protocol);
         let subject = self
             .node_prefix
@@ -467,74 +603,19 @@ impl RpcClient {
         scratch::with(&REQUEST_BUFFERS, |[body, payload]| {
             protocol::mcorpc::RpcRequestBody::write_for(body, agent, action, data);
             let spec = self.spec(agent, filter, body, &id);
-            self.send(&spec, payload, &subject, timeout)
+            self.send(&spec, payload, &subject, timeout, flush)
         })?;
-        let asked_at = Instant::now();
-        let mut rejected: Option<(u64, String)> = None;
-        // Whether a probe found someone subscribed to the node's subject.
-        let mut listened_to = false;
-        loop {
-            // Checked on every message: a flood cannot extend the call.
-            let left = timeout.saturating_sub(started.elapsed());
-            let routed = if left.is_zero() {
-                None
-            } else {
-                pending.replies.recv_timeout(left)
-            };
-            // A reply dropped unread may have been the node's own: whatever is
-            // accepted now could be a forgery that no twin would expose.
-            self.check_dropped(&pending, identity, agent, action)
-                .map_err(RpcError::Contested)?;
-            let bytes = match routed {
-                None => {
-                    return Err(RpcError::NoReply {
-                        identity: identity.clone(),
-                        waited: started.elapsed(),
-                        rejected,
-                    })
-                }
-                Some(Routed::NoResponders) => {
-                    // Anyone may publish a "no responders" status to a reply subject
-                    // (a node that reads the requests of others sees theirs): it is
-                    // believed only when the broker says the same of a probe.
-                    if listened_to || !self.nobody_listens(&subject, timeout) {
-                        listened_to = true;
-                        self.count_forged_status(identity);
-                        continue;
-                    }
-                    self.metrics.unreachable_nodes.inc();
-                    return Err(RpcError::NoResponders {
-                        identity: identity.clone(),
-                    });
-                }
-                Some(Routed::Reply(bytes)) => bytes,
-            };
-            match self.accept(&bytes, &id, identity) {
-                Ok((reply, body)) => {
-                    return Ok(Answer {
-                        reply,
-                        watch: Watch {
-                            pending,
-                            client: self,
-                            identity: identity.clone(),
-                            agent,
-                            action,
-                            body,
-                            asked_at,
-                        },
-                    })
-                }
-                Err(why) => {
-                    self.count_rejection(&why);
-                    log::debug!(
-                        "Rejected a reply to {agent}#{action} for {identity}: {}",
-                        why.detail
-                    );
-                    let n = rejected.as_ref().map(|(n, _)| n + 1).unwrap_or(1);
-                    rejected = Some((n, why.detail));
-                }
-            }
-        }
+        Ok(Asked {
+            pending,
+            client: self,
+            identity: identity.clone(),
+            subject,
+            agent,
+            action,
+            timeout,
+            started,
+            asked_at: Instant::now(),
+        })
     }
 
     /// Whether nobody is subscribed to `subject`, asked of the broker itself: an empty
@@ -729,7 +810,7 @@ impl RpcClient {
             &id,
         );
         scratch::with(&REQUEST_BUFFERS, |[_, payload]| {
-            self.send(&spec, payload, &self.discovery_subject, limit)
+            self.send(&spec, payload, &self.discovery_subject, limit, Flush::Now)
         })?;
         let mut wait = initial.min(limit);
         loop {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::choria::identity::Identity;
 use crate::choria::protocol::mcorpc::RequestData;
-use crate::choria::rpc::{Contested, Reply, RpcClient, RpcError, Watch};
+use crate::choria::rpc::{Asked, Contested, Flush, Reply, RpcClient, RpcError, Watch};
 
 /// An accepted reply's request, still listening for a second reply in the node's name.
 pub trait ReplyWatch {
@@ -25,6 +25,13 @@ pub struct Called<'a> {
     pub watch: Box<dyn ReplyWatch + 'a>,
 }
 
+/// A try sent to a node whose reply is awaited later ([`NodeRpc::ask`]).
+pub trait AskedRpc<'a> {
+    /// Waits for the try's first valid reply, at most its timeout from when it was
+    /// sent.
+    fn answer(self: Box<Self>) -> Result<Called<'a>, RpcError>;
+}
+
 /// One try of one action on one node.
 pub trait NodeRpc: Send + Sync {
     /// Calls `agent#action` with `data` on `identity`, waiting at most `timeout`.
@@ -36,6 +43,30 @@ pub trait NodeRpc: Send + Sync {
         data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Called<'_>, RpcError>;
+
+    /// Sends `agent#action` with `data` to `identity` without waiting: the reply is
+    /// kept for [`AskedRpc::answer`], so that requests that do not depend on each
+    /// other travel together. `flush` says whether the request leaves at once or
+    /// with the next one.
+    fn ask(
+        &self,
+        identity: &Identity,
+        agent: &'static str,
+        action: &'static str,
+        data: &dyn RequestData,
+        timeout: Duration,
+        flush: Flush,
+    ) -> Result<Box<dyn AskedRpc<'_> + '_>, RpcError>;
+}
+
+impl<'a> AskedRpc<'a> for Asked<'a> {
+    fn answer(self: Box<Self>) -> Result<Called<'a>, RpcError> {
+        let answer = Asked::answer(*self)?;
+        Ok(Called {
+            reply: answer.reply,
+            watch: Box::new(answer.watch),
+        })
+    }
 }
 
 impl ReplyWatch for Watch<'_> {
@@ -62,5 +93,18 @@ impl NodeRpc for RpcClient {
             reply: answer.reply,
             watch: Box::new(answer.watch),
         })
+    }
+
+    fn ask(
+        &self,
+        identity: &Identity,
+        agent: &'static str,
+        action: &'static str,
+        data: &dyn RequestData,
+        timeout: Duration,
+        flush: Flush,
+    ) -> Result<Box<dyn AskedRpc<'_> + '_>, RpcError> {
+        let asked = RpcClient::ask(self, identity, agent, action, data, timeout, flush)?;
+        Ok(Box::new(asked))
     }
 }

@@ -11,11 +11,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::node_rpc::{NodeRpc, ReplyWatch};
+use super::node_rpc::{AskedRpc, NodeRpc, ReplyWatch};
 use crate::backoff::FIVE_SEC;
 use crate::choria::identity::Identity;
 use crate::choria::protocol::mcorpc::RequestData;
-use crate::choria::rpc::{Contested, Reply, RpcError};
+use crate::choria::rpc::{Contested, Flush, Reply, RpcError};
 use crate::config::Pause;
 use crate::metrics::Metrics;
 
@@ -123,6 +123,13 @@ impl std::fmt::Display for CallError {
     }
 }
 
+/// A call whose first try is on its way ([`Retrier::send`]); [`Retrier::finish`]
+/// awaits it.
+pub struct Sent<'r> {
+    first: Result<Box<dyn AskedRpc<'r> + 'r>, RpcError>,
+    started: Instant,
+}
+
 impl<'r> Retrier<'r> {
     /// Runs `call`, building the request data per try with `data` and judging each
     /// OK reply with `check`. Non-OK statuses are retried unless fatal. The accepted
@@ -130,15 +137,67 @@ impl<'r> Retrier<'r> {
     pub fn run<D: RequestData, T>(
         &self,
         call: &Call,
+        data: impl FnMut() -> D,
+        check: impl FnMut(&mut Reply) -> Check<T>,
+    ) -> Result<(T, Box<dyn ReplyWatch + 'r>), CallError> {
+        self.refuse_if_paused(call)?;
+        self.tries(call, None, data, check)
+    }
+
+    /// Sends `call`'s first try (its data from `data`) and returns without waiting, so
+    /// that calls which do not depend on each other travel together; `flush` is
+    /// [`Flush::Later`] for all but the last of them. [`Retrier::finish`] awaits it.
+    pub fn send<D: RequestData>(
+        &self,
+        call: &Call,
+        mut data: impl FnMut() -> D,
+        flush: Flush,
+    ) -> Result<Sent<'r>, CallError> {
+        self.refuse_if_paused(call)?;
+        self.progress.rpc_try(call.action, 1);
+        let started = Instant::now();
+        let first = self.rpc.ask(
+            call.identity,
+            call.agent,
+            call.action,
+            &data(),
+            call.timeout,
+            flush,
+        );
+        Ok(Sent { first, started })
+    }
+
+    /// [`Retrier::run`] for a call whose first try was `sent`: that try's reply is
+    /// judged first, and the later tries (if any) are made as `run` makes them.
+    pub fn finish<D: RequestData, T>(
+        &self,
+        call: &Call,
+        sent: Sent<'r>,
+        data: impl FnMut() -> D,
+        check: impl FnMut(&mut Reply) -> Check<T>,
+    ) -> Result<(T, Box<dyn ReplyWatch + 'r>), CallError> {
+        self.tries(call, Some(sent), data, check)
+    }
+
+    fn refuse_if_paused(&self, call: &Call) -> Result<(), CallError> {
+        if self.pause.paused() {
+            return Err(CallError::Failed(format!(
+                "provisioning is paused, cannot perform {}",
+                call.label()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The tries of `call`, the first one already `sent` or made here.
+    fn tries<D: RequestData, T>(
+        &self,
+        call: &Call,
+        mut sent: Option<Sent<'r>>,
         mut data: impl FnMut() -> D,
         mut check: impl FnMut(&mut Reply) -> Check<T>,
     ) -> Result<(T, Box<dyn ReplyWatch + 'r>), CallError> {
         let label = call.label();
-        if self.pause.paused() {
-            return Err(CallError::Failed(format!(
-                "provisioning is paused, cannot perform {label}"
-            )));
-        }
         let mut last = String::from("no try was made");
         for attempt in 1..=call.tries {
             if attempt > 1 {
@@ -147,14 +206,20 @@ impl<'r> Retrier<'r> {
                 }
             }
             self.progress.rpc_try(call.action, attempt as u32);
-            let started = Instant::now();
-            let result = self.rpc.call(
-                call.identity,
-                call.agent,
-                call.action,
-                &data(),
-                call.timeout,
-            );
+            let (started, result) = match sent.take() {
+                Some(Sent { first, started }) => (started, first.and_then(|asked| asked.answer())),
+                None => {
+                    let started = Instant::now();
+                    let result = self.rpc.call(
+                        call.identity,
+                        call.agent,
+                        call.action,
+                        &data(),
+                        call.timeout,
+                    );
+                    (started, result)
+                }
+            };
             self.metrics
                 .observe_rpc(call.agent, call.action, started.elapsed().as_secs_f64());
             // (fatal?, why) for a try that did not end in an accepted reply.

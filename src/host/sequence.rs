@@ -10,6 +10,7 @@
 //! attempt that ends early without failing (deferred, shut down, upgraded) returns
 //! its outcome.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,9 +27,10 @@ use super::loop_check::{HelperStamp, LoopWarnings};
 use super::node_rpc::{NodeRpc, ReplyWatch};
 use super::outcome::Outcome;
 use super::progress::{certificate_facts, Progress};
-use super::retry::{Call, Check, Retrier};
+use super::retry::{Call, Check, Retrier, Sent};
 use super::upgrade_slots::{UpgradeSlots, SLOT_TIMEOUT};
 use crate::choria::identity::Identity;
+use crate::choria::rpc::Flush;
 use crate::config::{Config, Pause};
 use crate::crypto::jwt::ProvisioningClaims;
 use crate::metrics::Metrics;
@@ -244,18 +246,50 @@ impl NodeSequence {
         };
         let w = self.retrier(stopping, progress);
         let mut a = Attempt::default();
-        if self.config.features.jwt {
-            self.fetch_jwt(&w, identity, &mut a)?;
+        // What the node is asked before the helper runs does not depend on the other
+        // answers: the first tries go out together, and are read in Go's order.
+        let features = &self.config.features;
+        let nonce = RefCell::new(String::new());
+        let jwt_call = self.call(identity, "jwt", 3);
+        let ed25519_call = self.call(identity, "gen25519", 5);
+        let inventory_call = self.inventory_call(identity);
+        let csr_call = self.call(identity, "gencsr", 3);
+        let jwt = features
+            .jwt
+            .then(|| w.send(&jwt_call, || self.jwt_request(), Flush::Later))
+            .transpose()?;
+        let ed25519 = features
+            .ed25519
+            .then(|| {
+                w.send(
+                    &ed25519_call,
+                    || self.gen25519_request(&nonce),
+                    Flush::Later,
+                )
+            })
+            .transpose()?;
+        let last = if features.pki {
+            Flush::Later
+        } else {
+            Flush::Now
+        };
+        let inventory = w.send(&inventory_call, || json!({}), last)?;
+        let csr = features
+            .pki
+            .then(|| w.send(&csr_call, || self.gencsr_request(identity), Flush::Now))
+            .transpose()?;
+        if let Some(sent) = jwt {
+            self.fetch_jwt(&w, &jwt_call, sent, &mut a)?;
             between()?;
         }
-        if self.config.features.ed25519 {
-            self.fetch_ed25519(&w, identity, &mut a)?;
+        if let Some(sent) = ed25519 {
+            self.fetch_ed25519(&w, &ed25519_call, sent, &nonce, &mut a)?;
             between()?;
         }
-        self.fetch_inventory(&w, identity, &mut a)?;
+        self.fetch_inventory(&w, &inventory_call, inventory, &mut a)?;
         between()?;
-        if self.config.features.pki {
-            self.fetch_csr(&w, identity, &mut a)?;
+        if let Some(sent) = csr {
+            self.fetch_csr(&w, &csr_call, sent, &mut a)?;
             between()?;
         }
         progress.step("helper");
@@ -307,11 +341,22 @@ impl NodeSequence {
         Ok(Outcome::Done)
     }
 
-    fn fetch_jwt<'r>(&self, w: &Retrier<'r>, identity: &Identity, a: &mut Attempt<'r>) -> Step<()> {
-        let token = self.token().to_string();
-        let ((jwt, ecdh), watch) = w.run(
-            &self.call(identity, "jwt", 3),
-            || json!({ "token": token }),
+    fn jwt_request(&self) -> serde_json::Value {
+        json!({ "token": self.token() })
+    }
+
+    fn fetch_jwt<'r>(
+        &self,
+        w: &Retrier<'r>,
+        call: &Call,
+        sent: Sent<'r>,
+        a: &mut Attempt<'r>,
+    ) -> Step<()> {
+        let identity = call.identity;
+        let ((jwt, ecdh), watch) = w.finish(
+            call,
+            sent,
+            || self.jwt_request(),
             |r| match replies::read::<JwtReply>(&r.data, "jwt") {
                 Ok(d) => {
                     Check::Accept((d.jwt.unwrap_or_default(), d.ecdh_public.unwrap_or_default()))
@@ -336,23 +381,27 @@ impl NodeSequence {
         Ok(())
     }
 
+    /// A `gen25519` request with a fresh nonce, which is kept in `nonce` for the check
+    /// of the try's reply.
+    fn gen25519_request(&self, nonce: &RefCell<String>) -> serde_json::Value {
+        let fresh = crate::crypto::nonce::new_nonce();
+        let data = json!({ "nonce": fresh, "token": self.token() });
+        *nonce.borrow_mut() = fresh;
+        data
+    }
+
     fn fetch_ed25519<'r>(
         &self,
         w: &Retrier<'r>,
-        identity: &Identity,
+        call: &Call,
+        sent: Sent<'r>,
+        nonce: &RefCell<String>,
         a: &mut Attempt<'r>,
     ) -> Step<()> {
-        let token = self.token().to_string();
-        // A fresh nonce per try; the check reads the one the try sent.
-        let nonce = std::cell::RefCell::new(String::new());
-        let (info, watch) = w.run(
-            &self.call(identity, "gen25519", 5),
-            || {
-                let fresh = crate::crypto::nonce::new_nonce();
-                let data = json!({ "nonce": fresh, "token": token });
-                *nonce.borrow_mut() = fresh;
-                data
-            },
+        let (info, watch) = w.finish(
+            call,
+            sent,
+            || self.gen25519_request(nonce),
             |r| {
                 let d = match replies::read::<Gen25519Reply>(&r.data, "gen25519") {
                     Ok(d) => d,
@@ -403,23 +452,29 @@ impl NodeSequence {
         }
     }
 
-    fn fetch_inventory<'r>(
-        &self,
-        w: &Retrier<'r>,
-        identity: &Identity,
-        a: &mut Attempt<'r>,
-    ) -> Step<()> {
-        let call = Call {
+    fn inventory_call<'a>(&self, identity: &'a Identity) -> Call<'a> {
+        Call {
             identity,
             agent: crate::choria::rpc::RPCUTIL_AGENT,
             action: "inventory",
             tries: 5,
             timeout: self.timeouts.rpcutil,
-        };
+        }
+    }
+
+    fn fetch_inventory<'r>(
+        &self,
+        w: &Retrier<'r>,
+        call: &Call,
+        sent: Sent<'r>,
+        a: &mut Attempt<'r>,
+    ) -> Step<()> {
+        let identity = call.identity;
         // Go keeps the whole object for the helper, re-encoded as it writes a decoded
         // map (keys sorted at every depth, numbers as float64), `upgradable` added.
-        let ((version, upgradable, inventory), watch) = w.run(
-            &call,
+        let ((version, upgradable, inventory), watch) = w.finish(
+            call,
+            sent,
             || json!({}),
             |r| {
                 let d = match replies::read::<InventoryReply>(&r.data, "inventory") {
@@ -455,13 +510,24 @@ impl NodeSequence {
         Ok(())
     }
 
-    fn fetch_csr<'r>(&self, w: &Retrier<'r>, identity: &Identity, a: &mut Attempt<'r>) -> Step<()> {
-        let token = self.token().to_string();
-        // Go tries once; a lost reply then costs a whole attempt. The node makes a new
-        // key and CSR on every call, so retrying is safe.
-        let (csr, watch) = w.run(
-            &self.call(identity, "gencsr", 3),
-            || json!({ "token": token, "cn": identity }),
+    /// A `gencsr` request. Go tries once; a lost reply then costs a whole attempt. The
+    /// node makes a new key and CSR on every call, so retrying is safe.
+    fn gencsr_request(&self, identity: &Identity) -> serde_json::Value {
+        json!({ "token": self.token(), "cn": identity })
+    }
+
+    fn fetch_csr<'r>(
+        &self,
+        w: &Retrier<'r>,
+        call: &Call,
+        sent: Sent<'r>,
+        a: &mut Attempt<'r>,
+    ) -> Step<()> {
+        let identity = call.identity;
+        let (csr, watch) = w.finish(
+            call,
+            sent,
+            || self.gencsr_request(identity),
             |r| match replies::read::<GencsrReply>(&r.data, "gencsr") {
                 Ok(d) => Check::Accept(CsrInfo {
                     csr: d.csr.unwrap_or_default(),

@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 use super::{NodeSequence, Timeouts};
 use crate::choria::identity::Identity;
 use crate::choria::protocol::mcorpc::{ReplyData, RequestData};
-use crate::choria::rpc::{Contest, Contested, Reply, RpcError};
+use crate::choria::rpc::{Contest, Contested, Flush, Reply, RpcError};
 use crate::config::{Config, Pause, Secret};
-use crate::host::node_rpc::{Called, NodeRpc, ReplyWatch};
+use crate::host::node_rpc::{AskedRpc, Called, NodeRpc, ReplyWatch};
 use crate::host::outcome::Outcome;
 use crate::metrics::Metrics;
 
@@ -47,6 +47,8 @@ enum Answer {
 struct FakeNode {
     script: Mutex<HashMap<String, VecDeque<Answer>>>,
     calls: Mutex<Vec<String>>,
+    /// The tries sent ahead (`NodeRpc::ask`), with their flush.
+    asked: Mutex<Vec<(String, Flush)>>,
 }
 
 struct FakeWatch {
@@ -96,6 +98,10 @@ impl FakeNode {
 
     fn calls(&self) -> Vec<String> {
         self.calls.lock().clone()
+    }
+
+    fn asked(&self) -> Vec<(String, Flush)> {
+        self.asked.lock().clone()
     }
 
     fn count(&self, action: &str) -> usize {
@@ -185,6 +191,32 @@ impl NodeRpc for FakeNode {
                 })
             }
         }
+    }
+
+    /// Records the call and makes its answer now, as `call` does (a sent request's
+    /// answer is fixed by the script, whenever it is read).
+    fn ask(
+        &self,
+        identity: &Identity,
+        agent: &'static str,
+        action: &'static str,
+        data: &dyn RequestData,
+        timeout: Duration,
+        flush: Flush,
+    ) -> Result<Box<dyn AskedRpc<'_> + '_>, RpcError> {
+        self.asked.lock().push((action.to_string(), flush));
+        Ok(Box::new(FakeAsked(
+            self.call(identity, agent, action, data, timeout),
+        )))
+    }
+}
+
+/// A fake try sent ahead: its scripted answer, made when it was asked.
+struct FakeAsked<'a>(Result<Called<'a>, RpcError>);
+
+impl<'a> AskedRpc<'a> for FakeAsked<'a> {
+    fn answer(self: Box<Self>) -> Result<Called<'a>, RpcError> {
+        self.0
     }
 }
 
@@ -486,6 +518,50 @@ fn a_contested_reply_stops_the_attempt_before_configure() {
     );
     assert!(outcome.needs_cooldown(), "tried again only later");
     assert_eq!(r.node.calls(), ["inventory"], "no configure was sent");
+}
+
+#[test]
+fn the_requests_before_the_helper_go_out_together_and_only_the_last_is_flushed() {
+    let csr = json!({"csr": include_str!("../../tests/fixtures/csr-n1.pem"), "ssldir": "/ssl"});
+    let node = FakeNode::answering(&[("gencsr", &[Answer::Ok(csr)])]);
+    let r = rig(node, CONFIGURED, |c| c.features.pki = true);
+    assert_eq!(r.attempt(), Outcome::Done);
+    assert_eq!(
+        r.node.asked(),
+        [
+            ("inventory".to_string(), Flush::Later),
+            ("gencsr".to_string(), Flush::Now)
+        ]
+    );
+    assert_eq!(
+        r.node.calls(),
+        ["inventory", "gencsr", "configure", "restart"]
+    );
+    // Without a feature, inventory alone goes out ahead, flushed at once.
+    let r = rig(FakeNode::answering(&[]), CONFIGURED, |_| {});
+    assert_eq!(r.attempt(), Outcome::Done);
+    assert_eq!(r.node.asked(), [("inventory".to_string(), Flush::Now)]);
+}
+
+#[test]
+fn a_request_sent_ahead_that_failed_is_tried_again_alone_and_the_other_answer_is_kept() {
+    let csr = json!({"csr": include_str!("../../tests/fixtures/csr-n1.pem"), "ssldir": "/ssl"});
+    let node = FakeNode::answering(&[
+        ("inventory", &[Answer::Silent, Answer::Ok(json!({}))]),
+        ("gencsr", &[Answer::Ok(csr)]),
+    ]);
+    let r = rig(node, CONFIGURED, |c| c.features.pki = true);
+    assert_eq!(r.attempt(), Outcome::Done);
+    assert_eq!(
+        r.node.asked().len(),
+        2,
+        "only the first tries went out ahead"
+    );
+    assert_eq!(
+        r.node.calls(),
+        ["inventory", "gencsr", "inventory", "configure", "restart"],
+        "gencsr's answer, sent ahead, was read after inventory's second try"
+    );
 }
 
 #[test]

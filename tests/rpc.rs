@@ -15,7 +15,7 @@ use choria_provisioner::choria::connector::Connector;
 use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
 use choria_provisioner::choria::protocol::{self, Protocol};
-use choria_provisioner::choria::rpc::{RpcClient, RpcError};
+use choria_provisioner::choria::rpc::{Flush, RpcClient, RpcError};
 use choria_provisioner::config::Config;
 use choria_provisioner::metrics::Metrics;
 use crossbeam_channel::bounded;
@@ -196,6 +196,45 @@ fn a_direct_rpc_succeeds() {
         0,
         "the route is gone once the watch is dropped"
     );
+}
+
+#[test]
+fn a_request_sent_ahead_is_answered_by_a_reply_that_came_in_time_and_is_read_late() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _node = responder(&server, "n1.example.net", Mode::Good);
+    let rpc = client(&server, &dir);
+    let timeout = Duration::from_millis(300);
+    let asked = rpc
+        .ask(
+            &id("n1.example.net"),
+            "rpcutil",
+            "inventory",
+            &serde_json::json!({}),
+            timeout,
+            Flush::Now,
+        )
+        .unwrap();
+    // The caller reads other replies first, past this request's deadline.
+    std::thread::sleep(timeout * 2);
+    let answer = asked.answer().expect("the reply came in time");
+    assert_eq!(answer.reply.sender, "n1.example.net");
+    // A request whose deadline passed with nothing in its mailbox ends at once.
+    let _silent = responder(&server, "n2.example.net", Mode::Silent);
+    let asked = rpc
+        .ask(
+            &id("n2.example.net"),
+            "rpcutil",
+            "inventory",
+            &serde_json::json!({}),
+            timeout,
+            Flush::Now,
+        )
+        .unwrap();
+    std::thread::sleep(timeout * 2);
+    let started = Instant::now();
+    assert!(matches!(asked.answer(), Err(RpcError::NoReply { .. })));
+    assert!(started.elapsed() < timeout, "no wait past the deadline");
 }
 
 #[test]

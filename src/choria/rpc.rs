@@ -328,11 +328,21 @@ impl<'a> Asked<'a> {
         let mut rejected: Option<(u64, String)> = None;
         // Whether a probe found someone subscribed to the node's subject.
         let mut listened_to = false;
+        // Replies read after the deadline.
+        let mut late = 0;
         loop {
             // Checked on every message: a flood cannot extend the call.
             let left = timeout.saturating_sub(started.elapsed());
             let routed = if left.is_zero() {
-                None
+                // What came in time still counts when it is read late (a request sent
+                // ahead waits while others are read), up to a mailbox's worth, so
+                // that nothing sent after the deadline keeps the call going.
+                late += 1;
+                if late > REPLIES_PER_REQUEST {
+                    None
+                } else {
+                    pending.replies.try_recv()
+                }
             } else {
                 pending.replies.recv_timeout(left)
             };

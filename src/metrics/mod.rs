@@ -45,7 +45,9 @@ pub struct Metrics {
     pub waiting_nodes: IntGauge,
     /// 1 while paused.
     pub paused: IntGauge,
-    /// Duration of every RPC try, by `rpc` (`agent#action`).
+    /// Duration of every RPC try, by `rpc` (`agent#action`): from the request being
+    /// sent until its reply was read (for a request sent ahead of others, that
+    /// includes reading theirs first).
     pub rpc_time: SumCountVec,
     /// RPCs whose tries were exhausted, by `rpc`.
     pub rpc_errors: IntCounterVec,

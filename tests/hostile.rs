@@ -300,54 +300,93 @@ fn each_configure_read(reader: &Hostile, field: &str, check: impl Fn(&str, &str)
     }
 }
 
+/// A node after other nodes' private keys: it holds its own X25519 secret and a valid
+/// provisioning JWT (every provisioning-mode node has one), and answers their `jwt`
+/// requests with its own ECDH key, so that `configure` would carry their key
+/// encrypted for it.
+struct KeyThief {
+    /// The key the helper hands every node, to recognise it.
+    key_pem: String,
+    key_der: Vec<u8>,
+    /// The thief's X25519 secret.
+    secret: [u8; 32],
+    /// The `jwt` reply it forges.
+    forged: RpcReply,
+}
+
+impl KeyThief {
+    fn new(server: &NatsServer, secret: [u8; 32]) -> KeyThief {
+        let key_pem = fixture("rsa2048-pkcs1.pem");
+        let key_der = choria_provisioner::crypto::pem::decode(&key_pem)
+            .unwrap()
+            .der;
+        let public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret));
+        let jwt = choria_provisioner::sim::keygen::provisioning_jwt(
+            &ISSUER_SEED,
+            "s3cret",
+            &server.url(),
+            false,
+            false,
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        let forged = ok(
+            "jwt",
+            serde_json::json!({
+                "jwt": jwt,
+                "ecdh_public": choria_provisioner::crypto::ids::hex(public.as_bytes()),
+            }),
+        );
+        KeyThief {
+            key_pem,
+            key_der,
+            secret,
+            forged,
+        }
+    }
+
+    /// The provisioner's configuration: the `jwt` feature and a helper handing out
+    /// the key.
+    fn config(&self, dir: &TempDir) -> String {
+        format!(
+            "helper: {}\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+            helper_with_key(dir, &self.key_pem).display(),
+            issuer_public_hex()
+        )
+    }
+
+    /// Asserts that no `configure` the `reader` saw (at least 10) carried the key
+    /// encrypted for the thief.
+    fn assert_nothing_stolen(&self, reader: &Hostile) {
+        let configures = reader.loot.configures.lock();
+        assert!(configures.len() >= 10, "every configure was readable");
+        for (node, data) in configures.iter() {
+            assert!(
+                !attacker_decrypts(&self.secret, data, &self.key_der),
+                "the key for {node} was encrypted for the attacker"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_once_it_stops() {
     let server = NatsServer::start();
     let dir = TempDir::new("race-jwt");
-    let key_pem = fixture("rsa2048-pkcs1.pem");
-    let key_der = choria_provisioner::crypto::pem::decode(&key_pem)
-        .unwrap()
-        .der;
-    let secret = [42u8; 32];
-    let attacker_public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret));
-    let attacker_public = choria_provisioner::crypto::ids::hex(attacker_public.as_bytes());
-    // A valid provisioning JWT, as every provisioning-mode node holds one.
-    let jwt = choria_provisioner::sim::keygen::provisioning_jwt(
-        &ISSUER_SEED,
-        "s3cret",
-        &server.url(),
-        false,
-        false,
-        Duration::from_secs(3600),
-    )
-    .unwrap();
+    let thief = KeyThief::new(&server, [42u8; 32]);
     // A second hostile node only reads, for the whole run, what every node may read.
-    let reader = Hostile::connect(&server.url(), None);
-    let _read = reader.race(Box::new(|_, _, _| None));
+    let (reader, _read) = reader(&server);
     let attacker = Hostile::connect(&server.url(), None);
+    let forged = thief.forged.clone();
     let race = attacker.race(Box::new(move |_, _, body| {
-        (body.action == "jwt").then(|| {
-            ok(
-                "jwt",
-                serde_json::json!({"jwt": jwt, "ecdh_public": attacker_public}),
-            )
-        })
+        (body.action == "jwt").then(|| forged.clone())
     }));
     attacker.flush();
     let fleet = sim(&server.url(), 10, |o| {
         o.issuer_seed = Some(ISSUER_SEED);
         o.token = "s3cret".into();
     });
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!(
-            "helper: {}\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
-            helper_with_key(&dir, &key_pem).display(),
-            issuer_public_hex()
-        ),
-        fast(),
-    );
+    let prov = Provisioner::start(&server.url(), "p1.test", &thief.config(&dir), fast());
     contested_then_provisioned(
         &prov,
         &fleet,
@@ -360,16 +399,13 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
     for node in fleet.summary().nodes {
         let got = node.private_key.expect("the node got its key");
         let got = choria_provisioner::crypto::pem::decode(&got).unwrap().der;
-        assert_eq!(got, key_der, "{} holds the helper's key", node.identity);
-    }
-    let configures = reader.loot.configures.lock();
-    assert!(configures.len() >= 10, "every configure was readable");
-    for (node, data) in configures.iter() {
-        assert!(
-            !attacker_decrypts(&secret, data, &key_der),
-            "the key for {node} was encrypted for the attacker"
+        assert_eq!(
+            got, thief.key_der,
+            "{} holds the helper's key",
+            node.identity
         );
     }
+    thief.assert_nothing_stolen(&reader);
     assert_connection_held(&prov);
 }
 
@@ -419,45 +455,27 @@ fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed
     // mailbox must count as a contest: it may have been the real one.
     let server = NatsServer::start();
     let dir = TempDir::new("flood-jwt");
-    let key_pem = fixture("rsa2048-pkcs1.pem");
-    let key_der = choria_provisioner::crypto::pem::decode(&key_pem)
-        .unwrap()
-        .der;
-    let secret = [43u8; 32];
-    let attacker_public = x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(secret));
-    let attacker_public = choria_provisioner::crypto::ids::hex(attacker_public.as_bytes());
-    let jwt = choria_provisioner::sim::keygen::provisioning_jwt(
-        &ISSUER_SEED,
-        "s3cret",
-        &server.url(),
-        false,
-        false,
-        Duration::from_secs(3600),
-    )
-    .unwrap();
+    let thief = KeyThief::new(&server, [43u8; 32]);
     let (reader, _read) = reader(&server);
     let attacker = Hostile::connect(&server.url(), None);
     let publisher = attacker.nc().clone();
-    let forged = std::sync::Arc::clone(&attacker.loot);
+    let loot = std::sync::Arc::clone(&attacker.loot);
+    let forged = thief.forged.encode();
     let race = attacker.race(Box::new(move |target, request, body| {
         if body.action != "jwt" {
             return None;
         }
-        let reply = ok(
-            "jwt",
-            serde_json::json!({"jwt": jwt, "ecdh_public": attacker_public}),
-        );
         let payload = choria_provisioner::choria::protocol::encode_reply(
             request,
             target,
-            &reply.encode(),
+            &forged,
             choria_provisioner::clock::unix_nanos(),
             None,
         );
         for _ in 0..=FLOOD_COPIES {
             let _ = publisher.publish(&request.reply_to, &payload);
         }
-        forged.forged.fetch_add(1, Ordering::Relaxed);
+        loot.forged.fetch_add(1, Ordering::Relaxed);
         None
     }));
     attacker.flush();
@@ -471,16 +489,7 @@ fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed
             ..Default::default()
         };
     });
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!(
-            "helper: {}\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
-            helper_with_key(&dir, &key_pem).display(),
-            issuer_public_hex()
-        ),
-        fast(),
-    );
+    let prov = Provisioner::start(&server.url(), "p1.test", &thief.config(&dir), fast());
     contested_then_provisioned(
         &prov,
         &fleet,
@@ -494,13 +503,7 @@ fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed
         prov.counter("rejected_replies", &["overflow"]) >= 10,
         "every reply dropped from a full mailbox is counted"
     );
-    let configures = reader.loot.configures.lock();
-    for (node, data) in configures.iter() {
-        assert!(
-            !attacker_decrypts(&secret, data, &key_der),
-            "the key for {node} was encrypted for the attacker"
-        );
-    }
+    thief.assert_nothing_stolen(&reader);
     assert_connection_held(&prov);
 }
 

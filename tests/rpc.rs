@@ -205,32 +205,25 @@ fn a_request_sent_ahead_is_answered_by_a_reply_that_came_in_time_and_is_read_lat
     let _node = responder(&server, "n1.example.net", Mode::Good);
     let rpc = client(&server, &dir);
     let timeout = Duration::from_millis(300);
-    let asked = rpc
-        .ask(
-            &id("n1.example.net"),
+    let ask = |node: &str| {
+        rpc.ask(
+            &id(node),
             "rpcutil",
             "inventory",
             &serde_json::json!({}),
             timeout,
             Flush::Now,
         )
-        .unwrap();
+        .unwrap()
+    };
+    let asked = ask("n1.example.net");
     // The caller reads other replies first, past this request's deadline.
     std::thread::sleep(timeout * 2);
     let answer = asked.answer().expect("the reply came in time");
     assert_eq!(answer.reply.sender, "n1.example.net");
     // A request whose deadline passed with nothing in its mailbox ends at once.
     let _silent = responder(&server, "n2.example.net", Mode::Silent);
-    let asked = rpc
-        .ask(
-            &id("n2.example.net"),
-            "rpcutil",
-            "inventory",
-            &serde_json::json!({}),
-            timeout,
-            Flush::Now,
-        )
-        .unwrap();
+    let asked = ask("n2.example.net");
     std::thread::sleep(timeout * 2);
     let started = Instant::now();
     assert!(matches!(asked.answer(), Err(RpcError::NoReply { .. })));

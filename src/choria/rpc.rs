@@ -203,11 +203,7 @@ pub struct Watch<'a> {
 
 impl fmt::Debug for Watch<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Watch")
-            .field("identity", &self.identity)
-            .field("agent", &self.agent)
-            .field("action", &self.action)
-            .finish()
+        debug_request(f, "Watch", &self.identity, self.agent, self.action)
     }
 }
 
@@ -301,12 +297,23 @@ pub struct Asked<'a> {
 
 impl fmt::Debug for Asked<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Asked")
-            .field("identity", &self.identity)
-            .field("agent", &self.agent)
-            .field("action", &self.action)
-            .finish()
+        debug_request(f, "Asked", &self.identity, self.agent, self.action)
     }
+}
+
+/// A request's `Debug`: which node and action, none of its bytes.
+fn debug_request(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    identity: &Identity,
+    agent: &str,
+    action: &str,
+) -> fmt::Result {
+    f.debug_struct(name)
+        .field("identity", identity)
+        .field("agent", &agent)
+        .field("action", &action)
+        .finish()
 }
 
 impl<'a> Asked<'a> {

@@ -246,52 +246,7 @@ impl NodeSequence {
         };
         let w = self.retrier(stopping, progress);
         let mut a = Attempt::default();
-        // What the node is asked before the helper runs does not depend on the other
-        // answers: the first tries go out together, and are read in Go's order.
-        let features = &self.config.features;
-        let nonce = RefCell::new(String::new());
-        let jwt_call = self.call(identity, "jwt", 3);
-        let ed25519_call = self.call(identity, "gen25519", 5);
-        let inventory_call = self.inventory_call(identity);
-        let csr_call = self.call(identity, "gencsr", 3);
-        let jwt = features
-            .jwt
-            .then(|| w.send(&jwt_call, || self.jwt_request(), Flush::Later))
-            .transpose()?;
-        let ed25519 = features
-            .ed25519
-            .then(|| {
-                w.send(
-                    &ed25519_call,
-                    || self.gen25519_request(&nonce),
-                    Flush::Later,
-                )
-            })
-            .transpose()?;
-        let last = if features.pki {
-            Flush::Later
-        } else {
-            Flush::Now
-        };
-        let inventory = w.send(&inventory_call, || json!({}), last)?;
-        let csr = features
-            .pki
-            .then(|| w.send(&csr_call, || self.gencsr_request(identity), Flush::Now))
-            .transpose()?;
-        if let Some(sent) = jwt {
-            self.fetch_jwt(&w, &jwt_call, sent, &mut a)?;
-            between()?;
-        }
-        if let Some(sent) = ed25519 {
-            self.fetch_ed25519(&w, &ed25519_call, sent, &nonce, &mut a)?;
-            between()?;
-        }
-        self.fetch_inventory(&w, &inventory_call, inventory, &mut a)?;
-        between()?;
-        if let Some(sent) = csr {
-            self.fetch_csr(&w, &csr_call, sent, &mut a)?;
-            between()?;
-        }
+        self.gather(&w, identity, &between, &mut a)?;
         progress.step("helper");
         let answer = self.run_helper(identity, &a, stopping)?;
         if (answer.defer || answer.shutdown) && !answer.msg.is_empty() {
@@ -339,6 +294,64 @@ impl NodeSequence {
         between()?;
         self.restart(&w, identity)?;
         Ok(Outcome::Done)
+    }
+
+    /// Asks the node for what the helper needs: `jwt`, `gen25519`, `inventory` and
+    /// `gencsr`, as the features say. None depends on another's answer, so their first
+    /// tries go out together (only the last one flushed); their replies are read in
+    /// Go's order, each call's later tries made alone. `between` runs after each.
+    fn gather<'r>(
+        &self,
+        w: &Retrier<'r>,
+        identity: &Identity,
+        between: &dyn Fn() -> Step<()>,
+        a: &mut Attempt<'r>,
+    ) -> Step<()> {
+        let features = &self.config.features;
+        let nonce = RefCell::new(String::new());
+        let jwt_call = self.call(identity, "jwt", 3);
+        let ed25519_call = self.call(identity, "gen25519", 5);
+        let inventory_call = self.inventory_call(identity);
+        let csr_call = self.call(identity, "gencsr", 3);
+        let jwt = features
+            .jwt
+            .then(|| w.send(&jwt_call, || self.jwt_request(), Flush::Later))
+            .transpose()?;
+        let ed25519 = features
+            .ed25519
+            .then(|| {
+                w.send(
+                    &ed25519_call,
+                    || self.gen25519_request(&nonce),
+                    Flush::Later,
+                )
+            })
+            .transpose()?;
+        let last = if features.pki {
+            Flush::Later
+        } else {
+            Flush::Now
+        };
+        let inventory = w.send(&inventory_call, || json!({}), last)?;
+        let csr = features
+            .pki
+            .then(|| w.send(&csr_call, || self.gencsr_request(identity), Flush::Now))
+            .transpose()?;
+        if let Some(sent) = jwt {
+            self.fetch_jwt(w, &jwt_call, sent, a)?;
+            between()?;
+        }
+        if let Some(sent) = ed25519 {
+            self.fetch_ed25519(w, &ed25519_call, sent, &nonce, a)?;
+            between()?;
+        }
+        self.fetch_inventory(w, &inventory_call, inventory, a)?;
+        between()?;
+        if let Some(sent) = csr {
+            self.fetch_csr(w, &csr_call, sent, a)?;
+            between()?;
+        }
+        Ok(())
     }
 
     fn jwt_request(&self) -> serde_json::Value {

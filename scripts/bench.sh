@@ -230,6 +230,10 @@ if not profile:
 print(f"bench: the rest of the machine's work per node: helpers {per_node(helper_ticks):.3f} ms CPU, nats-server {per_node(nats_ticks):.3f} ms CPU (peak RSS {int(nats_kb) / 1024:.1f} MB)")
 print(f"bench: provisioner peak RSS {int(peak_kb) / 1024:.1f} MB (target <= 64 MB)" + (" (sum over instances)" if instances > 1 else ""))
 print(f"bench: choria-fleet-sim CPU {int(sim_ticks) * 1000 / hz / max(done, 1):.3f} ms per node (at least), peak RSS {int(sim_kb) / 1024:.1f} MB")
+if not profile and int(sim_ticks) > 0:
+    # The machine's speed moves both by the same factor: compare runs by this.
+    print(f"bench: provisioner CPU / simulator CPU = {int(busy) / int(sim_ticks):.2f} "
+          "(comparable across the machine's fast and slow stretches; the CPU figures are not)")
 for i, d in enumerate(s.get("discoveries", []), 1):
     print(f"bench: discovery {i}: at +{(d['at_unix_ms'] * 1_000_000 - start) / 1e9:.2f} s, "
           f"{d['replies']:,} nodes answered within {d['answered_ms'] / 1000:.2f} s")

@@ -83,10 +83,10 @@ pub enum AttemptError {
     },
     /// A request body could not be encoded.
     Encode(String),
-    /// Someone else answered in the node's name, so the attempt stops. Every reply
-    /// that what is sent depends on is settled before `configure`, so a contest of
-    /// those is found before anything secret leaves; one on `configure`'s or
-    /// `restart`'s own replies (a flood) only stops the attempt.
+    /// Someone else answered in the node's name, so the attempt stops. The replies
+    /// that decide what is sent are all settled before `configure`, so a contest of
+    /// any of them is found before anything secret leaves; a flood of `configure`'s or
+    /// `restart`'s own replies only stops the attempt.
     Contested {
         /// The node.
         identity: Identity,

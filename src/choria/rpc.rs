@@ -341,9 +341,10 @@ impl<'a> Asked<'a> {
             // Checked on every message: a flood cannot extend the call.
             let left = timeout.saturating_sub(started.elapsed());
             let routed = if left.is_zero() {
-                // What came in time still counts when it is read late (a request sent
-                // ahead waits while others are read), up to a mailbox's worth, so
-                // that nothing sent after the deadline keeps the call going.
+                // What is already there still counts when the request is read late
+                // (one sent ahead waits while others are read): up to a mailbox's
+                // worth, without waiting, so that nothing that keeps coming after the
+                // deadline keeps the call going.
                 late += 1;
                 if late > REPLIES_PER_REQUEST {
                     None

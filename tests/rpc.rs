@@ -28,7 +28,12 @@ enum Mode {
     WrongSender,
     WrongHash,
     Silent,
+    /// The reply, then `FLOOD_COPIES - 1` copies of it: more than a request keeps.
+    Flood,
 }
+
+/// Replies a flooding responder sends per request.
+const FLOOD_COPIES: u64 = 20;
 
 /// Answers every request for `identity` (or every identity under `provisioning.node.>`
 /// when `identity` is `*`) like a provisioning-mode node would.
@@ -77,8 +82,13 @@ fn responder(server: &NatsServer, identity: &str, mode: Mode) -> nats::Connectio
         if mode == Mode::WrongHash {
             payload = forge_hash(&payload);
         }
-        if mode != Mode::Silent {
-            publisher.publish(&request.reply_to, payload)?;
+        let copies = match mode {
+            Mode::Silent => 0,
+            Mode::Flood => FLOOD_COPIES,
+            _ => 1,
+        };
+        for _ in 0..copies {
+            publisher.publish(&request.reply_to, &payload)?;
         }
         Ok(())
     });
@@ -228,6 +238,51 @@ fn a_request_sent_ahead_is_answered_by_a_reply_that_came_in_time_and_is_read_lat
     let started = Instant::now();
     assert!(matches!(asked.answer(), Err(RpcError::NoReply { .. })));
     assert!(started.elapsed() < timeout, "no wait past the deadline");
+}
+
+/// A request sent ahead and then given up unanswered (a request before it in its
+/// group failed) still counts the replies its mailbox dropped: the flood is counted
+/// however the request ends.
+#[test]
+fn replies_dropped_from_a_request_given_up_unanswered_are_counted() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _node = responder(&server, "n1.example.net", Mode::Flood);
+    let rpc = client(&server, &dir);
+    let asked = rpc
+        .ask(
+            &id("n1.example.net"),
+            "rpcutil",
+            "inventory",
+            &serde_json::json!({}),
+            Duration::from_secs(5),
+            Flush::Now,
+        )
+        .unwrap();
+    let stats = rpc.router().stats();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats.overflow.load(Ordering::Relaxed) < FLOOD_COPIES - 8 {
+        assert!(
+            Instant::now() < deadline,
+            "the flood overflowed the mailbox"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(rejected(&rpc, "overflow"), 0, "not counted while unread");
+    drop(asked);
+    assert_eq!(
+        rejected(&rpc, "overflow"),
+        stats.overflow.load(Ordering::Relaxed),
+        "every reply the mailbox dropped is counted once the request is given up"
+    );
+    assert_eq!(
+        rpc.metrics()
+            .contested_replies
+            .with_label_values(&["rpcutil#inventory"])
+            .get(),
+        0,
+        "a request nobody reads is not contested"
+    );
 }
 
 #[test]

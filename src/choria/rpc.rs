@@ -192,8 +192,7 @@ impl std::error::Error for Contested {}
 
 /// An accepted reply's request, still listening for more replies in the same name.
 pub struct Watch<'a> {
-    pending: Pending<'a>,
-    client: &'a RpcClient,
+    listening: Listening<'a>,
     identity: Identity,
     agent: &'static str,
     action: &'static str,
@@ -222,17 +221,21 @@ impl Watch<'_> {
     /// read are not a contest (they are counted).
     pub fn settle(&self, until: Instant) -> Result<(), Contested> {
         loop {
-            self.client
-                .check_dropped(&self.pending, &self.identity, self.agent, self.action)?;
+            self.listening.client.check_dropped(
+                &self.listening.pending,
+                &self.identity,
+                self.agent,
+                self.action,
+            )?;
             let left = until.saturating_duration_since(Instant::now());
             let next = if left.is_zero() {
-                self.pending.replies.try_recv()
+                self.listening.pending.replies.try_recv()
             } else {
-                self.pending.replies.recv_timeout(left)
+                self.listening.pending.replies.recv_timeout(left)
             };
             let Some(next) = next else {
-                return self.client.check_dropped(
-                    &self.pending,
+                return self.listening.client.check_dropped(
+                    &self.listening.pending,
                     &self.identity,
                     self.agent,
                     self.action,
@@ -240,15 +243,16 @@ impl Watch<'_> {
             };
             let Routed::Reply(bytes) = next else {
                 // A reply came, so somebody listens: the status is forged.
-                self.client.count_forged_status(&self.identity);
+                self.listening.client.count_forged_status(&self.identity);
                 continue;
             };
             match self
+                .listening
                 .client
-                .accept(&bytes, self.pending.id(), &self.identity)
+                .accept(&bytes, self.listening.pending.id(), &self.identity)
             {
                 Ok((_, body)) if body != self.body => {
-                    return Err(self.client.contest(
+                    return Err(self.listening.client.contest(
                         &self.identity,
                         self.agent,
                         self.action,
@@ -256,15 +260,23 @@ impl Watch<'_> {
                     ));
                 }
                 Ok(_) => {}
-                Err(rejection) => self.client.count_rejection(&rejection),
+                Err(rejection) => self.listening.client.count_rejection(&rejection),
             }
         }
     }
 }
 
-impl Drop for Watch<'_> {
-    /// Counts what was dropped unread after the last [`Watch::settle`] (too late to
-    /// matter, but a flood all the same).
+/// A request's route and the client that made it. When the request is done with,
+/// however that happens (answered and watched to the end, or given up unanswered
+/// because a request before it in its group failed), the replies its mailbox dropped
+/// unread since the last look are counted under `rejected_replies{reason="overflow"}`:
+/// too late to contest anything, but a flood all the same.
+struct Listening<'a> {
+    pending: Pending<'a>,
+    client: &'a RpcClient,
+}
+
+impl Drop for Listening<'_> {
     fn drop(&mut self) {
         self.client
             .count_dropped(self.pending.replies.take_dropped());
@@ -284,8 +296,7 @@ pub enum Flush {
 /// A request on its way, whose replies are kept (up to the mailbox's 8) until
 /// [`Asked::answer`] reads them.
 pub struct Asked<'a> {
-    pending: Pending<'a>,
-    client: &'a RpcClient,
+    listening: Listening<'a>,
     identity: Identity,
     subject: Subject,
     agent: &'static str,
@@ -322,8 +333,7 @@ impl<'a> Asked<'a> {
     /// dropped unread ends the wait as a contest.
     pub fn answer(self) -> Result<Answer<'a>, RpcError> {
         let Asked {
-            pending,
-            client,
+            listening,
             identity,
             subject,
             agent,
@@ -332,6 +342,7 @@ impl<'a> Asked<'a> {
             started,
             asked_at,
         } = self;
+        let (pending, client) = (&listening.pending, listening.client);
         let mut rejected: Option<(u64, String)> = None;
         // Whether a probe found someone subscribed to the node's subject.
         let mut listened_to = false;
@@ -357,7 +368,7 @@ impl<'a> Asked<'a> {
             // A reply dropped unread may have been the node's own: whatever is
             // accepted now could be a forgery that no twin would expose.
             client
-                .check_dropped(&pending, &identity, agent, action)
+                .check_dropped(pending, &identity, agent, action)
                 .map_err(RpcError::Contested)?;
             let bytes = match routed {
                 None => {
@@ -386,8 +397,7 @@ impl<'a> Asked<'a> {
                     return Ok(Answer {
                         reply,
                         watch: Watch {
-                            pending,
-                            client,
+                            listening,
                             identity,
                             agent,
                             action,
@@ -624,8 +634,10 @@ impl RpcClient {
             self.send(&spec, payload, &subject, timeout, flush)
         })?;
         Ok(Asked {
-            pending,
-            client: self,
+            listening: Listening {
+                pending,
+                client: self,
+            },
             identity: identity.clone(),
             subject,
             agent,

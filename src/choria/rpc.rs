@@ -220,39 +220,26 @@ impl Watch<'_> {
     /// have been that different reply). Identical copies and invalid replies that were
     /// read are not a contest (they are counted).
     pub fn settle(&self, until: Instant) -> Result<(), Contested> {
+        let Listening { pending, client } = &self.listening;
         loop {
-            self.listening.client.check_dropped(
-                &self.listening.pending,
-                &self.identity,
-                self.agent,
-                self.action,
-            )?;
+            client.check_dropped(pending, &self.identity, self.agent, self.action)?;
             let left = until.saturating_duration_since(Instant::now());
             let next = if left.is_zero() {
-                self.listening.pending.replies.try_recv()
+                pending.replies.try_recv()
             } else {
-                self.listening.pending.replies.recv_timeout(left)
+                pending.replies.recv_timeout(left)
             };
             let Some(next) = next else {
-                return self.listening.client.check_dropped(
-                    &self.listening.pending,
-                    &self.identity,
-                    self.agent,
-                    self.action,
-                );
+                return client.check_dropped(pending, &self.identity, self.agent, self.action);
             };
             let Routed::Reply(bytes) = next else {
                 // A reply came, so somebody listens: the status is forged.
-                self.listening.client.count_forged_status(&self.identity);
+                client.count_forged_status(&self.identity);
                 continue;
             };
-            match self
-                .listening
-                .client
-                .accept(&bytes, self.listening.pending.id(), &self.identity)
-            {
+            match client.accept(&bytes, pending.id(), &self.identity) {
                 Ok((_, body)) if body != self.body => {
-                    return Err(self.listening.client.contest(
+                    return Err(client.contest(
                         &self.identity,
                         self.agent,
                         self.action,
@@ -260,7 +247,7 @@ impl Watch<'_> {
                     ));
                 }
                 Ok(_) => {}
-                Err(rejection) => self.listening.client.count_rejection(&rejection),
+                Err(rejection) => client.count_rejection(&rejection),
             }
         }
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::choria::identity::Identity;
 use crate::choria::protocol::mcorpc::RequestData;
-use crate::choria::rpc::{Asked, Contested, Flush, Reply, RpcClient, RpcError, Watch};
+use crate::choria::rpc::{Answer, Asked, Contested, Flush, Reply, RpcClient, RpcError, Watch};
 
 /// An accepted reply's request, still listening for a second reply in the node's name.
 pub trait ReplyWatch {
@@ -59,13 +59,18 @@ pub trait NodeRpc: Send + Sync {
     ) -> Result<Box<dyn AskedRpc<'_> + '_>, RpcError>;
 }
 
-impl<'a> AskedRpc<'a> for Asked<'a> {
-    fn answer(self: Box<Self>) -> Result<Called<'a>, RpcError> {
-        let answer = Asked::answer(*self)?;
-        Ok(Called {
+impl<'a> From<Answer<'a>> for Called<'a> {
+    fn from(answer: Answer<'a>) -> Called<'a> {
+        Called {
             reply: answer.reply,
             watch: Box::new(answer.watch),
-        })
+        }
+    }
+}
+
+impl<'a> AskedRpc<'a> for Asked<'a> {
+    fn answer(self: Box<Self>) -> Result<Called<'a>, RpcError> {
+        Asked::answer(*self).map(Called::from)
     }
 }
 
@@ -88,11 +93,7 @@ impl NodeRpc for RpcClient {
         data: &dyn RequestData,
         timeout: Duration,
     ) -> Result<Called<'_>, RpcError> {
-        let answer = RpcClient::call(self, identity, agent, action, data, timeout)?;
-        Ok(Called {
-            reply: answer.reply,
-            watch: Box::new(answer.watch),
-        })
+        RpcClient::call(self, identity, agent, action, data, timeout).map(Called::from)
     }
 
     fn ask(

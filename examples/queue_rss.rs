@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::config::Pause;
+use choria_provisioner::host::driver::{Finished, Ready, Ticket};
 use choria_provisioner::host::outcome::Outcome;
 use choria_provisioner::hosts::{Fleet, FleetOptions, Provision, Source};
 use choria_provisioner::metrics::{Metrics, ProcessStats};
@@ -13,9 +14,43 @@ use choria_provisioner::metrics::{Metrics, ProcessStats};
 struct Never;
 
 impl Provision for Never {
-    fn provision(&self, _: &Identity, _: Instant, _: &AtomicBool) -> Outcome {
-        Outcome::Failed("paused".into())
+    fn begin(&self, ticket: Ticket, _: &AtomicBool) -> Option<Finished> {
+        Some(Finished {
+            ticket,
+            outcome: Outcome::Failed("paused".into()),
+            silent: false,
+        })
     }
+
+    fn ready(&self) -> crossbeam_channel::Receiver<Ready> {
+        crossbeam_channel::never()
+    }
+
+    fn resume(&self, _: Ready, _: &AtomicBool) -> Option<Finished> {
+        None
+    }
+
+    fn has_room(&self) -> bool {
+        true
+    }
+
+    fn abandon_all(&self) -> Vec<Finished> {
+        Vec::new()
+    }
+
+    fn waiting(&self) -> usize {
+        0
+    }
+
+    fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        Vec::new()
+    }
+
+    fn woken(&self) -> Vec<Identity> {
+        Vec::new()
+    }
+
+    fn pass_on_wakes(&self, _: usize) {}
 }
 
 fn main() {

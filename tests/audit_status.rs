@@ -269,7 +269,13 @@ fn nodes_shows_every_state_and_the_command_prints_it() {
         cooldown: Duration::from_secs(60),
         ..fast()
     };
-    let prov = Provisioner::start(&server.url(), "p1.test", "workers: 2\n", long_cooldown);
+    // At most two attempts under way: the rest wait in the queue.
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        "workers: 2\nmax_waiting_attempts: 2\n",
+        long_cooldown,
+    );
     let m = monitor(&prov);
     let port = m.local_addr().port();
     let url = format!("http://127.0.0.1:{port}");

@@ -153,8 +153,10 @@ fn the_nodes_of_an_instance_that_dies_are_finished_by_the_others() {
     let dir = TempDir::new("active-kill");
     // With the jwt feature the first RPC (`jwt`) takes the node's provisioning lock,
     // so every node c has in flight (in its slow helper) is locked when it dies.
+    // At most four attempts under way, so c holds few locks when it dies, each short
+    // (the grace is not this test's subject) so the survivors reach them in time.
     let yaml = format!(
-        "{}workers: 4\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
         slow_helper(&dir, "0.05"),
         hex(&public_of(&ISSUER_SEED))
     );
@@ -243,7 +245,12 @@ fn the_nodes_of_an_instance_that_dies_are_finished_by_the_others() {
 fn a_clean_stop_hands_the_share_over_at_once() {
     let server = NatsServer::start();
     let dir = TempDir::new("active-stop");
-    let yaml = format!("{}workers: 2\n", slow_helper(&dir, "0.1"));
+    // Two attempts under way at a time (each short: the grace is not this test's
+    // subject): the rest of b's share waits in its queue.
+    let yaml = format!(
+        "{}workers: 2\nmax_waiting_attempts: 2\nreply_grace: 20ms\n",
+        slow_helper(&dir, "0.1")
+    );
     let mut ps = start(&server, &["a.lon", "b.lon"], &yaml);
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
     let fleet = sim(&server.url(), 200, |_| {});
@@ -458,8 +465,10 @@ fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
     use choria_provisioner::hosts::membership::{HEARTBEAT, SILENT_BEATS};
     let server = NatsServer::start();
     let dir = TempDir::new("active-sigkill");
+    // At most four attempts under way, so c holds few locks when it dies, each short
+    // (the grace is not this test's subject) so the survivors reach them in time.
     let yaml = format!(
-        "{}workers: 4\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
         slow_helper(&dir, "0.05"),
         hex(&public_of(&ISSUER_SEED))
     );

@@ -12,6 +12,9 @@ mod support;
 #[path = "hostile/helper.rs"]
 mod helper;
 
+#[path = "hostile/waiting.rs"]
+mod waiting;
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -425,11 +428,7 @@ fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
     let fleet = sim(&server.url(), 10, |_| {});
     // A grace ten times the production one: the attacker and the nodes answer at
     // once, but on a loaded machine either thread can be late by more than 50 ms.
-    let options = DaemonOptions {
-        reply_grace: Duration::from_millis(500),
-        ..fast()
-    };
-    let prov = Provisioner::start(&server.url(), "p1.test", "", options);
+    let prov = Provisioner::start(&server.url(), "p1.test", "reply_grace: 500ms\n", fast());
     contested_then_provisioned(
         &prov,
         &fleet,
@@ -574,15 +573,12 @@ fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_pr
     );
     // As for inventory: the attacker and the nodes answer at once, but on a loaded
     // machine either can be late by more than the production 50 ms.
-    let options = DaemonOptions {
-        reply_grace: Duration::from_millis(500),
-        ..fast()
-    };
+    let options = fast();
     let prov = Provisioner::start(
         &server.url(),
         "p1.test",
         &format!(
-            "helper: {}\nfeatures: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n",
+            "reply_grace: 500ms\nhelper: {}\nfeatures: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n",
             helper.display(),
             issuer_public_hex(),
             seed_file.display()

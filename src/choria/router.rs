@@ -46,8 +46,9 @@ pub struct RouterStats {
 }
 
 /// A function that takes a request's replies on the reader thread (discovery uses
-/// one, so that its thousands of replies need no channel of their size).
-pub type Sink = Arc<dyn Fn(Routed) + Send + Sync>;
+/// one, so that its thousands of replies need no channel of their size); it returns
+/// false for a reply it dropped (a full bounded inbox), which the router counts.
+pub type Sink = Arc<dyn Fn(Routed) -> bool + Send + Sync>;
 
 /// The replies to one request, for its caller: at most `capacity` wait; the reader
 /// thread adds without blocking, the caller waits without spinning. What does not fit
@@ -129,14 +130,14 @@ impl Mailbox {
 
 /// Where the replies to one request id go.
 #[derive(Clone)]
-enum Route {
+enum Target {
     /// A mailbox a caller waits on.
     Mailbox(Arc<Mailbox>),
     /// A function run on the reader thread.
     Sink(Sink),
 }
 
-type Routes = Mutex<HashMap<RouteKey, Route>>;
+type Routes = Mutex<HashMap<RouteKey, Target>>;
 
 /// Most bytes of a request id the router registers: v1's ids are 32 hex digits and
 /// v2's 27-character KSUIDs.
@@ -216,6 +217,30 @@ impl Drop for Collecting<'_> {
     }
 }
 
+/// A request id registered with a [`Sink`] that owns its share of the routes, so
+/// that it can live with a parked attempt rather than on a caller's stack;
+/// unregisters itself when dropped.
+pub struct Route {
+    routes: Arc<Routes>,
+    key: Option<RouteKey>,
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Route")
+            .field("id", &self.key.as_ref().map(RouteKey::as_str))
+            .finish()
+    }
+}
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        if let Some(key) = &self.key {
+            self.routes.lock().remove(key);
+        }
+    }
+}
+
 /// A registered request id; unregisters itself when dropped.
 pub struct Pending<'a> {
     router: &'a Router,
@@ -265,7 +290,7 @@ impl Router {
     /// dropped until it reads some.
     pub fn expect(&self, id: &str, capacity: usize) -> Pending<'_> {
         let mailbox = Arc::new(Mailbox::new(capacity));
-        let key = self.register(id, Route::Mailbox(Arc::clone(&mailbox)));
+        let key = self.register(id, Target::Mailbox(Arc::clone(&mailbox)));
         Pending {
             router: self,
             key,
@@ -276,13 +301,23 @@ impl Router {
     /// Registers `id` with `sink`, which takes every reply on the reader thread until
     /// the returned value is dropped. `sink` must return at once.
     pub fn collect(&self, id: &str, sink: Sink) -> Collecting<'_> {
-        let key = self.register(id, Route::Sink(sink));
+        let key = self.register(id, Target::Sink(sink));
         Collecting { router: self, key }
+    }
+
+    /// Registers `id` with `sink` until the returned [`Route`] is dropped; `sink` runs
+    /// on the reader thread and must return at once.
+    pub fn route(&self, id: &str, sink: Sink) -> Route {
+        let key = self.register(id, Target::Sink(sink));
+        Route {
+            routes: Arc::clone(&self.routes),
+            key,
+        }
     }
 
     /// Routes `id`'s replies to `route`; its key, or `None` (and nothing routed) for an
     /// id longer than any this crate makes.
-    fn register(&self, id: &str, route: Route) -> Option<RouteKey> {
+    fn register(&self, id: &str, route: Target) -> Option<RouteKey> {
         let key = RouteKey::new(id);
         match key {
             Some(key) => {
@@ -321,16 +356,19 @@ fn route(routes: &Routes, stats: &RouterStats, msg: Delivered) {
     // Cloned out so that the lock is not held while handing over or sinking.
     let route = RouteKey::new(id).and_then(|key| routes.lock().get(&key).cloned());
     match route {
-        Some(Route::Mailbox(mailbox)) => {
+        Some(Target::Mailbox(mailbox)) => {
             if mailbox.offer(routed) {
                 stats.routed.fetch_add(1, Ordering::Relaxed);
             } else {
                 stats.overflow.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Some(Route::Sink(sink)) => {
-            stats.routed.fetch_add(1, Ordering::Relaxed);
-            sink(routed);
+        Some(Target::Sink(sink)) => {
+            if sink(routed) {
+                stats.routed.fetch_add(1, Ordering::Relaxed);
+            } else {
+                stats.overflow.fetch_add(1, Ordering::Relaxed);
+            }
         }
         None => {
             stats.unexpected.fetch_add(1, Ordering::Relaxed);

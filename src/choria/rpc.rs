@@ -31,7 +31,7 @@ use super::connector::{redact_url, Connector};
 use super::identity::Identity;
 use super::protocol::mcorpc::RequestData;
 use super::protocol::{self, scratch, Credentials, Filter, Protocol, RequestSpec};
-use super::router::{Pending, Routed, Router};
+use super::router::{Pending, Route, Routed, Router, Sink};
 use super::subject::{Subject, SubjectError};
 use crate::metrics::Metrics;
 use crate::throttle::Throttle;
@@ -57,6 +57,9 @@ thread_local! {
     static REQUEST_BUFFERS: std::cell::RefCell<[Vec<u8>; 2]> =
         const { std::cell::RefCell::new([Vec::new(), Vec::new()]) };
 }
+
+/// How long a lone request's flush may wait for the broker's PONG.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Replies kept per direct request: the real one plus a few forged or duplicated ones.
 const REPLIES_PER_REQUEST: usize = 8;
@@ -418,9 +421,11 @@ pub struct Answer<'a> {
 
 /// Why a reply was not accepted.
 #[derive(Debug)]
-struct Rejection {
-    reason: &'static str,
-    detail: String,
+pub(crate) struct Rejection {
+    /// The `rejected_replies` label.
+    pub(crate) reason: &'static str,
+    /// What was wrong, without the node's values.
+    pub(crate) detail: String,
 }
 
 /// What one broadcast discovery found.
@@ -635,6 +640,84 @@ impl RpcClient {
         })
     }
 
+    /// Sends `agent#action` with `data` to `identity` and returns at once with the
+    /// request id; every message routed to its reply subject goes to `sink` on the
+    /// reader thread, unchecked, until the returned [`Route`] is dropped.
+    pub(crate) fn send_routed(
+        &self,
+        identity: &Identity,
+        agent: &'static str,
+        action: &'static str,
+        data: &dyn RequestData,
+        flush: Flush,
+        sink: Sink,
+    ) -> Result<(String, Route), RpcError> {
+        let id = protocol::new_request_id(self.protocol);
+        let subject = self
+            .node_prefix
+            .child(identity)
+            .map_err(RpcError::Subject)?;
+        let route = self.router.route(&id, sink);
+        let filter = match agent {
+            RPCUTIL_AGENT => &self.rpcutil_filter,
+            _ => &self.provision_filter,
+        };
+        scratch::with(&REQUEST_BUFFERS, |[body, payload]| {
+            protocol::mcorpc::RpcRequestBody::write_for(body, agent, action, data);
+            let spec = self.spec(agent, filter, body, &id);
+            self.send(&spec, payload, &subject, FLUSH_TIMEOUT, flush)
+        })?;
+        Ok((id, route))
+    }
+
+    /// Asks the broker, without waiting, whether anybody subscribes to `identity`'s
+    /// subject: an empty message with a reply subject of its own, then a fence, a
+    /// message of ours to that reply subject. nats-server answers "no responders" for
+    /// the first while it handles its publish, before it reads the fence, and hands
+    /// both back in that order; a status after the fence is nobody's but a forger's.
+    /// `told` is called once, on the reader thread, when the fence arrives: `true`
+    /// when the broker's status came before it. A node that is there reads the probe
+    /// as a message it cannot decode and drops it (go-choria and the simulator).
+    pub(crate) fn probe(
+        &self,
+        identity: &Identity,
+        told: Box<dyn Fn(bool) + Send + Sync>,
+    ) -> Result<Route, RpcError> {
+        let subject = self
+            .node_prefix
+            .child(identity)
+            .map_err(RpcError::Subject)?;
+        let id = protocol::new_request_id(self.protocol);
+        let reply = self.router.reply_subject(&id).map_err(RpcError::Subject)?;
+        let fence = format!("fence {}", protocol::new_request_id(self.protocol)).into_bytes();
+        // (nobody subscribes, fenced)
+        let seen = Mutex::new((false, false));
+        let expected = fence.clone();
+        let route = self.router.route(
+            &id,
+            Arc::new(move |routed: Routed| {
+                let mut seen = seen.lock();
+                if seen.1 {
+                    return true;
+                }
+                match routed {
+                    Routed::NoResponders => seen.0 = true,
+                    Routed::Reply(bytes) if bytes == expected => {
+                        seen.1 = true;
+                        told(seen.0);
+                    }
+                    Routed::Reply(_) => {}
+                }
+                true
+            }),
+        );
+        self.bus
+            .publish_request(&subject, &reply, None, b"")
+            .and_then(|()| self.bus.publish(&reply, &fence))
+            .map_err(|e| RpcError::Publish(e.to_string()))?;
+        Ok(route)
+    }
+
     /// Whether nobody is subscribed to `subject`, asked of the broker itself: an empty
     /// message with a reply subject of its own, then a PING, written together.
     /// nats-server sends "no responders" for a message nobody is subscribed to while
@@ -723,7 +806,7 @@ impl RpcClient {
 
     /// Decodes and checks one reply for request `id` from `identity`; returns it with
     /// its RPC body bytes.
-    fn accept(
+    pub(crate) fn accept(
         &self,
         bytes: &[u8],
         id: &str,
@@ -776,7 +859,9 @@ impl RpcClient {
             let metrics = Arc::clone(&self.metrics);
             let warn = Arc::clone(&self.warn_identity);
             Arc::new(move |routed: Routed| {
-                let Routed::Reply(bytes) = routed else { return };
+                let Routed::Reply(bytes) = routed else {
+                    return true;
+                };
                 let sender = protocol::transport_sender(&bytes);
                 let mut c = collected.lock();
                 c.replies += 1;
@@ -789,7 +874,7 @@ impl RpcClient {
                             .with_label_values(&["discovery", "undecodable"])
                             .inc();
                         log::debug!("Ignoring an undecodable discovery reply: {e}");
-                        return;
+                        return true;
                     }
                 };
                 match Identity::parse(&sender) {
@@ -816,6 +901,7 @@ impl RpcClient {
                         }
                     }
                 }
+                true
             })
         };
         let registration = self.router.collect(&id, sink);

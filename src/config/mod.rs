@@ -40,8 +40,21 @@ pub const DEFAULT_LIFECYCLE_COMPONENT: &str = "provision_mode_server";
 /// (the grace overlaps the helper run).
 pub const DEFAULT_CSR_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The default `reply_grace`: a real node answers its requests within this time even
+/// in its first, busy boot, so that its reply still contests one someone else sent
+/// first. It costs each node that much latency and the fleet no throughput.
+pub const DEFAULT_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The default `max_waiting_attempts`.
+pub const DEFAULT_MAX_WAITING_ATTEMPTS: usize = 20_000;
+
+/// The most `max_waiting_attempts` accepted: each waiting attempt holds a few
+/// kilobytes.
+pub const MAX_WAITING_ATTEMPTS: usize = 1_000_000;
+
 /// The longest `csr_reply_grace` accepted: a twin later than this is past any node's
-/// `gencsr` timeout in practice, and a longer wait only stalls the workers.
+/// `gencsr` timeout in practice, and a longer wait only delays every node. The same
+/// bound holds for `reply_grace`.
 pub const MAX_CSR_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Optional provisioning features (the `features` map).
@@ -131,6 +144,13 @@ pub struct Config {
     /// still stops the attempt before its certificate is sent (new key; see the
     /// README's threat model).
     pub csr_reply_grace: Duration,
+    /// How long after each request before the helper a second, different reply in
+    /// the node's name still stops the attempt before anything secret is made or
+    /// sent (new key; see the threat model in `docs/security.md`).
+    pub reply_grace: Duration,
+    /// Attempts under way at once; the workers take no new node from the queue while
+    /// this many wait (new key).
+    pub max_waiting_attempts: usize,
     /// Token sent with every `choria_provision` action.
     pub token: Secret,
     /// Component of the startup events listened to.
@@ -195,6 +215,8 @@ impl Config {
             helper: String::new(),
             helper_timeout: Duration::from_secs(10),
             csr_reply_grace: DEFAULT_CSR_REPLY_GRACE,
+            reply_grace: DEFAULT_REPLY_GRACE,
+            max_waiting_attempts: DEFAULT_MAX_WAITING_ATTEMPTS,
             token: Secret::default(),
             lifecycle_component: DEFAULT_LIFECYCLE_COMPONENT.into(),
             choria_insecure: false,

@@ -392,10 +392,32 @@ fn rule_timeouts_positive() {
 }
 
 #[test]
-fn rule_csr_reply_grace_at_most_a_minute() {
-    assert_problem(
-        "csr_reply_grace: 61s",
-        "csr_reply_grace: \"1m1s\": must be at most 1m: a longer wait only stalls the workers",
+fn rule_max_waiting_attempts_from_one_to_a_million() {
+    for bad in ["0", "-3", "1000001"] {
+        assert_problem(
+            &format!("max_waiting_attempts: {bad}"),
+            "must be from 1 to 1000000",
+        );
+    }
+    assert_eq!(config("").max_waiting_attempts, 20_000);
+    assert_eq!(
+        config("max_waiting_attempts: 500").max_waiting_attempts,
+        500
+    );
+}
+
+#[test]
+fn rule_reply_graces_at_most_a_minute() {
+    for key in ["csr_reply_grace", "reply_grace"] {
+        assert_problem(
+            &format!("{key}: 61s"),
+            &format!("{key}: \"1m1s\": must be at most 1m: a longer wait only delays every node"),
+        );
+    }
+    assert!(config("").effective_yaml().contains("\nreply_grace: 2s"));
+    assert_eq!(
+        config("reply_grace: 0.5s").reply_grace,
+        Duration::from_millis(500)
     );
     assert_problem(
         "csr_reply_grace: -1s",

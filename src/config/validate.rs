@@ -131,13 +131,28 @@ fn timeouts(c: &Config, problems: &mut Vec<Problem>) {
             problems.push(Problem::with_value(key, "0s", "must be longer than zero"));
         }
     }
-    if c.csr_reply_grace > super::MAX_CSR_REPLY_GRACE {
+    for (key, value) in [
+        ("csr_reply_grace", c.csr_reply_grace),
+        ("reply_grace", c.reply_grace),
+    ] {
+        if value > super::MAX_CSR_REPLY_GRACE {
+            problems.push(Problem::with_value(
+                key,
+                super::format_duration(value),
+                format!(
+                    "must be at most {}: a longer wait only delays every node",
+                    super::format_duration(super::MAX_CSR_REPLY_GRACE)
+                ),
+            ));
+        }
+    }
+    if c.max_waiting_attempts == 0 || c.max_waiting_attempts > super::MAX_WAITING_ATTEMPTS {
         problems.push(Problem::with_value(
-            "csr_reply_grace",
-            super::format_duration(c.csr_reply_grace),
+            "max_waiting_attempts",
+            c.max_waiting_attempts.to_string(),
             format!(
-                "must be at most {}: a longer wait only stalls the workers",
-                super::format_duration(super::MAX_CSR_REPLY_GRACE)
+                "must be from 1 to {}: each waiting attempt holds a few kilobytes",
+                super::MAX_WAITING_ATTEMPTS
             ),
         ));
     }

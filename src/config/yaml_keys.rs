@@ -21,6 +21,8 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "helper",
     "helper_timeout",
     "csr_reply_grace",
+    "reply_grace",
+    "max_waiting_attempts",
     "token",
     "lifecycle_component",
     "choria_insecure",
@@ -162,6 +164,12 @@ fn apply_top(
         "csr_reply_grace" => {
             duration(key, v).map(|d| c.csr_reply_grace = d.unwrap_or(c.csr_reply_grace))
         }
+        "reply_grace" => duration(key, v).map(|d| c.reply_grace = d.unwrap_or(c.reply_grace)),
+        "max_waiting_attempts" => int(key, v).map(|n| {
+            if let Some(n) = n {
+                c.max_waiting_attempts = usize::try_from(n).unwrap_or(0);
+            }
+        }),
         "token" => secret(key, v).map(|s| c.token = s),
         "lifecycle_component" => string(key, v).map(|s| {
             if !s.is_empty() {
@@ -453,6 +461,11 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
     put("helper", s(&c.helper));
     put("helper_timeout", s(&format_duration(c.helper_timeout)));
     put("csr_reply_grace", s(&format_duration(c.csr_reply_grace)));
+    put("reply_grace", s(&format_duration(c.reply_grace)));
+    put(
+        "max_waiting_attempts",
+        Value::Number(c.max_waiting_attempts.into()),
+    );
     put("token", secret(&c.token));
     put("lifecycle_component", s(&c.lifecycle_component));
     put("choria_insecure", Value::Bool(c.choria_insecure));

@@ -1,11 +1,12 @@
 //! Everything that happens to one server: the provisioning sequence and its crypto.
 
+mod attempt;
+pub mod driver;
 pub mod failure;
 mod folded_keys;
 pub mod helper;
 pub mod key_material;
 pub mod loop_check;
-pub mod node_rpc;
 pub mod outcome;
 pub mod pipes;
 mod proctree;

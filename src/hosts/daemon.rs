@@ -21,8 +21,9 @@ use crate::choria::lifecycle::{self, Event};
 use crate::choria::rpc::{RpcClient, RpcError};
 use crate::choria::subject::{QueueGroup, SubjectError};
 use crate::config::{Config, Pause};
+use crate::host::driver::Driver;
 use crate::host::key_material::KeyLoadError;
-use crate::host::sequence::{NodeSequence, Timeouts, REPLY_GRACE};
+use crate::host::sequence::{NodeSequence, Timeouts};
 use crate::metrics::Metrics;
 
 /// The component of the provisioner's own lifecycle events.
@@ -39,8 +40,6 @@ pub struct DaemonOptions {
     pub interval: Option<Duration>,
     /// Election settings.
     pub election: ElectionOptions,
-    /// How long a second reply in a node's name still stops its attempt.
-    pub reply_grace: Duration,
     /// Active-active heartbeat period (a peer silent for three is dropped).
     pub heartbeat: Duration,
     /// When a discovery that overflowed the queue is followed by an early one.
@@ -57,7 +56,6 @@ impl Default for DaemonOptions {
             cooldown: COOLDOWN,
             interval: None,
             election: ElectionOptions::default(),
-            reply_grace: REPLY_GRACE,
             heartbeat: HEARTBEAT,
             rediscovery: REDISCOVERY,
             lock_window: LOCK_WINDOW,
@@ -163,17 +161,21 @@ impl Daemon {
         let timeouts = Timeouts {
             provision: client.rpc_timeout(Duration::from_secs(20)),
             rpcutil: client.rpc_timeout(Duration::from_secs(2)),
-            reply_grace: options.reply_grace,
         };
-        let provisioner = NodeSequence::new(
+        let sequence = NodeSequence::new(
             Arc::clone(config),
-            Arc::clone(&rpc) as Arc<dyn crate::host::node_rpc::NodeRpc>,
             Arc::clone(metrics),
             Arc::clone(pause),
             timeouts,
         )
         .map_err(StartError::Keys)?;
-        let upgrade_slots = provisioner.upgrade_slots();
+        let upgrade_slots = sequence.upgrade_slots();
+        let provisioner = Driver::new(Arc::new(sequence), Arc::clone(&rpc)).map_err(|error| {
+            StartError::Thread {
+                name: "attempt-timer",
+                error,
+            }
+        })?;
         let fleet = Fleet::new(
             FleetOptions {
                 workers: config.workers,
@@ -181,10 +183,11 @@ impl Daemon {
                 cooldown: options.cooldown,
                 shutdown_timeout: config.shutdown_timeout,
                 lock_window: options.lock_window,
+                ..FleetOptions::default()
             },
             Arc::clone(metrics),
             Arc::clone(pause),
-            Arc::new(provisioner) as Arc<dyn Provision>,
+            provisioner as Arc<dyn Provision>,
         );
         fleet.board().set_instance(&client.identity);
         if let Some(path) = &config.audit_file {

@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 
 use crate::choria::identity::Identity;
 use crate::config::Pause;
+use crate::host::driver::{Driver, Finished, Ready, Ticket};
 use crate::host::outcome::Outcome;
 use crate::metrics::Metrics;
 
@@ -44,48 +45,52 @@ pub const COOLDOWN: Duration = Duration::from_secs(60);
 /// holder's last use, plus a margin for clock steps and the holder's last call.
 pub const LOCK_WINDOW: Duration = Duration::from_secs(125);
 
-/// Provisions one node; implemented by the host layer.
-pub trait Provision: Send + Sync {
-    /// Runs one attempt for `identity`, known (or last refreshed) since
-    /// `waiting_since`. Implementations check `stopping` between steps and give up
-    /// when it is set.
-    fn provision(
-        &self,
-        identity: &Identity,
-        waiting_since: Instant,
-        stopping: &AtomicBool,
-    ) -> Outcome;
+/// How long an identity whose attempt failed without a single reply is kept before it
+/// may be queued again, the first time; it doubles each time in a row, up to
+/// [`SILENT_COOLDOWN_MAX`].
+pub const SILENT_COOLDOWN: Duration = Duration::from_secs(30);
 
-    /// [`Provision::provision`], keeping `progress` up to date with the step the
-    /// attempt is at and the facts it learns (for `/nodes` and the audit trail).
-    /// By default only the start is shown.
-    fn provision_with(
-        &self,
-        identity: &Identity,
-        waiting_since: Instant,
-        stopping: &AtomicBool,
-        progress: &crate::host::progress::Progress,
-    ) -> Outcome {
-        let _ = progress;
-        self.provision(identity, waiting_since, stopping)
-    }
+/// The longest a silent identity is kept.
+pub const SILENT_COOLDOWN_MAX: Duration = Duration::from_secs(3600);
+
+/// Silent identities whose strikes are counted at once.
+pub const SILENT_KEPT: usize = 100_000;
+
+/// Provisions nodes; implemented by the host layer's [`Driver`]. An attempt begins
+/// on a worker and, whenever it waits on its node, is parked without a thread until
+/// something arrives for it: it comes back on [`Provision::ready`], and a worker
+/// [`Provision::resume`]s it.
+pub trait Provision: Send + Sync {
+    /// Begins an attempt for the ticket's node: `Some` when it ended at once,
+    /// `None` when it is parked. Implementations watch `stopping`.
+    fn begin(&self, ticket: Ticket, stopping: &AtomicBool) -> Option<Finished>;
+
+    /// Parked attempts that have something to do.
+    fn ready(&self) -> Receiver<Ready>;
+
+    /// Runs a parked attempt's next turns: `Some` when it ended.
+    fn resume(&self, ready: Ready, stopping: &AtomicBool) -> Option<Finished>;
+
+    /// Whether another attempt may begin now (the attempts under way are bounded).
+    fn has_room(&self) -> bool;
+
+    /// Ends every parked attempt: the fleet is stopping.
+    fn abandon_all(&self) -> Vec<Finished>;
+
+    /// Attempts under way (parked or with a worker).
+    fn waiting(&self) -> usize;
 
     /// The nodes away upgrading (holding an `upgrades_max_in_flight` slot) and
-    /// since when; none by default.
-    fn upgrading(&self) -> Vec<(Identity, Instant)> {
-        Vec::new()
-    }
+    /// since when.
+    fn upgrading(&self) -> Vec<(Identity, Instant)>;
 
     /// Nodes that ended an attempt waiting (`upgrade_waiting`) and whose turn has
-    /// come: the fleet queues them again. None by default.
-    fn woken(&self) -> Vec<Identity> {
-        Vec::new()
-    }
+    /// come: the fleet queues them again.
+    fn woken(&self) -> Vec<Identity>;
 
     /// `n` of the nodes [`Provision::woken`] gave are not this instance's to queue
     /// (another instance owns them now): wake as many other waiting nodes instead.
-    /// Nothing by default.
-    fn pass_on_wakes(&self, _n: usize) {}
+    fn pass_on_wakes(&self, n: usize);
 }
 
 /// Which nodes this instance provisions (active-active: the nodes it owns among the
@@ -142,6 +147,8 @@ pub struct FleetOptions {
     /// How long a node found locked by another provisioner is left alone before it
     /// is offered again ([`LOCK_WINDOW`]).
     pub lock_window: Duration,
+    /// The first cool-down of a silent identity ([`SILENT_COOLDOWN`]).
+    pub silent_cooldown: Duration,
 }
 
 impl Default for FleetOptions {
@@ -152,6 +159,7 @@ impl Default for FleetOptions {
             cooldown: COOLDOWN,
             shutdown_timeout: Duration::from_secs(10),
             lock_window: LOCK_WINDOW,
+            silent_cooldown: SILENT_COOLDOWN,
         }
     }
 }
@@ -220,6 +228,11 @@ pub struct Fleet {
     queue_full: AtomicU64,
     ownership: OnceLock<Arc<dyn Ownership>>,
     board: status::Board,
+    /// Silent identities and how many attempts in a row they let fail unanswered.
+    silent: Mutex<HashMap<Identity, u32>>,
+    /// Until when the workers let attempts under way finish their step, once
+    /// stopping.
+    stop_deadline: OnceLock<Instant>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -262,6 +275,8 @@ impl Fleet {
             queue_full: AtomicU64::new(0),
             ownership: OnceLock::new(),
             board: status::Board::default(),
+            silent: Mutex::new(HashMap::new()),
+            stop_deadline: OnceLock::new(),
         })
     }
 
@@ -449,9 +464,10 @@ impl Fleet {
     /// Stops taking work, lets in-flight nodes finish their current step and waits
     /// for the threads up to the shutdown timeout. Returns true if all stopped.
     pub fn stop(&self) -> bool {
+        let deadline = Instant::now() + self.options.shutdown_timeout;
+        let _ = self.stop_deadline.set(deadline);
         self.stopping.store(true, Ordering::Relaxed);
         self.stop_tx.lock().take();
-        let deadline = Instant::now() + self.options.shutdown_timeout;
         let threads: Vec<JoinHandle<()>> = self.threads.lock().drain(..).collect();
         let mut all = true;
         for t in threads {
@@ -463,6 +479,9 @@ impl Fleet {
             } else {
                 all = false;
             }
+        }
+        for finished in self.provisioner.abandon_all() {
+            workers::finished(self, finished);
         }
         all
     }
@@ -480,8 +499,23 @@ impl Fleet {
 
     /// Routes an attempt's outcome: forget now, after the cool-down, or (a node
     /// another provisioner holds) offer it again after the lock window.
-    fn finish(&self, job: &Job, outcome: &Outcome) {
-        let (wait, then) = if outcome.needs_cooldown() {
+    fn finish(&self, job: &Job, outcome: &Outcome, silent: bool) {
+        let strikes = self.silent_strikes(&job.identity, outcome, silent);
+        let (wait, then) = if let Some(strikes) = strikes {
+            // A made-up name is not queued again straight away, and less often each
+            // time it stays silent.
+            let wait = self
+                .options
+                .silent_cooldown
+                .saturating_mul(1 << strikes.saturating_sub(1).min(16))
+                .min(SILENT_COOLDOWN_MAX);
+            log::debug!(
+                "{} stayed silent ({strikes} times in a row): not queued again for {}s",
+                job.identity,
+                wait.as_secs()
+            );
+            (wait, AfterCoolDown::Forget)
+        } else if outcome.needs_cooldown() {
             (self.options.cooldown, AfterCoolDown::Forget)
         } else if matches!(outcome, Outcome::Locked(_)) {
             (self.options.lock_window, AfterCoolDown::Offer)
@@ -503,6 +537,24 @@ impl Fleet {
             at,
             then,
         });
+    }
+
+    /// Counts an attempt that ended without a single reply from its node: the times in
+    /// a row it did, or `None` when it answered (its count is forgotten) or ended
+    /// otherwise than in failure. At most [`SILENT_KEPT`] identities are counted; past
+    /// that a silent one gets the first cool-down only.
+    fn silent_strikes(&self, identity: &Identity, outcome: &Outcome, silent: bool) -> Option<u32> {
+        let mut strikes = self.silent.lock();
+        if !silent || !matches!(outcome, Outcome::Failed(_)) {
+            strikes.remove(identity);
+            return None;
+        }
+        if strikes.len() >= SILENT_KEPT && !strikes.contains_key(identity) {
+            return Some(1);
+        }
+        let n = strikes.entry(identity.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        Some(*n)
     }
 
     /// The finisher's end of cool-downs: forgets each entry of `due` that is still
@@ -565,42 +617,41 @@ impl Fleet {
     }
 }
 
-impl Provision for crate::host::sequence::NodeSequence {
-    fn provision(
-        &self,
-        identity: &Identity,
-        waiting_since: Instant,
-        stopping: &AtomicBool,
-    ) -> Outcome {
-        crate::host::sequence::NodeSequence::provision(self, identity, waiting_since, stopping)
+impl Provision for Driver {
+    fn begin(&self, ticket: Ticket, stopping: &AtomicBool) -> Option<Finished> {
+        Driver::begin(self, ticket, stopping)
     }
 
-    fn provision_with(
-        &self,
-        identity: &Identity,
-        waiting_since: Instant,
-        stopping: &AtomicBool,
-        progress: &crate::host::progress::Progress,
-    ) -> Outcome {
-        crate::host::sequence::NodeSequence::provision_with(
-            self,
-            identity,
-            waiting_since,
-            stopping,
-            progress,
-        )
+    fn ready(&self) -> Receiver<Ready> {
+        Driver::ready(self)
+    }
+
+    fn resume(&self, ready: Ready, stopping: &AtomicBool) -> Option<Finished> {
+        Driver::resume(self, ready, stopping)
+    }
+
+    fn has_room(&self) -> bool {
+        Driver::has_room(self)
+    }
+
+    fn abandon_all(&self) -> Vec<Finished> {
+        Driver::abandon_all(self)
+    }
+
+    fn waiting(&self) -> usize {
+        Driver::waiting(self)
     }
 
     fn upgrading(&self) -> Vec<(Identity, Instant)> {
-        crate::host::sequence::NodeSequence::upgrading(self)
+        self.sequence().upgrading()
     }
 
     fn woken(&self) -> Vec<Identity> {
-        crate::host::sequence::NodeSequence::woken(self)
+        self.sequence().woken()
     }
 
     fn pass_on_wakes(&self, n: usize) {
-        crate::host::sequence::NodeSequence::pass_on_wakes(self, n)
+        self.sequence().pass_on_wakes(n)
     }
 }
 

@@ -10,6 +10,61 @@ fn id(text: &str) -> Identity {
     Identity::parse(text).unwrap()
 }
 
+/// A provisioner whose attempts run to their end on the worker that begins them (no
+/// parking): the scheduler's rules do not depend on how an attempt waits.
+trait RunsToEnd: Send + Sync {
+    fn provision(&self, identity: &Identity, since: Instant, stopping: &AtomicBool) -> Outcome;
+
+    fn woken(&self) -> Vec<Identity> {
+        Vec::new()
+    }
+
+    fn pass_on_wakes(&self, _n: usize) {}
+}
+
+impl<T: RunsToEnd> Provision for T {
+    fn begin(&self, ticket: Ticket, stopping: &AtomicBool) -> Option<Finished> {
+        let outcome = self.provision(&ticket.identity, ticket.since, stopping);
+        Some(Finished {
+            ticket,
+            outcome,
+            silent: false,
+        })
+    }
+
+    fn ready(&self) -> Receiver<Ready> {
+        crossbeam_channel::never()
+    }
+
+    fn resume(&self, _ready: Ready, _stopping: &AtomicBool) -> Option<Finished> {
+        None
+    }
+
+    fn has_room(&self) -> bool {
+        true
+    }
+
+    fn abandon_all(&self) -> Vec<Finished> {
+        Vec::new()
+    }
+
+    fn waiting(&self) -> usize {
+        0
+    }
+
+    fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        Vec::new()
+    }
+
+    fn woken(&self) -> Vec<Identity> {
+        RunsToEnd::woken(self)
+    }
+
+    fn pass_on_wakes(&self, n: usize) {
+        RunsToEnd::pass_on_wakes(self, n)
+    }
+}
+
 /// Records every attempt; each identity's attempts wait for a go-ahead when gated.
 struct Recorder {
     calls: Mutex<Vec<String>>,
@@ -21,7 +76,7 @@ struct Recorder {
     woken: Mutex<Vec<Identity>>,
 }
 
-impl Provision for Recorder {
+impl RunsToEnd for Recorder {
     fn provision(&self, identity: &Identity, _since: Instant, stopping: &AtomicBool) -> Outcome {
         self.calls.lock().push(identity.to_string());
         let _ = self.started.send(identity.to_string());
@@ -85,6 +140,7 @@ fn unstarted_rig(workers: usize, capacity: usize, cooldown: Duration, gated: boo
             cooldown,
             shutdown_timeout: Duration::from_secs(2),
             lock_window: Duration::from_secs(1),
+            silent_cooldown: Duration::from_secs(1),
         },
         metrics,
         pause,
@@ -156,7 +212,7 @@ fn a_cool_down_that_ran_out_is_over_before_the_finisher_forgets_it() {
     assert_eq!(fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
     let job = fleet.work_rx.try_recv().unwrap();
     assert!(fleet.begin(&job).is_some());
-    fleet.finish(&job, &Outcome::Done);
+    fleet.finish(&job, &Outcome::Done, false);
     assert_eq!(
         fleet.add(&id("n1"), Source::Discovery),
         AddResult::Known,
@@ -607,7 +663,7 @@ fn startup_events_queue_nodes_unless_paused() {
 /// Panics for one identity, provisions the others.
 struct PanicsFor(&'static str, Mutex<Vec<String>>);
 
-impl Provision for PanicsFor {
+impl RunsToEnd for PanicsFor {
     fn provision(&self, identity: &Identity, _since: Instant, _stopping: &AtomicBool) -> Outcome {
         self.1.lock().push(identity.to_string());
         if identity.as_str() == self.0 {
@@ -661,23 +717,23 @@ fn a_panic_in_one_attempt_fails_that_node_and_the_worker_goes_on() {
 fn a_panic_becomes_a_failure_naming_the_node_and_the_message() {
     let payload = std::panic::catch_unwind(|| panic!("bad {} state", "seq")).unwrap_err();
     assert_eq!(
-        workers::panicked("n1.example.net", payload.as_ref()),
+        crate::host::driver::panicked("n1.example.net", payload.as_ref()),
         Outcome::Failed("provisioning n1.example.net panicked: bad seq state".into())
     );
     let payload = std::panic::catch_unwind(|| panic!("static\nmessage")).unwrap_err();
     assert_eq!(
-        workers::panicked("n1", payload.as_ref()),
+        crate::host::driver::panicked("n1", payload.as_ref()),
         Outcome::Failed("provisioning n1 panicked: static\\nmessage".into()),
         "escaped: one log line"
     );
     let payload = std::panic::catch_unwind(|| std::panic::panic_any(42u8)).unwrap_err();
     assert_eq!(
-        workers::panicked("n1", payload.as_ref()),
+        crate::host::driver::panicked("n1", payload.as_ref()),
         Outcome::Failed("provisioning n1 panicked: a panic without a message".into())
     );
     let long = "x".repeat(2000);
     let payload = std::panic::catch_unwind(|| panic!("{long}")).unwrap_err();
-    let Outcome::Failed(text) = workers::panicked("n1", payload.as_ref()) else {
+    let Outcome::Failed(text) = crate::host::driver::panicked("n1", payload.as_ref()) else {
         unreachable!()
     };
     assert!(text.len() < 600 && text.ends_with("..."), "{}", text.len());

@@ -1,90 +1,177 @@
-//! The worker pool: each worker takes one job at a time off the bounded queue,
-//! skips it if its entry is no longer current, provisions it and routes the outcome.
+//! The worker pool: each worker begins attempts for the nodes it takes off the
+//! bounded queue, and runs the turns of parked attempts that have something to do
+//! (a reply, a timeout, the end of a grace). A worker never waits on a node: an
+//! attempt that waits is parked by the driver (`host::driver`) and comes back on its
+//! ready channel. Workers run the helper, so `workers` is the helper concurrency, as
+//! in Go. Parked attempts come first: a worker takes a new node only when none is
+//! ready and fewer than `max_waiting_attempts` are under way.
 //!
-//! A panic inside one attempt does not cost the worker: it is caught around the
-//! attempt, the node is finished as failed with the panic message (counted in
-//! `provision_errors` and logged like any failure), `busy_workers` is restored and
-//! the worker takes its next job. This relies on `panic = "unwind"`, which the
-//! release profile keeps (`Cargo.toml`).
+//! A panic inside one attempt does not cost the worker: the driver catches it around
+//! the attempt's turn, and the node is finished as failed with the panic message
+//! (counted in `provision_errors` and logged like any failure). This relies on
+//! `panic = "unwind"`, which the release profile keeps (`Cargo.toml`).
 //!
 //! Workers run under `SCHED_BATCH` with `SCHED_RESET_ON_FORK` ([`run_as_batch`]): a
-//! worker woken by its reply does not preempt the thread that woke it (the NATS reader
+//! worker woken by a reply does not preempt the thread that woke it (the NATS reader
 //! thread, which has more replies to hand out), and the helpers a worker starts run
 //! under the normal policy.
 
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbeam_channel::select;
+use crossbeam_channel::{never, select, Receiver};
 
 use super::{AddResult, Fleet, Job, Source};
+use crate::host::driver::{panicked, Finished, Ticket};
 use crate::host::outcome::Outcome;
 use crate::host::progress::Progress;
-
-/// Most characters of a panic message kept in the outcome.
-const PANIC_MESSAGE_MAX: usize = 500;
 
 /// One worker's loop; returns when the fleet stops.
 pub(super) fn run(fleet: &Fleet) {
     run_as_batch();
+    let ready = fleet.provisioner.ready();
+    let none: Receiver<Job> = never();
     loop {
-        let job: Job = select! {
-            recv(fleet.work_rx) -> job => match job {
-                Ok(job) => job,
+        // A parked attempt that is ready goes first.
+        if let Ok(r) = ready.try_recv() {
+            resume(fleet, r);
+            continue;
+        }
+        let work = if fleet.provisioner.has_room() {
+            &fleet.work_rx
+        } else {
+            &none
+        };
+        select! {
+            recv(ready) -> r => match r {
+                Ok(r) => resume(fleet, r),
                 Err(_) => return,
             },
-            recv(fleet.stop_rx) -> _ => return,
-        };
-        fleet.update_gauges();
+            recv(work) -> job => match job {
+                Ok(job) => begin(fleet, job),
+                Err(_) => return,
+            },
+            recv(fleet.stop_rx) -> _ => return drain(fleet, &ready),
+        }
         if fleet.is_stopping() {
+            return drain(fleet, &ready);
+        }
+    }
+}
+
+/// Once stopping: the attempts under way finish their current step (each ends at its
+/// next turn), until none is left or the shutdown timeout has passed; the fleet then
+/// ends the rest.
+fn drain(fleet: &Fleet, ready: &Receiver<crate::host::driver::Ready>) {
+    let deadline = fleet
+        .stop_deadline
+        .get()
+        .copied()
+        .unwrap_or_else(Instant::now);
+    while fleet.provisioner.waiting() > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             return;
         }
-        if !fleet.owns(&job.identity) {
-            // Active-active: the live set changed while it waited; its owner has it.
-            log::debug!("Dropping {}: another instance owns it now", job.identity);
-            fleet.remove(&job.identity, job.generation);
-            continue;
+        if let Ok(r) = ready.recv_timeout(left.min(std::time::Duration::from_millis(20))) {
+            resume(fleet, r);
         }
-        let Some(since) = fleet.begin(&job) else {
-            continue;
-        };
-        let metrics = &fleet.metrics;
-        metrics.busy_workers.inc();
-        let started = Instant::now();
-        let progress = Arc::new(Progress::new());
-        fleet.board.begin(&job.identity, Arc::clone(&progress));
-        // The provisioner shares nothing with this worker that a panic could leave
-        // half-updated: its state is per attempt, and parking_lot locks do not poison.
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            fleet
-                .provisioner
-                .provision_with(&job.identity, since, &fleet.stopping, &progress)
-        }))
-        .unwrap_or_else(|payload| panicked(&job.identity, payload.as_ref()));
-        metrics.busy_workers.dec();
-        metrics.observe_outcome(outcome.label(), started.elapsed().as_secs_f64());
-        fleet
-            .board
-            .finish(&job.identity, &outcome, started.elapsed());
-        if outcome.is_success() {
-            metrics.provisioned.inc();
-            log::info!("{}: {outcome}", job.identity);
-        } else if outcome.is_error() {
-            metrics.provision_errors.inc();
-            log::error!("Provisioning {} failed: {outcome}", job.identity);
-        } else if let Outcome::UpgradeWaiting(why) = &outcome {
-            log::info!("{why}");
-        } else {
-            // A made-up identity or a node that left (counted in unreachable_nodes),
-            // or a node another provisioner holds: not an error of ours; forgotten
-            // until it is seen again.
-            log::debug!("Dropping {}: {outcome}", job.identity);
-        }
-        fleet.finish(&job, &outcome);
-        queue_woken(fleet);
     }
+}
+
+/// Runs a parked attempt's turns.
+fn resume(fleet: &Fleet, ready: crate::host::driver::Ready) {
+    fleet.metrics.busy_workers.inc();
+    let finished = fleet.provisioner.resume(ready, &fleet.stopping);
+    fleet.metrics.busy_workers.dec();
+    if let Some(finished) = finished {
+        self::finished(fleet, finished);
+    }
+}
+
+/// Begins an attempt for `job` if its entry is still current and the node ours.
+fn begin(fleet: &Fleet, job: Job) {
+    fleet.update_gauges();
+    if fleet.is_stopping() {
+        return;
+    }
+    if !fleet.owns(&job.identity) {
+        // Active-active: the live set changed while it waited; its owner has it.
+        log::debug!("Dropping {}: another instance owns it now", job.identity);
+        fleet.remove(&job.identity, job.generation);
+        return;
+    }
+    let Some(since) = fleet.begin(&job) else {
+        return;
+    };
+    let progress = Arc::new(Progress::new());
+    fleet.board.begin(&job.identity, Arc::clone(&progress));
+    let ticket = Ticket {
+        identity: job.identity,
+        generation: job.generation,
+        since,
+        started: Instant::now(),
+        progress,
+    };
+    let (identity, generation, started) =
+        (ticket.identity.clone(), ticket.generation, ticket.started);
+    let progress = Arc::clone(&ticket.progress);
+    fleet.metrics.busy_workers.inc();
+    // The driver catches a panic in an attempt's turn; this catches one around it.
+    let finished = catch_unwind(AssertUnwindSafe(|| {
+        fleet.provisioner.begin(ticket, &fleet.stopping)
+    }))
+    .unwrap_or_else(|payload| {
+        Some(Finished {
+            outcome: panicked(&identity, payload.as_ref()),
+            ticket: Ticket {
+                identity,
+                generation,
+                since,
+                started,
+                progress,
+            },
+            silent: false,
+        })
+    });
+    fleet.metrics.busy_workers.dec();
+    if let Some(finished) = finished {
+        self::finished(fleet, finished);
+    }
+}
+
+/// Reports an attempt that ended and routes its outcome.
+pub(super) fn finished(fleet: &Fleet, finished: Finished) {
+    let Finished {
+        ticket,
+        outcome,
+        silent,
+    } = finished;
+    let metrics = &fleet.metrics;
+    let took = ticket.started.elapsed();
+    metrics.observe_outcome(outcome.label(), took.as_secs_f64());
+    fleet.board.finish(&ticket.identity, &outcome, took);
+    if outcome.is_success() {
+        metrics.provisioned.inc();
+        log::info!("{}: {outcome}", ticket.identity);
+    } else if outcome.is_error() {
+        metrics.provision_errors.inc();
+        log::error!("Provisioning {} failed: {outcome}", ticket.identity);
+    } else if let Outcome::UpgradeWaiting(why) = &outcome {
+        log::info!("{why}");
+    } else {
+        // A made-up identity or a node that left (counted in unreachable_nodes),
+        // or a node another provisioner holds: not an error of ours; forgotten
+        // until it is seen again.
+        log::debug!("Dropping {}: {outcome}", ticket.identity);
+    }
+    let job = Job {
+        identity: ticket.identity,
+        generation: ticket.generation,
+    };
+    fleet.finish(&job, &outcome, silent);
+    queue_woken(fleet);
 }
 
 /// Most rounds of [`queue_woken`] after one attempt: each round's nodes were all
@@ -106,24 +193,6 @@ fn queue_woken(fleet: &Fleet) {
         }
         fleet.provisioner.pass_on_wakes(not_ours);
     }
-}
-
-/// The outcome of an attempt that panicked, with the panic message (a `&str` or
-/// `String` payload, as `panic!` makes; anything else is named as such).
-pub(super) fn panicked(identity: &str, payload: &(dyn Any + Send)) -> Outcome {
-    let message = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message");
-    let mut shown: String = message.chars().take(PANIC_MESSAGE_MAX).collect();
-    if shown.len() < message.len() {
-        shown.push_str("...");
-    }
-    Outcome::Failed(format!(
-        "provisioning {identity} panicked: {}",
-        shown.escape_debug()
-    ))
 }
 
 /// Puts the calling thread under `SCHED_BATCH`, with `SCHED_RESET_ON_FORK` so that

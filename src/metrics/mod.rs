@@ -119,6 +119,19 @@ pub struct Metrics {
     pub looping_configurations: IntCounterVec,
     /// Nodes holding an upgrade slot (`upgrades_max_in_flight`).
     pub upgrades_in_flight: IntGauge,
+    /// Attempts under way: parked until a reply, a timeout or a grace, or with a
+    /// worker (at most `max_waiting_attempts`).
+    pub waiting_attempts: IntGauge,
+    /// Attempts waiting on a node that has not answered and let a try time out (at
+    /// most a quarter of `max_waiting_attempts`).
+    pub silent_attempts: IntGauge,
+    /// Silent attempts given up at once because the silent ones were at their bound.
+    pub silent_given_up: IntCounter,
+    /// Refusals because another caller holds a node's provisioning lock.
+    pub lock_refusals: IntCounter,
+    /// Contested replies found after `configure` was sent: what it carried
+    /// (certificate, server JWT, key) may be in another's hands and should be revoked.
+    pub contested_after_configure: IntCounter,
     /// How many nodes this instance may have upgrading at once: its part of
     /// `upgrades_max_in_flight` (the whole cap unless active-active splits it among
     /// the live instances; 0 when unlimited, or while out of the active-active set).
@@ -428,6 +441,26 @@ impl Metrics {
             upgrades_in_flight: gauge(
                 "choria_provisioner_upgrades_in_flight",
                 "How many nodes hold an upgrade slot (upgrades_max_in_flight)",
+            )?,
+            waiting_attempts: gauge(
+                "choria_provisioner_waiting_attempts",
+                "How many attempts are under way, parked on their node or with a worker",
+            )?,
+            silent_attempts: gauge(
+                "choria_provisioner_silent_attempts",
+                "How many attempts wait on a node that has not answered a try in time",
+            )?,
+            silent_given_up: counter(
+                "choria_provisioner_silent_given_up",
+                "How many silent attempts were given up because too many waited on silent nodes",
+            )?,
+            lock_refusals: counter(
+                "choria_provisioner_lock_refusals",
+                "How many requests were refused because another caller holds the node's provisioning lock",
+            )?,
+            contested_after_configure: counter(
+                "choria_provisioner_contested_after_configure",
+                "How many contested replies came after configure was sent: revoke what it carried",
             )?,
             upgrade_slots: gauge(
                 "choria_provisioner_upgrade_slots",

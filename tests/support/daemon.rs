@@ -159,7 +159,17 @@ pub fn base_yaml(yaml: &str) -> String {
     } else {
         "workers: 8\n"
     };
-    format!("{workers}{helper}shutdown_timeout: 5s\n{yaml}")
+    // The production grace (2 s) delays every node that long; tests that are not
+    // about the grace use a shorter one, and those that are set their own.
+    let grace = if yaml
+        .lines()
+        .any(|l| l.trim_start().starts_with("reply_grace:"))
+    {
+        ""
+    } else {
+        "reply_grace: 300ms\n"
+    };
+    format!("{workers}{helper}{grace}shutdown_timeout: 5s\n{yaml}")
 }
 
 /// The provisioner binary `bin` (the test's `CARGO_BIN_EXE_choria-provisioner`;

@@ -1,88 +1,57 @@
-//! The sequence's rules, one test each, against a scripted fake node: no broker, no
-//! simulator. The helper is a real (tiny) shell script, as the sequence runs it.
+//! The attempt's rules, one test each, against a scripted node and a virtual clock:
+//! no threads, no sockets, no sleeping. The harness plays the driver: it hands the
+//! attempt what the script says the node sent and when, and the time; it checks what
+//! the attempt sent. The helper is a real (tiny) shell script, as the driver runs it.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::{NodeSequence, Timeouts};
+use super::{Attempt, Effect, Incoming, Input, Tag};
 use crate::choria::identity::Identity;
-use crate::choria::protocol::mcorpc::{ReplyData, RequestData};
-use crate::choria::rpc::{Contest, Contested, Flush, Reply, RpcError};
+use crate::choria::protocol::mcorpc::ReplyData;
+use crate::choria::rpc::{Flush, Reply};
 use crate::config::{Config, Pause, Secret};
-use crate::host::node_rpc::{AskedRpc, Called, NodeRpc, ReplyWatch};
 use crate::host::outcome::Outcome;
+use crate::host::progress::Progress;
+use crate::host::sequence::{NodeSequence, Timeouts};
 use crate::metrics::Metrics;
 
-/// What the fake node answers to one try of one action.
+/// What the scripted node answers to one try of one action.
 #[derive(Clone)]
 enum Answer {
     /// OK with this data.
     Ok(Value),
     /// A non-OK status with this message.
     Status(u64, &'static str),
-    /// No reply in time.
+    /// No reply, ever.
     Silent,
-    /// Nobody subscribes to the node's subject.
+    /// Nobody subscribes to the node's subject (the broker's status; a probe agrees).
     NoResponders,
-    /// OK with this data, and a second, different reply in the node's name.
+    /// A forged "no responders" status, then this reply; a probe finds a listener.
+    ForgedNoResponders(Value),
+    /// OK with this data, and at once a second, different reply in the node's name.
     Contested(Value),
-    /// More replies than a request keeps: some were dropped unread while waiting.
+    /// More replies than a request keeps: 3 were dropped unread.
     Flooded,
-    /// OK with this data, and a second, different reply this long after it; its
-    /// watch waits as a real one does.
+    /// OK with this data, and a second, different reply this long after the request.
     LateTwin(Value, Duration),
-    /// OK with this data and no second reply; its watch waits as a real one does.
-    Alone(Value),
-    /// As `Alone`, the reply arriving this long after the request.
+    /// OK with this data, this long after the request.
     SlowAlone(Value, Duration),
+    /// A forged refusal at once, then the node's own OK with this data this long
+    /// after the request.
+    ForgedRefusal(&'static str, Value, Duration),
 }
 
 /// A node whose answers are scripted per action (the last one repeats).
 #[derive(Default)]
 struct FakeNode {
     script: Mutex<HashMap<String, VecDeque<Answer>>>,
-    calls: Mutex<Vec<String>>,
-    /// The tries sent ahead (`NodeRpc::ask`), with their flush.
-    asked: Mutex<Vec<(String, Flush)>>,
-}
-
-struct FakeWatch {
-    at: Instant,
-    /// The forged twin and when it arrives after the accepted reply (`ZERO`: already
-    /// there).
-    twin: Option<(Contested, Duration)>,
-    /// Whether `settle` reads until its deadline, as the real watch does (off for the
-    /// plain answers, so that the other tests do not wait out the graces).
-    waits: bool,
-}
-
-impl ReplyWatch for FakeWatch {
-    fn asked_at(&self) -> Instant {
-        self.at
-    }
-
-    /// As the real watch: a twin that arrived by `until`, or by now if later, stops
-    /// the attempt (once it has arrived); otherwise the watch reads until `until`.
-    fn settle(&self, until: Instant) -> Result<(), Contested> {
-        let deadline = until.max(Instant::now());
-        match &self.twin {
-            Some((contested, after)) if self.at + *after <= deadline => {
-                std::thread::sleep((self.at + *after).saturating_duration_since(Instant::now()));
-                Err(contested.clone())
-            }
-            _ => {
-                if self.waits {
-                    std::thread::sleep(until.saturating_duration_since(Instant::now()));
-                }
-                Ok(())
-            }
-        }
-    }
+    /// Every try sent: its action, its flush and when (virtual).
+    sent: Mutex<Vec<(String, Flush, Instant)>>,
 }
 
 impl FakeNode {
@@ -97,126 +66,30 @@ impl FakeNode {
     }
 
     fn calls(&self) -> Vec<String> {
-        self.calls.lock().clone()
+        self.sent.lock().iter().map(|(a, _, _)| a.clone()).collect()
     }
 
     fn asked(&self) -> Vec<(String, Flush)> {
-        self.asked.lock().clone()
+        self.sent
+            .lock()
+            .iter()
+            .map(|(a, f, _)| (a.clone(), *f))
+            .collect()
     }
 
     fn count(&self, action: &str) -> usize {
         self.calls().iter().filter(|c| *c == action).count()
     }
-}
 
-impl NodeRpc for FakeNode {
-    fn call(
-        &self,
-        identity: &Identity,
-        agent: &str,
-        action: &str,
-        _data: &dyn RequestData,
-        _timeout: Duration,
-    ) -> Result<Called<'_>, RpcError> {
-        self.calls.lock().push(action.to_string());
-        let answer = {
-            let mut script = self.script.lock();
-            let queue = script.entry(action.to_string()).or_default();
-            if queue.len() > 1 {
-                queue.pop_front()
-            } else {
-                queue.front().cloned()
-            }
+    fn next(&self, action: &str) -> Answer {
+        let mut script = self.script.lock();
+        let queue = script.entry(action.to_string()).or_default();
+        if queue.len() > 1 {
+            queue.pop_front()
+        } else {
+            queue.front().cloned()
         }
-        .unwrap_or(Answer::Ok(json!({})));
-        let reply = |statuscode, statusmsg: &str, data: Value| Reply {
-            sender: identity.to_string(),
-            statuscode,
-            statusmsg: statusmsg.to_string(),
-            // The wire refuses a reply whose data is not an object before the
-            // sequence sees it, so a script holds objects only.
-            data: ReplyData::from_value(&data).expect("scripted data is an object"),
-        };
-        let asked = Instant::now();
-        let watch = |twin, waits| -> Box<dyn ReplyWatch> {
-            Box::new(FakeWatch {
-                at: asked,
-                twin,
-                waits,
-            })
-        };
-        let forged = || Contested {
-            identity: identity.clone(),
-            rpc: format!("{agent}#{action}"),
-            why: Contest::Different,
-        };
-        match answer {
-            Answer::Ok(data) => Ok(Called {
-                reply: reply(0, "OK", data),
-                watch: watch(None, false),
-            }),
-            Answer::Status(code, msg) => Ok(Called {
-                reply: reply(code, msg, json!({})),
-                watch: watch(None, false),
-            }),
-            Answer::Silent => Err(RpcError::NoReply {
-                identity: identity.clone(),
-                waited: Duration::from_millis(1),
-                rejected: None,
-            }),
-            Answer::NoResponders => Err(RpcError::NoResponders {
-                identity: identity.clone(),
-            }),
-            Answer::Flooded => Err(RpcError::Contested(Contested {
-                why: Contest::Flooded { dropped: 3 },
-                ..forged()
-            })),
-            Answer::Contested(data) => Ok(Called {
-                reply: reply(0, "OK", data),
-                watch: watch(Some((forged(), Duration::ZERO)), false),
-            }),
-            Answer::LateTwin(data, after) => Ok(Called {
-                reply: reply(0, "OK", data),
-                watch: watch(Some((forged(), after)), true),
-            }),
-            Answer::Alone(data) => Ok(Called {
-                reply: reply(0, "OK", data),
-                watch: watch(None, true),
-            }),
-            Answer::SlowAlone(data, after) => {
-                std::thread::sleep(after);
-                Ok(Called {
-                    reply: reply(0, "OK", data),
-                    watch: watch(None, true),
-                })
-            }
-        }
-    }
-
-    /// Records the call and makes its answer now, as `call` does (a sent request's
-    /// answer is fixed by the script, whenever it is read).
-    fn ask(
-        &self,
-        identity: &Identity,
-        agent: &'static str,
-        action: &'static str,
-        data: &dyn RequestData,
-        timeout: Duration,
-        flush: Flush,
-    ) -> Result<Box<dyn AskedRpc<'_> + '_>, RpcError> {
-        self.asked.lock().push((action.to_string(), flush));
-        Ok(Box::new(FakeAsked(
-            self.call(identity, agent, action, data, timeout),
-        )))
-    }
-}
-
-/// A fake try sent ahead: its scripted answer, made when it was asked.
-struct FakeAsked<'a>(Result<Called<'a>, RpcError>);
-
-impl<'a> AskedRpc<'a> for FakeAsked<'a> {
-    fn answer(self: Box<Self>) -> Result<Called<'a>, RpcError> {
-        self.0
+        .unwrap_or(Answer::Ok(json!({})))
     }
 }
 
@@ -239,7 +112,7 @@ fn rig(node: Arc<FakeNode>, helper_json: &str, adjust: impl FnOnce(&mut Config))
     use std::os::unix::fs::PermissionsExt;
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "choria-prov-seq-{}-{}",
+        "choria-prov-attempt-{}-{}",
         std::process::id(),
         N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
@@ -260,18 +133,17 @@ fn rig(node: Arc<FakeNode>, helper_json: &str, adjust: impl FnOnce(&mut Config))
     config.token = Secret::new("s3cret");
     config.features.pki = false;
     config.features.jwt = false;
+    config.reply_grace = Duration::ZERO;
     adjust(&mut config);
     let metrics = Arc::new(Metrics::new("test").unwrap());
     let pause = Arc::new(Pause::new(metrics.paused.clone()));
     let sequence = NodeSequence::new(
         Arc::new(config),
-        Arc::clone(&node) as Arc<dyn NodeRpc>,
         Arc::clone(&metrics),
         Arc::clone(&pause),
         Timeouts {
             provision: Duration::from_secs(1),
             rpcutil: Duration::from_secs(1),
-            reply_grace: Duration::ZERO,
         },
     )
     .unwrap();
@@ -284,26 +156,187 @@ fn rig(node: Arc<FakeNode>, helper_json: &str, adjust: impl FnOnce(&mut Config))
     }
 }
 
-const CONFIGURED: &str = r#"{"configuration": {"identity": "n1.example.net", "plugin.choria.server.provision": "false"}}"#;
+/// Something the script makes arrive for a request at a (virtual) time.
+struct Arrival {
+    at: Instant,
+    order: usize,
+    tag: Tag,
+    incoming: Incoming,
+}
 
-fn n1() -> Identity {
-    Identity::parse("n1.example.net").unwrap()
+/// One attempt played to its end on a virtual clock.
+struct Played {
+    outcome: Outcome,
+    progress: Arc<Progress>,
+    /// When the attempt began.
+    began: Instant,
+    /// When the helper was asked for, if it was.
+    helper_at: Option<Instant>,
+    /// When the attempt ended.
+    ended: Instant,
 }
 
 impl Rig {
     fn attempt(&self) -> Outcome {
-        self.sequence
-            .provision(&n1(), Instant::now(), &AtomicBool::new(false))
+        self.play(&n1(), Duration::ZERO, None).outcome
     }
 
     /// An attempt, and the progress it reported (its retries, its facts).
-    fn attempt_reporting(&self) -> (Outcome, crate::host::progress::Progress) {
-        let progress = crate::host::progress::Progress::new();
-        let outcome =
-            self.sequence
-                .provision_with(&n1(), Instant::now(), &AtomicBool::new(false), &progress);
-        (outcome, progress)
+    fn attempt_reporting(&self) -> (Outcome, Arc<Progress>) {
+        let played = self.play(&n1(), Duration::ZERO, None);
+        (played.outcome, played.progress)
     }
+
+    fn go(&self, identity: &Identity) -> Outcome {
+        self.play(identity, Duration::ZERO, None).outcome
+    }
+
+    /// Plays one attempt for `identity`, known for `waited` already; after `stop_at`
+    /// turns the daemon stops.
+    fn play(&self, identity: &Identity, waited: Duration, stop_at: Option<usize>) -> Played {
+        let began = Instant::now() + Duration::from_secs(3600);
+        let mut now = began;
+        let progress = Arc::new(Progress::new());
+        let mut attempt = Attempt::new(identity.clone(), began - waited, Arc::clone(&progress));
+        let mut arrivals: Vec<Arrival> = Vec::new();
+        let mut order = 0;
+        let mut probes: HashMap<Tag, bool> = HashMap::new();
+        let mut helper_at = None;
+        let mut input = Input::Start;
+        for turn_number in 0..10_000 {
+            if stop_at == Some(turn_number) {
+                input = Input::Stop;
+            }
+            let turn = attempt.handle(&self.sequence, [input], now, self.pause.paused());
+            let mut helper = None;
+            for effect in turn.effects {
+                match effect {
+                    Effect::Send(request) => {
+                        self.node.sent.lock().push((
+                            request.action.to_string(),
+                            request.flush,
+                            now,
+                        ));
+                        let answer = self.node.next(request.action);
+                        let mut arrive = |after: Duration, incoming: Incoming| {
+                            order += 1;
+                            arrivals.push(Arrival {
+                                at: now + after,
+                                order,
+                                tag: request.tag,
+                                incoming,
+                            });
+                        };
+                        let ok = |data: &Value| reply(identity, 0, "OK", data);
+                        match answer {
+                            Answer::Ok(data) => arrive(Duration::ZERO, ok(&data)),
+                            Answer::Status(code, msg) => {
+                                arrive(Duration::ZERO, reply(identity, code, msg, &json!({})))
+                            }
+                            Answer::Silent => {}
+                            Answer::NoResponders => {
+                                probes.insert(request.tag, true);
+                                arrive(Duration::ZERO, Incoming::NoResponders);
+                            }
+                            Answer::ForgedNoResponders(data) => {
+                                probes.insert(request.tag, false);
+                                arrive(Duration::ZERO, Incoming::NoResponders);
+                                arrive(Duration::from_millis(5), ok(&data));
+                            }
+                            Answer::Contested(data) => {
+                                arrive(Duration::ZERO, ok(&data));
+                                arrive(Duration::ZERO, ok(&json!({"forged": true})));
+                            }
+                            Answer::Flooded => arrive(Duration::ZERO, Incoming::Dropped(3)),
+                            Answer::LateTwin(data, after) => {
+                                arrive(Duration::ZERO, ok(&data));
+                                arrive(after, ok(&json!({"forged": true})));
+                            }
+                            Answer::SlowAlone(data, after) => arrive(after, ok(&data)),
+                            Answer::ForgedRefusal(msg, data, after) => {
+                                arrive(Duration::ZERO, reply(identity, 1, msg, &json!({})));
+                                arrive(after, ok(&data));
+                            }
+                        }
+                    }
+                    Effect::Probe(tag) => {
+                        order += 1;
+                        arrivals.push(Arrival {
+                            at: now,
+                            order,
+                            tag,
+                            incoming: Incoming::Probed {
+                                nobody: probes.get(&tag).copied().unwrap_or(false),
+                            },
+                        });
+                    }
+                    Effect::RunHelper(bytes) => {
+                        helper_at = Some(now);
+                        let secrets = attempt.secrets(&self.sequence);
+                        helper = Some(
+                            self.sequence
+                                .helper()
+                                .run(identity, &bytes, self.pause.paused(), &secrets, None)
+                                .map(|run| run.output),
+                        );
+                    }
+                }
+            }
+            if let Some(outcome) = turn.done {
+                return Played {
+                    outcome,
+                    progress,
+                    began,
+                    helper_at,
+                    ended: now,
+                };
+            }
+            if let Some(result) = helper {
+                input = Input::Helper(result);
+                continue;
+            }
+            arrivals.sort_by_key(|a| (a.at, a.order));
+            let first_due = arrivals
+                .first()
+                .is_some_and(|a| turn.wake.is_none_or(|w| a.at <= w));
+            if first_due {
+                let a = arrivals.remove(0);
+                now = now.max(a.at);
+                input = Input::Reply {
+                    tag: a.tag,
+                    incoming: a.incoming,
+                };
+            } else if let Some(wake) = turn.wake {
+                assert!(wake >= now, "a wake in the past: {:?}", now - wake);
+                now = wake;
+                input = Input::Tick;
+            } else {
+                panic!("the attempt waits on nothing");
+            }
+        }
+        panic!("the attempt did not end in 10,000 turns");
+    }
+}
+
+/// A reply in `identity`'s name; its body's bytes differ with its contents.
+fn reply(identity: &Identity, code: u64, msg: &str, data: &Value) -> Incoming {
+    Incoming::Reply(
+        Reply {
+            sender: identity.to_string(),
+            statuscode: code,
+            statusmsg: msg.to_string(),
+            // The wire refuses a reply whose data is not an object before the
+            // attempt sees it, so a script holds objects only.
+            data: ReplyData::from_value(data).expect("scripted data is an object"),
+        },
+        format!("{code}|{msg}|{data}").into_bytes(),
+    )
+}
+
+const CONFIGURED: &str = r#"{"configuration": {"identity": "n1.example.net", "plugin.choria.server.provision": "false"}}"#;
+
+fn n1() -> Identity {
+    Identity::parse("n1.example.net").unwrap()
 }
 
 #[test]
@@ -352,8 +385,7 @@ fn a_node_waiting_longer_than_twice_the_interval_is_stale_and_not_asked() {
     let r = rig(FakeNode::answering(&[]), CONFIGURED, |c| {
         c.interval = Duration::from_secs(60)
     });
-    let since = Instant::now() - Duration::from_secs(121);
-    let outcome = r.sequence.provision(&n1(), since, &AtomicBool::new(false));
+    let outcome = r.play(&n1(), Duration::from_secs(121), None).outcome;
     assert_eq!(
         outcome,
         Outcome::Stale("skipping node that's been waiting 121s".into())
@@ -510,7 +542,9 @@ fn a_node_nobody_listens_for_is_unreachable_after_one_try() {
 #[test]
 fn a_contested_reply_stops_the_attempt_before_configure() {
     let node = FakeNode::answering(&[("inventory", &[Answer::Contested(json!({}))])]);
-    let r = rig(node, CONFIGURED, |_| {});
+    let r = rig(node, CONFIGURED, |c| {
+        c.reply_grace = Duration::from_millis(50)
+    });
     let outcome = r.attempt();
     assert!(
         matches!(&outcome, Outcome::Contested(m) if m.contains("rpcutil#inventory was answered twice")),
@@ -527,7 +561,7 @@ fn the_requests_before_the_helper_go_out_together_and_only_the_last_is_flushed()
     let r = rig(node, CONFIGURED, |c| c.features.pki = true);
     assert_eq!(r.attempt(), Outcome::Done);
     assert_eq!(
-        r.node.asked(),
+        r.node.asked()[..2],
         [
             ("inventory".to_string(), Flush::Later),
             ("gencsr".to_string(), Flush::Now)
@@ -540,7 +574,7 @@ fn the_requests_before_the_helper_go_out_together_and_only_the_last_is_flushed()
     // Without a feature, inventory alone goes out ahead, flushed at once.
     let r = rig(FakeNode::answering(&[]), CONFIGURED, |_| {});
     assert_eq!(r.attempt(), Outcome::Done);
-    assert_eq!(r.node.asked(), [("inventory".to_string(), Flush::Now)]);
+    assert_eq!(r.node.asked()[0], ("inventory".to_string(), Flush::Now));
 }
 
 #[test]
@@ -553,9 +587,13 @@ fn a_request_sent_ahead_that_failed_is_tried_again_alone_and_the_other_answer_is
     let r = rig(node, CONFIGURED, |c| c.features.pki = true);
     assert_eq!(r.attempt(), Outcome::Done);
     assert_eq!(
-        r.node.asked().len(),
-        2,
-        "only the first tries went out ahead"
+        r.node.asked()[..3],
+        [
+            ("inventory".to_string(), Flush::Later),
+            ("gencsr".to_string(), Flush::Now),
+            ("inventory".to_string(), Flush::Now),
+        ],
+        "only the first tries went out together"
     );
     assert_eq!(
         r.node.calls(),
@@ -604,11 +642,11 @@ fn late_twin(action: &'static str, csr_grace: Duration) -> (Rig, Outcome) {
             ("inventory", &[Answer::LateTwin(inventory, late)]),
         ]
     };
-    let mut r = rig(FakeNode::answering(&script), CONFIGURED, |c| {
+    let r = rig(FakeNode::answering(&script), CONFIGURED, |c| {
         c.features.pki = true;
         c.csr_reply_grace = csr_grace;
+        c.reply_grace = Duration::from_millis(50);
     });
-    r.sequence.timeouts.reply_grace = Duration::from_millis(50);
     let outcome = r.attempt();
     (r, outcome)
 }
@@ -627,37 +665,39 @@ fn a_gencsr_twin_later_than_the_reply_grace_but_within_csr_reply_grace_stops_the
     let (r, outcome) = late_twin("gencsr", Duration::from_millis(100));
     assert_eq!(outcome, Outcome::Done);
     assert_eq!(r.node.count("configure"), 1);
-    // A prompt reply's twin is awaited only for the reply grace, not csr_reply_grace.
+    // Every request stays watched until restart is answered: inventory's twin, later
+    // than the reply grace but before the helper ran (gencsr's grace), stops it too.
     let (r, outcome) = late_twin("inventory", Duration::from_secs(2));
-    assert_eq!(outcome, Outcome::Done);
-    assert_eq!(r.node.count("configure"), 1);
+    assert!(
+        matches!(&outcome, Outcome::Contested(m) if m.contains("rpcutil#inventory was answered twice")),
+        "{outcome}"
+    );
+    assert_eq!(r.node.count("configure"), 0);
 }
 
 #[test]
-fn a_lone_gencsr_reply_is_watched_for_csr_reply_grace_while_the_helper_runs() {
+fn nothing_secret_is_made_before_the_grace_a_lone_gencsr_reply_waits_csr_reply_grace() {
+    // The helper signs the certificate: it runs only once every reply before it has
+    // had its grace (`csr_reply_grace` for gencsr, which a real node answers late).
     let csr = json!({"csr": include_str!("../../tests/fixtures/csr-n1.pem"), "ssldir": "/ssl"});
     let r = rig(
-        FakeNode::answering(&[("gencsr", &[Answer::Alone(csr)])]),
+        FakeNode::answering(&[("gencsr", &[Answer::Ok(csr)])]),
         CONFIGURED,
         |c| {
             c.features.pki = true;
-            c.csr_reply_grace = Duration::from_secs(1);
-            c.helper = format!("sh -c 'sleep 0.8; exec {}'", c.helper);
+            c.csr_reply_grace = Duration::from_secs(3);
+            c.reply_grace = Duration::from_secs(2);
         },
     );
-    let started = Instant::now();
-    assert_eq!(r.attempt(), Outcome::Done);
-    let took = started.elapsed();
-    assert_eq!(r.node.count("configure"), 1, "the certificate was sent");
-    assert!(
-        took >= Duration::from_secs(1),
-        "configured before csr_reply_grace ended: {took:?}"
+    let played = r.play(&n1(), Duration::ZERO, None);
+    assert_eq!(played.outcome, Outcome::Done);
+    assert_eq!(
+        played.helper_at.map(|at| at - played.began),
+        Some(Duration::from_secs(3)),
+        "the helper ran when gencsr's grace ended"
     );
-    // One after the other, the 0.8 s helper and the 1 s grace would take 1.8 s.
-    assert!(
-        took < Duration::from_millis(1700),
-        "the grace did not run while the helper ran: {took:?}"
-    );
+    let configured = r.node.sent.lock()[2].2 - played.began;
+    assert_eq!(configured, Duration::from_secs(3), "configure right after");
 }
 
 #[test]
@@ -666,24 +706,18 @@ fn the_reply_grace_counts_from_the_request_so_a_slow_reply_does_not_add_to_it() 
     // first: the grace covers the round trip instead of following it.
     let slow = Duration::from_millis(300);
     let inventory = json!({"version": "0.30.2"});
-    let mut r = rig(
+    let r = rig(
         FakeNode::answering(&[("inventory", &[Answer::SlowAlone(inventory, slow)])]),
         CONFIGURED,
-        |_| {},
+        |c| c.reply_grace = Duration::from_millis(500),
     );
-    r.sequence.timeouts.reply_grace = Duration::from_millis(500);
-    let started = Instant::now();
-    assert_eq!(r.attempt(), Outcome::Done);
-    let took = started.elapsed();
+    let played = r.play(&n1(), Duration::ZERO, None);
+    assert_eq!(played.outcome, Outcome::Done);
     assert_eq!(r.node.calls(), ["inventory", "configure", "restart"]);
-    assert!(
-        took >= Duration::from_millis(500),
-        "configured before the grace ended: {took:?}"
-    );
     // Counted from the reply, the grace would have ended at 800 ms.
-    assert!(
-        took < Duration::from_millis(750),
-        "the grace was counted from the reply: {took:?}"
+    assert_eq!(
+        played.helper_at.map(|at| at - played.began),
+        Some(Duration::from_millis(500))
     );
 }
 
@@ -799,9 +833,8 @@ fn a_paused_provisioner_sends_nothing() {
 #[test]
 fn a_stopping_daemon_ends_the_attempt_between_steps() {
     let r = rig(FakeNode::answering(&[]), CONFIGURED, |_| {});
-    let outcome = r
-        .sequence
-        .provision(&n1(), Instant::now(), &AtomicBool::new(true));
+    // Stopped at its second turn: inventory's reply.
+    let outcome = r.play(&n1(), Duration::ZERO, Some(1)).outcome;
     assert_eq!(
         outcome,
         Outcome::Failed(
@@ -830,10 +863,7 @@ fn upgrade_rig(cap: usize) -> Rig {
 fn upgrades_over_the_cap_wait_without_an_rpc_and_a_returning_node_frees_its_slot() {
     let r = upgrade_rig(1);
     let n2 = Identity::parse("n2.example.net").unwrap();
-    let go = |id: &Identity| {
-        r.sequence
-            .provision(id, Instant::now(), &AtomicBool::new(false))
-    };
+    let go = |id: &Identity| r.go(id);
     assert_eq!(go(&n1()), Outcome::Upgraded);
     assert_eq!(r.metrics.upgrades_in_flight.get(), 1);
     let waiting = go(&n2);
@@ -856,13 +886,9 @@ fn upgrades_over_the_cap_wait_without_an_rpc_and_a_returning_node_frees_its_slot
     // n1 is found again before it went down: still on its old version, it keeps its
     // slot (and is sent again), and n2 still waits.
     assert_eq!(go(&n1()), Outcome::Upgraded, "n1 took its own slot again");
-    let progress = crate::host::progress::Progress::new();
-    assert!(matches!(
-        r.sequence
-            .provision_with(&n2, Instant::now(), &AtomicBool::new(false), &progress),
-        Outcome::UpgradeWaiting(_)
-    ));
-    assert_eq!(progress.position().step, "upgrade");
+    let played = r.play(&n2, Duration::ZERO, None);
+    assert!(matches!(played.outcome, Outcome::UpgradeWaiting(_)));
+    assert_eq!(played.progress.position().step, "upgrade");
     assert_eq!(r.node.count("release_update"), 2);
     // n1 comes back upgraded: its slot is free, and n2 (still on 0.30.2) takes it.
     let inventory = |v: &str| Answer::Ok(json!({"version": v, "upgradable": true}));
@@ -886,10 +912,7 @@ fn an_upgrade_waits_for_this_instances_part_of_the_cap_and_says_so() {
     // What the active-active membership does while this instance is out of the set.
     slots.set_part(0);
     assert_eq!(r.metrics.upgrade_slots.get(), 0);
-    let go = || {
-        r.sequence
-            .provision(&n1(), Instant::now(), &AtomicBool::new(false))
-    };
+    let go = || r.go(&n1());
     assert_eq!(
         go(),
         Outcome::UpgradeWaiting(
@@ -958,8 +981,202 @@ fn a_configuration_that_loops_is_sent_counted_and_warned_once() {
     let stamp = crate::host::loop_check::HelperStamp::of(&r.dir.join("helper.sh"));
     assert!(
         !r.sequence
-            .loops
+            .loops()
             .first(&stamp, "plugin.choria.server.provision"),
         "already warned for this helper version"
     );
+}
+
+#[test]
+fn a_forged_refusal_followed_by_the_nodes_own_reply_is_a_contest_not_a_lock() {
+    for refusal in [
+        "Could not obtain provisioning lock",
+        "Incorrect provision token supplied",
+    ] {
+        let node = FakeNode::answering(&[(
+            "configure",
+            &[Answer::ForgedRefusal(
+                refusal,
+                json!({"message": "Configuration written"}),
+                Duration::from_millis(300),
+            )],
+        )]);
+        let r = rig(node, CONFIGURED, |c| c.reply_grace = Duration::from_secs(1));
+        let outcome = r.attempt();
+        assert!(
+            matches!(&outcome, Outcome::Contested(m) if m.contains("choria_provision#configure was answered twice")),
+            "{refusal}: {outcome}"
+        );
+        assert_eq!(r.metrics.lock_refusals.get(), 0, "{refusal}: not a lock");
+        assert_eq!(r.node.count("restart"), 0, "{refusal}");
+    }
+}
+
+#[test]
+fn a_lock_refusal_is_believed_once_its_grace_passed_and_is_counted() {
+    let node = FakeNode::answering(&[(
+        "configure",
+        &[Answer::Status(1, "Could not obtain provisioning lock")],
+    )]);
+    let r = rig(node, CONFIGURED, |c| {
+        c.reply_grace = Duration::from_millis(700)
+    });
+    let played = r.play(&n1(), Duration::ZERO, None);
+    assert!(
+        matches!(played.outcome, Outcome::Locked(_)),
+        "{}",
+        played.outcome
+    );
+    assert_eq!(r.metrics.lock_refusals.get(), 1);
+    let configure_sent = r.node.sent.lock()[1].2;
+    assert_eq!(
+        played.ended - configure_sent,
+        Duration::from_millis(700),
+        "believed when its grace ended, not before"
+    );
+}
+
+#[test]
+fn a_different_reply_after_configure_is_a_security_event_naming_what_was_handed_out() {
+    let cert = include_str!("../../tests/fixtures/cert-n1.pem");
+    let helper = format!(
+        r#"{{"configuration": {{"identity": "n1.example.net", "plugin.choria.server.provision": "false"}}, "certificate": {}}}"#,
+        serde_json::to_string(cert).unwrap()
+    );
+    // The forged twin of configure's reply comes while restart is out.
+    let node = FakeNode::answering(&[
+        (
+            "configure",
+            &[Answer::LateTwin(json!({}), Duration::from_millis(10))],
+        ),
+        (
+            "restart",
+            &[Answer::SlowAlone(json!({}), Duration::from_millis(50))],
+        ),
+    ]);
+    let r = rig(node, &helper, |_| {});
+    let played = r.play(&n1(), Duration::ZERO, None);
+    assert!(
+        matches!(&played.outcome, Outcome::Contested(m) if m.contains("configure was answered twice")),
+        "{}",
+        played.outcome
+    );
+    assert_eq!(r.metrics.contested_after_configure.get(), 1);
+    assert_eq!(
+        r.metrics
+            .contested_replies
+            .with_label_values(&["choria_provision#configure"])
+            .get(),
+        1
+    );
+    let facts = played.progress.facts();
+    let serial = facts
+        .certificate_serial
+        .clone()
+        .expect("the certificate's serial");
+    assert!(
+        facts
+            .retries
+            .iter()
+            .any(|r| r.contains("contested after configure") && r.contains(&serial)),
+        "the audit line names what to revoke: {facts:?}"
+    );
+}
+
+#[test]
+fn requests_stay_watched_until_restart_is_answered() {
+    // inventory's forged twin arrives while configure is out: still a contest.
+    let node = FakeNode::answering(&[
+        (
+            "inventory",
+            &[Answer::LateTwin(json!({}), Duration::from_millis(400))],
+        ),
+        (
+            "configure",
+            &[Answer::SlowAlone(json!({}), Duration::from_secs(1))],
+        ),
+    ]);
+    let r = rig(node, CONFIGURED, |c| {
+        c.reply_grace = Duration::from_millis(100)
+    });
+    let outcome = r.attempt();
+    assert!(
+        matches!(&outcome, Outcome::Contested(m) if m.contains("rpcutil#inventory")),
+        "{outcome}"
+    );
+    assert_eq!(r.node.count("restart"), 0);
+    assert_eq!(r.metrics.contested_after_configure.get(), 1);
+}
+
+#[test]
+fn an_upgrade_slot_is_given_back_only_by_an_inventory_that_survived_its_grace() {
+    let inventory = Answer::Ok(json!({"version": "0.30.2", "upgradable": true}));
+    let r = rig(
+        FakeNode::answering(&[("inventory", &[inventory])]),
+        r#"{"configuration": {"a": "b"}, "upgrade": "0.31.0"}"#,
+        |c| {
+            c.features.upgrades = true;
+            c.upgrades_repository = "https://repo.example.net".into();
+            c.upgrades_max_in_flight = Some(1);
+            c.reply_grace = Duration::from_secs(1);
+        },
+    );
+    assert_eq!(r.go(&n1()), Outcome::Upgraded);
+    assert_eq!(r.sequence.upgrading().len(), 1);
+    // A forger answers n1's inventory with the new version; n1 itself (still
+    // upgrading) answers later with another reply: the slot stays taken.
+    let new = json!({"version": "0.31.0", "upgradable": true});
+    r.node.script.lock().insert(
+        "inventory".into(),
+        [Answer::LateTwin(new, Duration::from_millis(200))]
+            .into_iter()
+            .collect(),
+    );
+    let played = r.play(&n1(), Duration::ZERO, None);
+    assert!(
+        matches!(played.outcome, Outcome::Contested(_)),
+        "{}",
+        played.outcome
+    );
+    assert_eq!(
+        r.sequence.upgrading().len(),
+        1,
+        "a forged inventory freed no slot"
+    );
+}
+
+#[test]
+fn a_forged_no_responders_status_is_probed_counted_and_ignored() {
+    let node = FakeNode::answering(&[("inventory", &[Answer::ForgedNoResponders(json!({}))])]);
+    let r = rig(node, CONFIGURED, |_| {});
+    assert_eq!(r.attempt(), Outcome::Done);
+    assert_eq!(
+        r.metrics
+            .rejected_replies
+            .with_label_values(&["forged_no_responders"])
+            .get(),
+        1
+    );
+    assert_eq!(r.metrics.unreachable_nodes.get(), 0);
+}
+
+#[test]
+fn a_silent_node_is_woken_only_at_its_deadlines_and_back_offs() {
+    let node = FakeNode::answering(&[("inventory", &[Answer::Silent])]);
+    let r = rig(node, CONFIGURED, |_| {});
+    let played = r.play(&n1(), Duration::ZERO, None);
+    assert!(matches!(played.outcome, Outcome::Failed(_)));
+    let sent: Vec<Instant> = r.node.sent.lock().iter().map(|(_, _, at)| *at).collect();
+    assert_eq!(sent.len(), 5);
+    for (n, pair) in sent.windows(2).enumerate() {
+        // A 1 s timeout, then FiveSec's step n jittered to [½, 1½).
+        let gap = pair[1] - pair[0] - Duration::from_secs(1);
+        let step = crate::backoff::FIVE_SEC.step(n + 1);
+        assert!(
+            gap >= step / 2 && gap < step * 3 / 2,
+            "try {}: {gap:?}",
+            n + 2
+        );
+    }
+    assert_eq!(played.ended - sent[4], Duration::from_secs(1));
 }

@@ -1,0 +1,1216 @@
+//! One node's attempt as a state machine that does no I/O (boringtun's `noise::Tunn`
+//! is the model): it is given what arrived and the time, and answers with what to
+//! send, whether to run the helper, and when to wake it. It never sleeps, never reads
+//! a clock and never touches a socket, so a worker thread runs one of its steps and
+//! moves on: a node that is slow or silent holds memory, not a thread.
+//!
+//! The steps are the Go provisioner's (inventory, the features' `jwt`, `gen25519`,
+//! `gencsr`, the helper, then `shutdown`, `release_update` or `configure` and
+//! `restart`), each RPC with go-choria's tries and FiveSec back-off. What differs from
+//! Go is what a node that reads the requests of others cannot do to us:
+//!
+//! - **Every request of the attempt stays watched until `restart` is answered.** The
+//!   first valid reply to a request is remembered; a second, different valid reply in
+//!   the node's name contests the attempt at once, whatever step it is at. Before
+//!   `configure` nothing secret has left; after it the security event names what was
+//!   handed out, so that the operator can revoke it.
+//! - **A reply grace before anything secret is made.** The helper (which signs a
+//!   certificate), the server JWT and the key transport wait until `reply_grace` has
+//!   passed since each accepted request was sent (`csr_reply_grace` for `gencsr`), so
+//!   the real node's reply, if someone else answered first, arrives while it still
+//!   stops the attempt. The grace is a timer, not a thread: it costs latency only.
+//! - **A refusal is believed only after the same grace**: a forged "Could not obtain
+//!   provisioning lock" followed by the node's own reply is a contest, not a lock.
+//! - **The upgrade slot** of a node back from an upgrade is given back only by an
+//!   inventory that survived its grace.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::failure::AttemptError;
+use super::helper::{CsrInfo, Ed25519Info, HelperError, HelperInput, HelperOutput};
+use super::outcome::Outcome;
+use super::progress::{certificate_facts, Progress};
+use super::replies::{self, BadReplyData, Gen25519Reply, GencsrReply, InventoryReply, JwtReply};
+use super::requests::{ConfigureData, RestartData};
+use super::retry::{is_fatal_refusal, CallError, LOCK_REFUSAL};
+use super::sequence::NodeSequence;
+use crate::backoff::FIVE_SEC;
+use crate::choria::identity::Identity;
+use crate::choria::protocol::mcorpc::RequestData;
+use crate::choria::rpc::{Contest, Contested, Flush, Reply, RpcError, PROVISION_AGENT};
+use crate::crypto::jwt::ProvisioningClaims;
+
+/// A request of one attempt, numbered from 0 in the order it was made.
+pub(crate) type Tag = u32;
+
+/// What the driver hands the attempt.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// The attempt begins: it makes its first requests.
+    Start,
+    /// Something arrived for request `tag`.
+    Reply {
+        /// The request.
+        tag: Tag,
+        /// What arrived.
+        incoming: Incoming,
+    },
+    /// The helper ran (asked for by [`Effect::RunHelper`]).
+    Helper(Result<HelperOutput, HelperError>),
+    /// A wake-up the attempt asked for came (or anything else made the driver look).
+    Tick,
+    /// The daemon is stopping.
+    Stop,
+}
+
+/// What the wire made of one message routed to a request.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// A reply for this request from the node asked, decoded, with its RPC body.
+    Reply(Reply, Vec<u8>),
+    /// A message that is not a valid reply to this request (counted, skipped).
+    Rejected {
+        /// The `rejected_replies` label.
+        reason: &'static str,
+        /// What was wrong (no node value in it).
+        detail: String,
+    },
+    /// A "no responders" status, not yet believed: anyone who reads the request can
+    /// send one.
+    NoResponders,
+    /// Replies dropped unread because more came than a request keeps.
+    Dropped(u64),
+    /// The request could not be sent.
+    Unsent(String),
+    /// What the broker said of the probe the attempt asked for ([`Effect::Probe`]):
+    /// `nobody` when its own "no responders" came before the probe's fence.
+    Probed {
+        /// Nobody subscribes to the node's subject.
+        nobody: bool,
+    },
+}
+
+/// A request the driver sends for the attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Request {
+    /// The attempt's number for it: its replies come back with it.
+    pub(crate) tag: Tag,
+    /// `rpcutil` or `choria_provision`.
+    pub(crate) agent: &'static str,
+    /// The action.
+    pub(crate) action: &'static str,
+    /// The action's data, as Go's encoder writes it.
+    pub(crate) data: Vec<u8>,
+    /// Whether it leaves at once or with the next request.
+    pub(crate) flush: Flush,
+}
+
+/// Something the attempt asks the driver to do.
+#[derive(Debug)]
+pub(crate) enum Effect {
+    /// Send a request.
+    Send(Request),
+    /// Ask the broker whether anybody subscribes to the node's subject (a "no
+    /// responders" came for request `Tag`); the answer comes as
+    /// [`Incoming::Probed`].
+    Probe(Tag),
+    /// Run the helper with this input; the result comes as [`Input::Helper`].
+    RunHelper(Vec<u8>),
+}
+
+/// What one step of the attempt produced.
+#[derive(Debug, Default)]
+pub(crate) struct Turn {
+    /// What to do now, in order.
+    pub(crate) effects: Vec<Effect>,
+    /// When to give the attempt a [`Input::Tick`] at the latest (`None` with `done`).
+    pub(crate) wake: Option<Instant>,
+    /// The attempt has ended.
+    pub(crate) done: Option<Outcome>,
+}
+
+/// The actions of the sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Jwt,
+    Gen25519,
+    Inventory,
+    Gencsr,
+    Shutdown,
+    ReleaseUpdate,
+    Configure,
+    Restart,
+}
+
+impl Action {
+    fn agent(self) -> &'static str {
+        match self {
+            Action::Inventory => crate::choria::rpc::RPCUTIL_AGENT,
+            _ => PROVISION_AGENT,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Action::Jwt => "jwt",
+            Action::Gen25519 => "gen25519",
+            Action::Inventory => "inventory",
+            Action::Gencsr => "gencsr",
+            Action::Shutdown => "shutdown",
+            Action::ReleaseUpdate => "release_update",
+            Action::Configure => "configure",
+            Action::Restart => "restart",
+        }
+    }
+
+    /// Tries per call: Go's, but `gencsr` (Go tried once; a lost reply then cost a
+    /// whole attempt, and the node makes a new key on every call, so a retry is safe).
+    fn tries(self) -> u32 {
+        match self {
+            Action::Gen25519 | Action::Inventory | Action::Configure => 5,
+            _ => 3,
+        }
+    }
+
+    fn label(self) -> String {
+        format!("{}#{}", self.agent(), self.name())
+    }
+}
+
+/// Where one call is.
+#[derive(Debug, Clone)]
+enum Stage {
+    /// A try is out; its reply is awaited until its deadline.
+    Asking(Tag),
+    /// Waiting to make the next try.
+    BackingOff(Instant),
+    /// The node refused; the refusal is believed once the grace has passed with no
+    /// different reply.
+    Refused {
+        until: Instant,
+        locked: bool,
+        why: String,
+    },
+    /// A reply was accepted.
+    Accepted(Tag),
+}
+
+#[derive(Debug)]
+struct Call {
+    action: Action,
+    tries: u32,
+    stage: Stage,
+    last_why: String,
+}
+
+/// One request sent, watched until the attempt ends.
+#[derive(Debug)]
+struct Sent {
+    call: usize,
+    asked_at: Instant,
+    deadline: Instant,
+    /// The nonce a `gen25519` try signs.
+    nonce: String,
+    /// The body of the first valid reply: a different one is a contest.
+    first: Option<Vec<u8>>,
+    /// A reply came, or a probe found a subscriber: a "no responders" is forged.
+    listened: bool,
+    probing: bool,
+    /// "No responders" statuses held while a probe says whether they are forged.
+    statuses: u64,
+    rejected: u64,
+    last_rejection: String,
+}
+
+/// Where the attempt is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The requests before the helper are out.
+    Gather,
+    /// Every one answered; waiting out the reply grace.
+    Grace(Instant),
+    /// The helper runs.
+    Helper,
+    /// One call after the helper (`shutdown`, `release_update`, `configure`,
+    /// `restart`) is out.
+    Calling,
+}
+
+/// What the attempt learnt from the node.
+#[derive(Default)]
+struct Learnt {
+    claims: Option<Arc<ProvisioningClaims>>,
+    ecdh_public: String,
+    ed25519: Option<Ed25519Info>,
+    inventory: String,
+    version: String,
+    upgradable: bool,
+    csr: Option<CsrInfo>,
+}
+
+/// What an accepted reply gave.
+enum Value {
+    Jwt(String, String),
+    Ed25519(Ed25519Info),
+    Inventory {
+        version: String,
+        upgradable: bool,
+        inventory: String,
+    },
+    Csr(CsrInfo),
+    Empty,
+}
+
+/// What a try's reply check decided.
+enum Check {
+    Accept(Value),
+    Retry(String),
+}
+
+/// One attempt for one node.
+pub(crate) struct Attempt {
+    identity: Identity,
+    since: Instant,
+    progress: Arc<Progress>,
+    calls: Vec<Call>,
+    sent: Vec<Sent>,
+    phase: Phase,
+    learnt: Learnt,
+    answer: Option<HelperOutput>,
+    /// The helper asked for an upgrade (for what the `release_update` reply means).
+    upgrading_to: Option<String>,
+    /// `configure` was sent: what it carried may be in the hands of whoever
+    /// contests a reply from now on.
+    handed_out: bool,
+    /// Whether any valid reply came from the node: an attempt that ends on
+    /// timeouts with none is a silent identity's.
+    answered: bool,
+    /// A try timed out.
+    timed_out: bool,
+    /// `configure`'s data, made once after the grace (every try sends the same
+    /// encrypted key and signed server JWT).
+    configure_data: Vec<u8>,
+    effects: Vec<Effect>,
+    done: Option<Outcome>,
+    /// The attempt has ended: nothing more is handled.
+    ended: bool,
+}
+
+impl std::fmt::Debug for Attempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempt")
+            .field("identity", &self.identity)
+            .field("phase", &self.phase)
+            .finish()
+    }
+}
+
+type Step<T> = Result<T, AttemptError>;
+
+impl Attempt {
+    /// An attempt for `identity`, known (or last refreshed) since `since`, reporting
+    /// to `progress`. Nothing happens until it is given [`Input::Start`].
+    pub(crate) fn new(identity: Identity, since: Instant, progress: Arc<Progress>) -> Attempt {
+        Attempt {
+            identity,
+            since,
+            progress,
+            calls: Vec::new(),
+            sent: Vec::new(),
+            phase: Phase::Gather,
+            learnt: Learnt::default(),
+            answer: None,
+            upgrading_to: None,
+            handed_out: false,
+            answered: false,
+            timed_out: false,
+            configure_data: Vec::new(),
+            effects: Vec::new(),
+            done: None,
+            ended: false,
+        }
+    }
+
+    /// The node.
+    pub(crate) fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Whether any valid reply came from the node so far.
+    pub(crate) fn answered(&self) -> bool {
+        self.answered
+    }
+
+    /// Whether a try timed out so far.
+    pub(crate) fn timed_out(&self) -> bool {
+        self.timed_out
+    }
+
+    /// Values in the helper's input that must never reach a log line.
+    pub(crate) fn secrets<'a>(&'a self, seq: &'a NodeSequence) -> Vec<&'a str> {
+        let mut out = vec![seq.token()];
+        if let Some(claims) = &self.learnt.claims {
+            out.extend(
+                [claims.cht.as_str(), claims.chpwd.as_str()]
+                    .into_iter()
+                    .filter(|v| !v.is_empty()),
+            );
+        }
+        out
+    }
+
+    /// Takes what arrived at `now`, in order, then moves on as far as the time
+    /// allows: every reply that is there is read before a deadline is judged, so a
+    /// reply that waited for a worker is not taken for a timeout. `paused` is the
+    /// pause flag as the driver read it.
+    pub(crate) fn handle(
+        &mut self,
+        seq: &NodeSequence,
+        inputs: impl IntoIterator<Item = Input>,
+        now: Instant,
+        paused: bool,
+    ) -> Turn {
+        if !self.ended {
+            let mut result = Ok(());
+            for input in inputs {
+                result = match input {
+                    Input::Start => self.start(seq, now, paused),
+                    Input::Reply { tag, incoming } => self.incoming(seq, tag, incoming, now),
+                    Input::Helper(result) => self.helper_ran(seq, result, now, paused),
+                    Input::Tick => Ok(()),
+                    Input::Stop => Err(AttemptError::Stopping {
+                        identity: self.identity.clone(),
+                    }),
+                };
+                if result.is_err() || self.done.is_some() {
+                    break;
+                }
+            }
+            if self.done.is_none() {
+                result = result.and_then(|()| self.advance(seq, now, paused));
+            }
+            if let Err(e) = result {
+                self.done = Some(e.into_outcome());
+            }
+        }
+        let done = self.done.take().map(|o| {
+            self.ended = true;
+            seq.conclude(o, &self.progress)
+        });
+        Turn {
+            effects: std::mem::take(&mut self.effects),
+            wake: if self.ended { None } else { self.next_wake() },
+            done,
+        }
+    }
+
+    fn start(&mut self, seq: &NodeSequence, now: Instant, paused: bool) -> Step<()> {
+        let waited = now.saturating_duration_since(self.since);
+        if waited > seq.config().stale_after() {
+            self.progress.step("stale");
+            return Err(AttemptError::Stale { waited });
+        }
+        let features = &seq.config().features;
+        let mut actions = Vec::with_capacity(4);
+        if features.jwt {
+            actions.push(Action::Jwt);
+        }
+        if features.ed25519 {
+            actions.push(Action::Gen25519);
+        }
+        actions.push(Action::Inventory);
+        if features.pki {
+            actions.push(Action::Gencsr);
+        }
+        let last = actions.len() - 1;
+        for (n, action) in actions.into_iter().enumerate() {
+            let flush = if n == last { Flush::Now } else { Flush::Later };
+            let call = self.calls.len();
+            self.calls.push(Call {
+                action,
+                tries: 0,
+                stage: Stage::BackingOff(now),
+                last_why: String::from("no try was made"),
+            });
+            self.send_try(seq, call, now, paused, flush)?;
+        }
+        Ok(())
+    }
+
+    /// The request data of a try of `action` (and the nonce a `gen25519` try signs).
+    fn data(&self, seq: &NodeSequence, action: Action) -> (Vec<u8>, String) {
+        let token = seq.token();
+        let mut out = Vec::with_capacity(128);
+        let mut nonce = String::new();
+        match action {
+            Action::Jwt | Action::Shutdown => json!({ "token": token }).write_go(&mut out),
+            Action::Gen25519 => {
+                nonce = crate::crypto::nonce::new_nonce();
+                json!({ "nonce": nonce, "token": token }).write_go(&mut out)
+            }
+            Action::Inventory => out.extend_from_slice(b"{}"),
+            Action::Gencsr => json!({ "token": token, "cn": self.identity }).write_go(&mut out),
+            Action::ReleaseUpdate => json!({
+                "repository": seq.config().upgrades_repository,
+                "token": token,
+                "version": self.upgrading_to.as_deref().unwrap_or_default(),
+            })
+            .write_go(&mut out),
+            Action::Configure => out.extend_from_slice(&self.configure_data),
+            Action::Restart => RestartData { token }.write_go(&mut out),
+        }
+        (out, nonce)
+    }
+
+    /// Makes the next try of call `call`.
+    fn send_try(
+        &mut self,
+        seq: &NodeSequence,
+        call: usize,
+        now: Instant,
+        paused: bool,
+        flush: Flush,
+    ) -> Step<()> {
+        let action = self.calls[call].action;
+        if paused {
+            return Err(AttemptError::Call(CallError::Failed(format!(
+                "provisioning is paused, cannot perform {}",
+                action.label()
+            ))));
+        }
+        let (data, nonce) = self.data(seq, action);
+        let tag = self.sent.len() as Tag;
+        let c = &mut self.calls[call];
+        c.tries += 1;
+        c.stage = Stage::Asking(tag);
+        self.progress.rpc_try(action.name(), c.tries);
+        self.sent.push(Sent {
+            call,
+            asked_at: now,
+            deadline: now + seq.timeout(action.agent()),
+            nonce,
+            first: None,
+            listened: false,
+            probing: false,
+            statuses: 0,
+            rejected: 0,
+            last_rejection: String::new(),
+        });
+        self.effects.push(Effect::Send(Request {
+            tag,
+            agent: action.agent(),
+            action: action.name(),
+            data,
+            flush,
+        }));
+        Ok(())
+    }
+
+    /// Starts a call after the helper.
+    fn call(&mut self, seq: &NodeSequence, action: Action, now: Instant, paused: bool) -> Step<()> {
+        let call = self.calls.len();
+        self.calls.push(Call {
+            action,
+            tries: 0,
+            stage: Stage::BackingOff(now),
+            last_why: String::from("no try was made"),
+        });
+        self.phase = Phase::Calling;
+        self.send_try(seq, call, now, paused, Flush::Now)
+    }
+
+    fn incoming(
+        &mut self,
+        seq: &NodeSequence,
+        tag: Tag,
+        incoming: Incoming,
+        now: Instant,
+    ) -> Step<()> {
+        let Some(sent) = self.sent.get_mut(tag as usize) else {
+            return Ok(());
+        };
+        let metrics = seq.metrics();
+        match incoming {
+            Incoming::Rejected { reason, detail } => {
+                metrics.rejected_replies.with_label_values(&[reason]).inc();
+                sent.rejected += 1;
+                sent.last_rejection = detail;
+                Ok(())
+            }
+            Incoming::Dropped(dropped) => {
+                metrics
+                    .rejected_replies
+                    .with_label_values(&["overflow"])
+                    .inc_by(dropped);
+                let call = sent.call;
+                Err(self.contest(seq, call, Contest::Flooded { dropped }))
+            }
+            Incoming::Unsent(why) => {
+                let call = sent.call;
+                if matches!(self.calls[call].stage, Stage::Asking(t) if t == tag) {
+                    return self.retry(seq, call, why, now);
+                }
+                Ok(())
+            }
+            Incoming::NoResponders => {
+                let current = matches!(self.calls[sent.call].stage, Stage::Asking(t) if t == tag);
+                if sent.listened || !current {
+                    count_forged_status(seq, &self.identity, 1);
+                } else {
+                    sent.statuses += 1;
+                    if !sent.probing {
+                        sent.probing = true;
+                        self.effects.push(Effect::Probe(tag));
+                    }
+                }
+                Ok(())
+            }
+            Incoming::Probed { nobody } => {
+                sent.probing = false;
+                let held = std::mem::take(&mut sent.statuses);
+                let current = matches!(self.calls[sent.call].stage, Stage::Asking(t) if t == tag);
+                if nobody && !sent.listened && current {
+                    metrics.unreachable_nodes.inc();
+                    let label = self.calls[sent.call].action.label();
+                    let e = RpcError::NoResponders {
+                        identity: self.identity.clone(),
+                    };
+                    return Err(AttemptError::Call(CallError::Unreachable(format!(
+                        "{label} failed: {e}"
+                    ))));
+                }
+                sent.listened = true;
+                // The broker says somebody listens (or a reply came meanwhile): the
+                // statuses were forged.
+                count_forged_status(seq, &self.identity, held);
+                Ok(())
+            }
+            Incoming::Reply(reply, body) => {
+                sent.listened = true;
+                if !sent.probing {
+                    let held = std::mem::take(&mut sent.statuses);
+                    count_forged_status(seq, &self.identity, held);
+                }
+                let call = sent.call;
+                match &sent.first {
+                    Some(first) if *first != body => {
+                        return Err(self.contest(seq, call, Contest::Different))
+                    }
+                    // An identical copy (a broker's redelivery, a replayed reply).
+                    Some(_) => return Ok(()),
+                    None => sent.first = Some(body),
+                }
+                self.answered = true;
+                let asked_at = sent.asked_at;
+                // Only the reply to the call's current try is judged; one to an
+                // earlier try that timed out is watched, nothing more.
+                if !matches!(self.calls[call].stage, Stage::Asking(t) if t == tag) {
+                    return Ok(());
+                }
+                let action = self.calls[call].action;
+                metrics.observe_rpc(
+                    action.agent(),
+                    action.name(),
+                    now.saturating_duration_since(asked_at).as_secs_f64(),
+                );
+                self.judge(seq, call, tag, reply, now)
+            }
+        }
+    }
+
+    /// The reply to call `call`'s current try.
+    fn judge(
+        &mut self,
+        seq: &NodeSequence,
+        call: usize,
+        tag: Tag,
+        mut reply: Reply,
+        now: Instant,
+    ) -> Step<()> {
+        let action = self.calls[call].action;
+        if reply.statuscode != 0 {
+            // The node's own words: escaped and cut before they reach a log line.
+            let why = format!(
+                "invalid response from {}: {} ({})",
+                reply.sender,
+                crate::untrusted::shown(&reply.statusmsg),
+                reply.statuscode
+            );
+            let locked = reply.statusmsg.starts_with(LOCK_REFUSAL);
+            if locked || is_fatal_refusal(&reply.statusmsg) {
+                // Believed once a different reply had its chance to come.
+                let until = self.sent[tag as usize].asked_at + self.grace(seq, action);
+                self.calls[call].stage = Stage::Refused { until, locked, why };
+                return Ok(());
+            }
+            return self.retry(seq, call, why, now);
+        }
+        let nonce = std::mem::take(&mut self.sent[tag as usize].nonce);
+        match check(action, &mut reply, &nonce) {
+            Check::Accept(value) => {
+                self.calls[call].stage = Stage::Accepted(tag);
+                self.accepted(seq, value)
+            }
+            Check::Retry(why) => self.retry(seq, call, why, now),
+        }
+    }
+
+    /// The grace a reply to `action` gets before what it said is trusted.
+    fn grace(&self, seq: &NodeSequence, action: Action) -> Duration {
+        let grace = seq.config().reply_grace;
+        if action == Action::Gencsr {
+            // A real node answers only once it has made its key (RSA 2048 in
+            // go-choria: tens of milliseconds to seconds).
+            grace.max(seq.config().csr_reply_grace)
+        } else {
+            grace
+        }
+    }
+
+    /// Stores what an accepted reply said, checking what can be checked at once.
+    fn accepted(&mut self, seq: &NodeSequence, value: Value) -> Step<()> {
+        let identity = &self.identity;
+        match value {
+            Value::Jwt(jwt, ecdh) => {
+                if jwt.is_empty() {
+                    return Err(AttemptError::NoJwt {
+                        identity: identity.clone(),
+                    });
+                }
+                let claims = seq.keys().verify_provisioning_jwt(identity, &jwt)?;
+                self.progress.record(|f| {
+                    let jti = &claims.standard.jti;
+                    f.provisioning_jwt_id = (!jti.is_empty()).then(|| crate::untrusted::shown(jti));
+                    f.provisioning_jwt_expires = claims.standard.exp;
+                });
+                self.learnt.claims = Some(claims);
+                self.learnt.ecdh_public = ecdh;
+            }
+            Value::Ed25519(info) => self.learnt.ed25519 = Some(info),
+            Value::Inventory {
+                version,
+                upgradable,
+                inventory,
+            } => {
+                if !version.is_empty() {
+                    self.progress
+                        .record(|f| f.version_before = Some(crate::untrusted::shown(&version)));
+                }
+                self.learnt.version = version;
+                self.learnt.upgradable = upgradable;
+                self.learnt.inventory = inventory;
+            }
+            Value::Csr(csr) => {
+                seq.keys().check_csr(identity, &csr.csr)?;
+                self.learnt.csr = Some(csr);
+            }
+            Value::Empty => {}
+        }
+        Ok(())
+    }
+
+    /// A try of call `call` failed with `why`: tried again after the back-off, or
+    /// the call fails once its tries are spent.
+    fn retry(&mut self, seq: &NodeSequence, call: usize, why: String, now: Instant) -> Step<()> {
+        let c = &mut self.calls[call];
+        let (action, tries) = (c.action, c.tries);
+        let max = action.tries();
+        let label = action.label();
+        if tries >= max {
+            let what = format!("failed for {} after {max} tries: {why}", self.identity);
+            return Err(self.failed(seq, action, what));
+        }
+        log::warn!(
+            "{label} try {tries}/{max} for {} failed: {why}",
+            self.identity
+        );
+        self.progress
+            .record(|f| f.retried(&format!("{label} try {tries}/{max}: {why}")));
+        c.last_why = why;
+        c.stage = Stage::BackingOff(now + FIVE_SEC.duration(tries as usize));
+        Ok(())
+    }
+
+    /// A call that failed for good: counted under its `rpc` label.
+    fn failed(&self, seq: &NodeSequence, action: Action, what: String) -> AttemptError {
+        let label = action.label();
+        seq.metrics().rpc_errors.with_label_values(&[&label]).inc();
+        AttemptError::Call(CallError::Failed(format!("{label} {what}")))
+    }
+
+    /// Someone else answers in the node's name: counted, logged as a security event
+    /// naming what was handed out if `configure` was sent, and the attempt stops.
+    fn contest(&self, seq: &NodeSequence, call: usize, why: Contest) -> AttemptError {
+        let rpc = self.calls[call].action.label();
+        let metrics = seq.metrics();
+        metrics.contested_replies.with_label_values(&[&rpc]).inc();
+        let contested = Contested {
+            identity: self.identity.clone(),
+            rpc,
+            why,
+        };
+        if self.handed_out {
+            metrics.contested_after_configure.inc();
+            let facts = self.progress.facts();
+            let cert = match (&facts.certificate_serial, &facts.certificate_sha256) {
+                (Some(serial), Some(sha)) => format!("certificate serial {serial} (sha256 {sha})"),
+                _ => "no certificate".to_string(),
+            };
+            let jwt = facts.server_jwt_id.as_deref().map_or_else(
+                || "no server JWT".to_string(),
+                |id| format!("server JWT id {id}"),
+            );
+            log::error!(
+                "SECURITY: {contested} after its configuration was sent: {cert}, {jwt} and the \
+                 private key it carried may be in another's hands; revoke them"
+            );
+            self.progress.record(|f| {
+                f.retried(&format!(
+                    "contested after configure: {cert}, {jwt}; revoke them"
+                ))
+            });
+        } else {
+            seq.security_warning(format_args!(
+                "{contested}; nothing secret was sent to {}, it is tried again after the cool-down",
+                self.identity
+            ));
+        }
+        AttemptError::Contested {
+            identity: self.identity.clone(),
+            contested,
+        }
+    }
+
+    /// Moves on as far as the time allows: timeouts, back-offs and refusals whose
+    /// time came, then the next step once every call it waits for is answered.
+    fn advance(&mut self, seq: &NodeSequence, now: Instant, paused: bool) -> Step<()> {
+        for call in 0..self.calls.len() {
+            match self.calls[call].stage.clone() {
+                Stage::Asking(tag) => {
+                    let sent = &self.sent[tag as usize];
+                    if sent.deadline > now || sent.probing {
+                        continue;
+                    }
+                    let action = self.calls[call].action;
+                    self.timed_out = true;
+                    seq.metrics().observe_rpc(
+                        action.agent(),
+                        action.name(),
+                        now.saturating_duration_since(sent.asked_at).as_secs_f64(),
+                    );
+                    let e = RpcError::NoReply {
+                        identity: self.identity.clone(),
+                        waited: now.saturating_duration_since(sent.asked_at),
+                        rejected: (sent.rejected > 0)
+                            .then(|| (sent.rejected, sent.last_rejection.clone())),
+                    };
+                    self.retry(seq, call, e.to_string(), now)?;
+                }
+                Stage::BackingOff(until) if until <= now => {
+                    self.send_try(seq, call, now, paused, Flush::Now)?;
+                }
+                Stage::Refused {
+                    until, locked, why, ..
+                } if until <= now => {
+                    let action = self.calls[call].action;
+                    let label = action.label();
+                    if locked {
+                        seq.metrics().lock_refusals.inc();
+                        log::info!(
+                            "{label} refused for {}: another provisioner holds its provisioning lock: {why}",
+                            self.identity
+                        );
+                        return Err(AttemptError::Call(CallError::Locked(format!(
+                            "{label} refused for {}: {why}",
+                            self.identity
+                        ))));
+                    }
+                    let what = format!("failed for {}: {why}", self.identity);
+                    return Err(self.failed(seq, action, what));
+                }
+                _ => {}
+            }
+        }
+        let all_accepted = self
+            .calls
+            .iter()
+            .all(|c| matches!(c.stage, Stage::Accepted(_)));
+        match self.phase {
+            Phase::Gather if all_accepted => {
+                let until = self
+                    .calls
+                    .iter()
+                    .filter_map(|c| match c.stage {
+                        Stage::Accepted(tag) => {
+                            Some(self.sent[tag as usize].asked_at + self.grace(seq, c.action))
+                        }
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(now);
+                self.phase = Phase::Grace(until);
+                self.progress.step("reply_grace");
+                self.advance(seq, now, paused)
+            }
+            Phase::Grace(until) if until <= now => {
+                // The inventory survived its grace: a node back from an upgrade on
+                // another version gives its slot back.
+                seq.slots().seen(&self.identity, &self.learnt.version);
+                seq.warn_if_lockless(&self.identity, &self.learnt.version);
+                self.phase = Phase::Helper;
+                self.progress.step("helper");
+                let input = HelperInput {
+                    identity: &self.identity,
+                    csr: self.learnt.csr.as_ref(),
+                    ed25519_pubkey: self.learnt.ed25519.as_ref(),
+                    inventory: &self.learnt.inventory,
+                    jwt: self.learnt.claims.as_deref(),
+                };
+                let bytes = serde_json::to_vec(&input).map_err(|e| {
+                    AttemptError::Encode(format!("could not JSON encode host: {e}"))
+                })?;
+                self.effects.push(Effect::RunHelper(bytes));
+                Ok(())
+            }
+            Phase::Calling if all_accepted => self.called(seq, now, paused),
+            _ => Ok(()),
+        }
+    }
+
+    /// The helper's answer: defer, shut down, or go on to the secrets.
+    fn helper_ran(
+        &mut self,
+        seq: &NodeSequence,
+        result: Result<HelperOutput, HelperError>,
+        now: Instant,
+        paused: bool,
+    ) -> Step<()> {
+        if self.phase != Phase::Helper {
+            return Ok(());
+        }
+        let answer = result.map_err(|e| {
+            // A paused refusal is not the helper's fault (Go counted it).
+            if !matches!(e, HelperError::Paused(_)) {
+                seq.metrics().helper_errors.inc();
+            }
+            if matches!(e, HelperError::Timeout(..)) {
+                seq.metrics().helper_timeouts.inc();
+            }
+            AttemptError::Helper(e)
+        })?;
+        if (answer.defer || answer.shutdown) && !answer.msg.is_empty() {
+            self.progress
+                .record(|f| f.helper_msg = Some(crate::untrusted::shown(&answer.msg)));
+        }
+        if answer.defer {
+            self.done = Some(Outcome::Deferred(answer.msg));
+            return Ok(());
+        }
+        if answer.shutdown {
+            log::warn!(
+                "Shutting down {} as the helper asked: {}",
+                self.identity,
+                answer.msg
+            );
+            self.answer = Some(answer);
+            return self.call(seq, Action::Shutdown, now, paused);
+        }
+        self.answer = Some(answer);
+        if let Some(target) = self.upgrade(seq)? {
+            self.upgrading_to = Some(target);
+            self.progress.step("upgrade");
+            return self.call(seq, Action::ReleaseUpdate, now, paused);
+        }
+        self.configure(seq, now, paused)
+    }
+
+    /// Whether the helper's upgrade is to be made now: the target version, `None`
+    /// to go on to `configure`; or the attempt ends waiting for a slot.
+    fn upgrade(&mut self, seq: &NodeSequence) -> Step<Option<String>> {
+        let answer = self.answer.as_ref().expect("the helper answered");
+        let config = seq.config();
+        if !config.features.upgrades || answer.upgrade.is_empty() {
+            return Ok(None);
+        }
+        let identity = &self.identity;
+        let target = answer.upgrade.clone();
+        self.progress.step("upgrade");
+        let refuse = |why: String| -> Step<Option<String>> {
+            if config.upgrades_optional {
+                log::warn!("Could not upgrade {identity} to {target}, continuing: {why}");
+                Ok(None)
+            } else {
+                Err(AttemptError::Upgrade {
+                    identity: identity.clone(),
+                    target: target.clone(),
+                    why,
+                })
+            }
+        };
+        if config.upgrades_repository.is_empty() {
+            return refuse("upgrades_repository is not set".into());
+        }
+        let version = &self.learnt.version;
+        if version.is_empty() {
+            return refuse("did not receive a version in inventory".into());
+        }
+        if !self.learnt.upgradable {
+            return refuse(format!("{identity} does not support upgrades"));
+        }
+        if super::version::compare(version, &target) == std::cmp::Ordering::Equal {
+            log::info!("{identity} already runs {target}, upgrade skipped");
+            return Ok(None);
+        }
+        self.progress
+            .record(|f| f.version_after = Some(crate::untrusted::shown(&target)));
+        let slots = seq.slots();
+        if !slots.try_take(identity, version) {
+            let max = config.upgrades_max_in_flight.unwrap_or(0);
+            let why = match slots.part() {
+                Some(part) if part != max => format!(
+                    "this instance's part ({part}) of upgrades_max_in_flight ({max}) is in use"
+                ),
+                _ => format!("upgrades_max_in_flight ({max}) nodes are upgrading"),
+            };
+            self.done = Some(Outcome::UpgradeWaiting(format!(
+                "{identity} waits to be upgraded to {}: {why}",
+                crate::untrusted::shown(&target),
+            )));
+            return Ok(None);
+        }
+        seq.metrics()
+            .upgrades_in_flight
+            .set(slots.holders().len() as i64);
+        Ok(Some(target))
+    }
+
+    /// Makes the secrets (server JWT, encrypted key) and sends `configure`.
+    fn configure(&mut self, seq: &NodeSequence, now: Instant, paused: bool) -> Step<()> {
+        if self.done.is_some() {
+            return Ok(());
+        }
+        let answer = self.answer.as_ref().expect("the helper answered");
+        if answer.configuration.is_empty() {
+            return Err(AttemptError::EmptyConfiguration {
+                identity: self.identity.clone(),
+            });
+        }
+        self.progress.step("key_transport");
+        self.configure_data = self.make_configure_data(seq)?;
+        let answer = self.answer.as_ref().expect("the helper answered");
+        seq.check_loops(&self.identity, answer);
+        self.progress.step("configure");
+        self.call(seq, Action::Configure, now, paused)?;
+        self.handed_out = true;
+        Ok(())
+    }
+
+    /// `configure`'s data: the secrets are made here, after the grace.
+    fn make_configure_data(&self, seq: &NodeSequence) -> Step<Vec<u8>> {
+        let (config, key, ecdh_public, server_jwt) = self.make_secrets(seq)?;
+        let mut out = Vec::with_capacity(4096);
+        let answer = self.answer.as_ref().expect("the helper answered");
+        // The node writes its key where its CSR reply said; the helper cannot move it.
+        let ssldir = self
+            .learnt
+            .csr
+            .as_ref()
+            .map(|c| c.ssldir.as_str())
+            .filter(|d| !d.is_empty())
+            .unwrap_or(&answer.ssldir);
+        ConfigureData {
+            token: seq.token(),
+            config: &config,
+            ca: &answer.ca,
+            certificate: &answer.certificate,
+            ssldir,
+            key: &key,
+            ecdh_public: &ecdh_public,
+            action_policies: &answer.action_policies,
+            opa_policies: &answer.opa_policies,
+            server_jwt: &server_jwt,
+        }
+        .write_go(&mut out);
+        Ok(out)
+    }
+
+    /// The configuration's JSON, the encrypted key and our side of the exchange, and
+    /// the signed server JWT (empty without `ed25519`).
+    fn make_secrets(&self, seq: &NodeSequence) -> Step<(String, String, String, String)> {
+        let identity = &self.identity;
+        let answer = self.answer.as_ref().expect("the helper answered");
+        let config = serde_json::to_string(&answer.configuration).map_err(|e| {
+            AttemptError::Encode(format!("could not encode the configuration: {e}"))
+        })?;
+        let server_jwt = if seq.config().features.ed25519 {
+            let signed = seq
+                .keys()
+                .server_jwt(identity, self.learnt.ed25519.as_ref(), answer)?;
+            self.progress.record(|f| {
+                f.server_jwt_id = Some(signed.claims.standard.jti.clone());
+                f.server_jwt_expires = signed.claims.standard.exp;
+            });
+            signed.token
+        } else {
+            String::new()
+        };
+        if !answer.certificate.is_empty() {
+            if let Some((serial, sha256)) = certificate_facts(&answer.certificate) {
+                self.progress.record(|f| {
+                    f.certificate_serial = Some(serial);
+                    f.certificate_sha256 = Some(sha256);
+                });
+            }
+        }
+        let (key, ecdh_public) = if answer.key.is_empty() {
+            (String::new(), String::new())
+        } else if self.learnt.ecdh_public.is_empty() {
+            return Err(AttemptError::NoKeyExchange {
+                identity: identity.clone(),
+            });
+        } else {
+            crate::crypto::key_transport::encrypt_key_for_node(
+                &answer.key,
+                &self.learnt.ecdh_public,
+            )
+            .map_err(|why| AttemptError::KeyTransport {
+                identity: identity.clone(),
+                why,
+            })?
+        };
+        Ok((config, key, ecdh_public, server_jwt))
+    }
+
+    /// The call after the helper was answered.
+    fn called(&mut self, seq: &NodeSequence, now: Instant, paused: bool) -> Step<()> {
+        let last = self.calls.last().map(|c| c.action);
+        match last {
+            Some(Action::Shutdown) => {
+                seq.metrics().helper_shutdown_requests.inc();
+                self.done = Some(Outcome::ShutDown);
+                Ok(())
+            }
+            Some(Action::ReleaseUpdate) => {
+                log::info!(
+                    "Upgrading {} from {} to {}",
+                    self.identity,
+                    self.learnt.version,
+                    self.upgrading_to.as_deref().unwrap_or_default()
+                );
+                self.done = Some(Outcome::Upgraded);
+                Ok(())
+            }
+            Some(Action::Configure) => {
+                self.progress.step("restart");
+                self.call(seq, Action::Restart, now, paused)
+            }
+            Some(Action::Restart) => {
+                self.done = Some(Outcome::Done);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The earliest time something is due: a try's deadline, a back-off's end, a
+    /// refusal's or the reply grace's end.
+    fn next_wake(&self) -> Option<Instant> {
+        let calls = self.calls.iter().filter_map(|c| match &c.stage {
+            Stage::Asking(tag) => {
+                let sent = &self.sent[*tag as usize];
+                (!sent.probing).then_some(sent.deadline)
+            }
+            Stage::BackingOff(until) => Some(*until),
+            Stage::Refused { until, .. } => Some(*until),
+            Stage::Accepted(_) => None,
+        });
+        let grace = match self.phase {
+            Phase::Grace(until) => Some(until),
+            _ => None,
+        };
+        calls.chain(grace).min()
+    }
+}
+
+/// Counts `n` "no responders" statuses that a probe or a reply proved false.
+fn count_forged_status(seq: &NodeSequence, identity: &Identity, n: u64) {
+    if n == 0 {
+        return;
+    }
+    seq.metrics()
+        .rejected_replies
+        .with_label_values(&["forged_no_responders"])
+        .inc_by(n);
+    log::debug!("Ignored {n} forged \"no responders\" statuses for {identity}");
+}
+
+/// Reads an OK reply to `action` (`nonce`: what a `gen25519` try asked to sign).
+fn check(action: Action, reply: &mut Reply, nonce: &str) -> Check {
+    let data = &reply.data;
+    match action {
+        Action::Jwt => match replies::read::<JwtReply>(data, "jwt") {
+            Ok(d) => Check::Accept(Value::Jwt(
+                d.jwt.unwrap_or_default(),
+                d.ecdh_public.unwrap_or_default(),
+            )),
+            Err(why) => Check::Retry(why.to_string()),
+        },
+        Action::Gen25519 => {
+            let d = match replies::read::<Gen25519Reply>(data, "gen25519") {
+                Ok(d) => d,
+                Err(why) => return Check::Retry(why.to_string()),
+            };
+            let info = Ed25519Info {
+                public_key: d.public_key.unwrap_or_default(),
+                directory: d.directory.unwrap_or_default(),
+                signature: d.signature.unwrap_or_default(),
+            };
+            match crate::crypto::nonce::verify_nonce_signature(
+                &info.public_key,
+                nonce,
+                &info.signature,
+            ) {
+                Ok(()) => Check::Accept(Value::Ed25519(info)),
+                Err(e) => Check::Retry(e.to_string()),
+            }
+        }
+        Action::Inventory => {
+            let d = match replies::read::<InventoryReply>(data, "inventory") {
+                Ok(d) => d,
+                Err(why) => return Check::Retry(why.to_string()),
+            };
+            // Go keeps the whole object for the helper, re-encoded as it writes a
+            // decoded map (keys sorted at every depth, numbers as float64),
+            // `upgradable` added.
+            let mut inventory = Vec::with_capacity(data.text().len() + 32);
+            if let Err(e) = crate::choria::protocol::gojson::write_map(
+                &mut inventory,
+                data.text(),
+                &[("upgradable", "false")],
+            ) {
+                return Check::Retry(BadReplyData::new("inventory", &e).to_string());
+            }
+            Check::Accept(Value::Inventory {
+                version: d.version.unwrap_or_default().into_owned(),
+                upgradable: d.upgradable.unwrap_or(false),
+                inventory: String::from_utf8(inventory).expect("JSON is UTF-8"),
+            })
+        }
+        Action::Gencsr => match replies::read::<GencsrReply>(data, "gencsr") {
+            Ok(d) => Check::Accept(Value::Csr(CsrInfo {
+                csr: d.csr.unwrap_or_default(),
+                public_key: d.public_key.unwrap_or_default(),
+                ssldir: d.ssldir.unwrap_or_default(),
+            })),
+            Err(why) => Check::Retry(why.to_string()),
+        },
+        _ => Check::Accept(Value::Empty),
+    }
+}
+
+#[cfg(test)]
+#[path = "attempt_tests.rs"]
+mod tests;

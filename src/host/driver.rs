@@ -1,0 +1,607 @@
+//! The driver: runs `Attempt`s (`attempt.rs`), sends what they ask, and parks them between
+//! turns, so that a worker never waits on a node.
+//!
+//! A parked attempt holds no thread. Its requests' replies are routed on the NATS
+//! reader thread into the attempt's inbox (bounded per request: what does not fit is
+//! dropped and told to the attempt, which treats it as a contest), and its next
+//! deadline sits in the timer thread's heap. When either has something for it, the
+//! attempt is put on the ready channel, once however much arrives; a worker takes it,
+//! decodes what arrived, hands it to the attempt and does what the attempt asks:
+//! sends requests, runs the helper (workers are the helper concurrency, as in Go),
+//! and parks it again until its next wake.
+//!
+//! Bounds: at most `max_waiting_attempts` attempts are parked at once (the workers
+//! take no new node from the queue meanwhile, so the 50,000-entry queue keeps
+//! waiting nodes), and at most a quarter of them may be silent ones (no valid reply
+//! yet, a try timed out): a silent attempt past that is given up at once, so a flood
+//! of made-up identities costs counted memory and never the place of a node that
+//! answers.
+
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::attempt::{Attempt, Effect, Incoming, Input, Tag};
+use super::outcome::Outcome;
+use super::progress::Progress;
+use super::sequence::NodeSequence;
+use crate::choria::identity::Identity;
+use crate::choria::protocol::mcorpc::RequestData;
+use crate::choria::router::{Route, Routed};
+use crate::choria::rpc::RpcClient;
+
+/// Replies kept unread per request: the real one plus a few forged or duplicated.
+const REPLIES_PER_REQUEST: usize = 8;
+
+/// The default `max_waiting_attempts`: a 100,000-node fleet at 68,000 nodes a
+/// minute with a 2 s reply grace has about 2,500 attempts waiting at once; slow
+/// nodes and retries take the rest.
+pub const DEFAULT_MAX_WAITING: usize = 20_000;
+
+/// An attempt the fleet started, with what the fleet needs back when it ends.
+pub struct Ticket {
+    /// The node.
+    pub identity: Identity,
+    /// The fleet's generation of the node's entry.
+    pub generation: u64,
+    /// When the node was queued (or last seen while queued).
+    pub since: Instant,
+    /// When the attempt began.
+    pub started: Instant,
+    /// Where the attempt is and what it learnt, shown on `/nodes`.
+    pub progress: Arc<Progress>,
+}
+
+/// An attempt that ended.
+pub struct Finished {
+    /// Its ticket.
+    pub ticket: Ticket,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// It ended without a single valid reply from the node (a silent identity).
+    pub silent: bool,
+}
+
+/// A parked attempt with something to do, for a worker to [`Driver::resume`].
+pub struct Ready(Arc<Cell>);
+
+/// One attempt, shared with its routes and the timer.
+struct Cell {
+    /// The driver's key for it.
+    id: u64,
+    /// The attempt and what belongs to it; `None` while a worker runs it.
+    parked: Mutex<Option<Parked>>,
+    inbox: Mutex<Inbox>,
+    ready: Sender<Ready>,
+    /// Set once the attempt ended: the timer drops its wakes.
+    ended: AtomicBool,
+}
+
+/// An attempt between turns.
+struct Parked {
+    ticket: Ticket,
+    attempt: Attempt,
+    /// The request id of each tag, in order.
+    ids: Vec<String>,
+    /// The routes of its requests and probes: replies are watched while they live.
+    routes: Vec<Route>,
+    /// Counted among the silent attempts.
+    silent: bool,
+}
+
+#[derive(Default)]
+struct Inbox {
+    items: VecDeque<(Tag, Routed)>,
+    /// Per tag: unread replies and replies dropped since the last look.
+    counts: Vec<(usize, u64)>,
+    probed: Vec<(Tag, bool)>,
+    unsent: Vec<(Tag, String)>,
+    woken: bool,
+    /// On the ready channel or with a worker.
+    scheduled: bool,
+    /// When the timer should wake it.
+    wake: Option<Instant>,
+}
+
+impl Cell {
+    /// Puts the attempt on the ready channel unless it is there or running already.
+    fn schedule(self: &Arc<Cell>, inbox: &mut Inbox) {
+        if !inbox.scheduled {
+            inbox.scheduled = true;
+            let _ = self.ready.send(Ready(Arc::clone(self)));
+        }
+    }
+
+    /// Called on the reader thread for a message routed to `tag`; false when it was
+    /// dropped (more unread than a request keeps).
+    fn routed(self: &Arc<Cell>, tag: Tag, routed: Routed) -> bool {
+        let mut inbox = self.inbox.lock();
+        let index = tag as usize;
+        if inbox.counts.len() <= index {
+            inbox.counts.resize(index + 1, (0, 0));
+        }
+        let (unread, dropped) = &mut inbox.counts[index];
+        let kept = *unread < REPLIES_PER_REQUEST;
+        if kept {
+            *unread += 1;
+            inbox.items.push_back((tag, routed));
+        } else {
+            *dropped += 1;
+        }
+        self.schedule(&mut inbox);
+        kept
+    }
+}
+
+/// Timer entries, earliest first.
+struct Wake(Instant, Weak<Cell>);
+
+impl PartialEq for Wake {
+    fn eq(&self, other: &Wake) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for Wake {}
+impl PartialOrd for Wake {
+    fn partial_cmp(&self, other: &Wake) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Wake {
+    fn cmp(&self, other: &Wake) -> std::cmp::Ordering {
+        other.0.cmp(&self.0)
+    }
+}
+
+/// Runs attempts for one provisioner.
+pub struct Driver {
+    seq: Arc<NodeSequence>,
+    rpc: Arc<RpcClient>,
+    ready_tx: Sender<Ready>,
+    ready_rx: Receiver<Ready>,
+    timer: Sender<Wake>,
+    /// Every parked or running attempt: what keeps a parked one alive (its routes
+    /// and the timer only know it weakly).
+    cells: Mutex<HashMap<u64, Arc<Cell>>>,
+    next_id: AtomicU64,
+    waiting: AtomicUsize,
+    silent: AtomicUsize,
+    max_waiting: usize,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("waiting", &self.waiting.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Driver {
+    /// A driver of `seq`'s attempts over `rpc`, with its timer thread (which ends
+    /// when the driver is dropped).
+    pub fn new(seq: Arc<NodeSequence>, rpc: Arc<RpcClient>) -> std::io::Result<Arc<Driver>> {
+        let (ready_tx, ready_rx) = unbounded();
+        let (timer, wakes) = unbounded();
+        std::thread::Builder::new()
+            .name("attempt-timer".into())
+            .spawn(move || run_timer(&wakes))?;
+        let max_waiting = seq.config().max_waiting_attempts;
+        Ok(Arc::new(Driver {
+            seq,
+            rpc,
+            ready_tx,
+            ready_rx,
+            timer,
+            cells: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+            silent: AtomicUsize::new(0),
+            max_waiting,
+        }))
+    }
+
+    /// The shared part of every attempt.
+    pub fn sequence(&self) -> &Arc<NodeSequence> {
+        &self.seq
+    }
+
+    /// Parked attempts with something to do.
+    pub fn ready(&self) -> Receiver<Ready> {
+        self.ready_rx.clone()
+    }
+
+    /// Whether another attempt may begin: fewer than `max_waiting_attempts` wait.
+    pub fn has_room(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) < self.max_waiting
+    }
+
+    /// Attempts parked or running now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Begins an attempt; `Some` when it ended without waiting on the node.
+    pub fn begin(&self, ticket: Ticket, stopping: &AtomicBool) -> Option<Finished> {
+        let attempt = Attempt::new(
+            ticket.identity.clone(),
+            ticket.since,
+            Arc::clone(&ticket.progress),
+        );
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let cell = Arc::new(Cell {
+            id,
+            parked: Mutex::new(None),
+            inbox: Mutex::new(Inbox {
+                scheduled: true,
+                ..Inbox::default()
+            }),
+            ready: self.ready_tx.clone(),
+            ended: AtomicBool::new(false),
+        });
+        self.cells.lock().insert(id, Arc::clone(&cell));
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        self.update_gauges();
+        let parked = Parked {
+            ticket,
+            attempt,
+            ids: Vec::new(),
+            routes: Vec::new(),
+            silent: false,
+        };
+        self.turns(&cell, parked, vec![Input::Start], stopping)
+    }
+
+    /// Runs a parked attempt that has something to do.
+    pub fn resume(&self, ready: Ready, stopping: &AtomicBool) -> Option<Finished> {
+        let cell = ready.0;
+        let parked = cell.parked.lock().take()?;
+        self.turns(&cell, parked, Vec::new(), stopping)
+    }
+
+    /// Ends every parked attempt (the daemon is stopping); running ones end at their
+    /// next turn.
+    pub fn abandon_all(&self) -> Vec<Finished> {
+        let cells: Vec<Arc<Cell>> = self.cells.lock().drain().map(|(_, c)| c).collect();
+        let stopping = AtomicBool::new(true);
+        cells
+            .into_iter()
+            .filter_map(|cell| {
+                let parked = cell.parked.lock().take()?;
+                self.turns(&cell, parked, vec![Input::Stop], &stopping)
+            })
+            .collect()
+    }
+
+    /// Hands the attempt what arrived, and `inputs`, until nothing is left; then
+    /// parks it or, when it ended, returns how.
+    fn turns(
+        &self,
+        cell: &Arc<Cell>,
+        mut parked: Parked,
+        mut inputs: Vec<Input>,
+        stopping: &AtomicBool,
+    ) -> Option<Finished> {
+        loop {
+            self.collect(cell, &mut parked, &mut inputs);
+            if stopping.load(Ordering::Relaxed) {
+                inputs.push(Input::Stop);
+            }
+            if inputs.is_empty() {
+                let mut inbox = cell.inbox.lock();
+                if inbox.items.is_empty() && inbox.probed.is_empty() && !inbox.woken {
+                    *cell.parked.lock() = Some(parked);
+                    inbox.scheduled = false;
+                    return None;
+                }
+                continue;
+            }
+            let batch = std::mem::take(&mut inputs);
+            if let Some(outcome) = self.turn(cell, &mut parked, batch, stopping) {
+                return Some(self.end(cell, parked, outcome));
+            }
+        }
+    }
+
+    /// What arrived since the last look, as inputs.
+    fn collect(&self, cell: &Cell, parked: &mut Parked, inputs: &mut Vec<Input>) {
+        let mut inbox = cell.inbox.lock();
+        let items: Vec<(Tag, Routed)> = inbox.items.drain(..).collect();
+        let probed: Vec<(Tag, bool)> = inbox.probed.drain(..).collect();
+        let unsent: Vec<(Tag, String)> = inbox.unsent.drain(..).collect();
+        let mut dropped = Vec::new();
+        for (tag, (unread, lost)) in inbox.counts.iter_mut().enumerate() {
+            *unread = 0;
+            if *lost > 0 {
+                dropped.push((tag as Tag, std::mem::take(lost)));
+            }
+        }
+        let woken = std::mem::take(&mut inbox.woken);
+        drop(inbox);
+        let identity = parked.attempt.identity().clone();
+        for (tag, routed) in items {
+            let incoming = match routed {
+                Routed::NoResponders => Incoming::NoResponders,
+                Routed::Reply(bytes) => {
+                    let id = parked.ids.get(tag as usize).map_or("", String::as_str);
+                    match self.rpc.accept(&bytes, id, &identity) {
+                        Ok((reply, body)) => Incoming::Reply(reply, body),
+                        Err(why) => {
+                            log::debug!("Rejected a reply for {identity}: {}", why.detail);
+                            Incoming::Rejected {
+                                reason: why.reason,
+                                detail: why.detail,
+                            }
+                        }
+                    }
+                }
+            };
+            inputs.push(Input::Reply { tag, incoming });
+        }
+        for (tag, nobody) in probed {
+            inputs.push(Input::Reply {
+                tag,
+                incoming: Incoming::Probed { nobody },
+            });
+        }
+        for (tag, why) in unsent {
+            inputs.push(Input::Reply {
+                tag,
+                incoming: Incoming::Unsent(why),
+            });
+        }
+        for (tag, n) in dropped {
+            inputs.push(Input::Reply {
+                tag,
+                incoming: Incoming::Dropped(n),
+            });
+        }
+        // Last: every reply that is there is read before a deadline is judged.
+        if woken {
+            inputs.push(Input::Tick);
+        }
+    }
+
+    /// The attempt's turn with `inputs`, and its effects (the helper's result is the
+    /// next turn's input). `Some` when it ended.
+    fn turn(
+        &self,
+        cell: &Arc<Cell>,
+        parked: &mut Parked,
+        inputs: Vec<Input>,
+        stopping: &AtomicBool,
+    ) -> Option<Outcome> {
+        let mut next = Some(inputs);
+        while let Some(inputs) = next.take() {
+            let paused = self.seq.pause().paused();
+            let turn = match catch_unwind(AssertUnwindSafe(|| {
+                parked
+                    .attempt
+                    .handle(&self.seq, inputs, Instant::now(), paused)
+            })) {
+                Ok(turn) => turn,
+                Err(payload) => return Some(panicked(&parked.ticket.identity, payload.as_ref())),
+            };
+            for effect in turn.effects {
+                match effect {
+                    Effect::Send(request) => self.send(cell, parked, request),
+                    Effect::Probe(tag) => self.probe(cell, parked, tag),
+                    Effect::RunHelper(input) => {
+                        let ran = self.run_helper(parked, &input, stopping);
+                        next = Some(vec![Input::Helper(ran)]);
+                    }
+                }
+            }
+            if let Some(outcome) = turn.done {
+                return Some(outcome);
+            }
+            if let Some(outcome) = self.mark_silent(parked) {
+                return Some(outcome);
+            }
+            if let Some(at) = turn.wake {
+                let mut inbox = cell.inbox.lock();
+                if inbox.wake != Some(at) {
+                    inbox.wake = Some(at);
+                    drop(inbox);
+                    let _ = self.timer.send(Wake(at, Arc::downgrade(cell)));
+                }
+            }
+        }
+        None
+    }
+
+    /// Counts the attempt among the silent ones once a try timed out with nothing
+    /// from the node; past their bound (a quarter of `max_waiting_attempts`) it is
+    /// given up at once, and the fleet keeps the identity for a growing cool-down.
+    fn mark_silent(&self, parked: &mut Parked) -> Option<Outcome> {
+        if parked.silent || parked.attempt.answered() || !parked.attempt.timed_out() {
+            return None;
+        }
+        let bound = (self.max_waiting / 4).max(1);
+        if self.silent.load(Ordering::Relaxed) >= bound {
+            self.seq.metrics().silent_given_up.inc();
+            return Some(Outcome::Failed(format!(
+                "gave up on {}: it did not answer, and {bound} attempts already wait on \
+                 silent nodes (a quarter of max_waiting_attempts)",
+                parked.ticket.identity
+            )));
+        }
+        parked.silent = true;
+        self.silent.fetch_add(1, Ordering::Relaxed);
+        self.update_gauges();
+        None
+    }
+
+    fn send(&self, cell: &Arc<Cell>, parked: &mut Parked, request: super::attempt::Request) {
+        let tag = request.tag;
+        let weak = Arc::downgrade(cell);
+        let sink = Arc::new(move |routed: Routed| {
+            weak.upgrade().is_none_or(|cell| cell.routed(tag, routed))
+        });
+        let sent = self.rpc.send_routed(
+            parked.attempt.identity(),
+            request.agent,
+            request.action,
+            &Raw(&request.data),
+            request.flush,
+            sink,
+        );
+        match sent {
+            Ok((id, route)) => {
+                if parked.ids.len() <= tag as usize {
+                    parked.ids.resize(tag as usize + 1, String::new());
+                }
+                parked.ids[tag as usize] = id;
+                parked.routes.push(route);
+            }
+            Err(e) => {
+                // Told as a try that failed; the attempt retries it.
+                let mut inbox = cell.inbox.lock();
+                inbox.unsent.push((tag, e.to_string()));
+                inbox.woken = true;
+            }
+        }
+    }
+
+    fn probe(&self, cell: &Arc<Cell>, parked: &mut Parked, tag: Tag) {
+        let weak = Arc::downgrade(cell);
+        let told = Box::new(move |nobody: bool| {
+            if let Some(cell) = weak.upgrade() {
+                let mut inbox = cell.inbox.lock();
+                inbox.probed.push((tag, nobody));
+                cell.schedule(&mut inbox);
+            }
+        });
+        match self.rpc.probe(parked.attempt.identity(), told) {
+            Ok(route) => parked.routes.push(route),
+            Err(e) => {
+                // Without a probe the status is believed, as it was before probes.
+                log::debug!("Could not probe {}: {e}", parked.attempt.identity());
+                cell.inbox.lock().probed.push((tag, true));
+            }
+        }
+    }
+
+    fn run_helper(
+        &self,
+        parked: &Parked,
+        input: &[u8],
+        stopping: &AtomicBool,
+    ) -> Result<super::helper::HelperOutput, super::helper::HelperError> {
+        let seq = &self.seq;
+        let started = Instant::now();
+        let secrets = parked.attempt.secrets(seq);
+        let result = seq.helper().run(
+            parked.attempt.identity(),
+            input,
+            seq.pause().paused(),
+            &secrets,
+            Some(stopping),
+        );
+        seq.metrics()
+            .observe_helper(started.elapsed().as_secs_f64());
+        result.map(|run| run.output)
+    }
+
+    fn end(&self, cell: &Cell, parked: Parked, outcome: Outcome) -> Finished {
+        cell.ended.store(true, Ordering::Relaxed);
+        self.cells.lock().remove(&cell.id);
+        let silent = !parked.attempt.answered();
+        if parked.silent {
+            self.silent.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.update_gauges();
+        // Dropping the routes stops watching the node's replies.
+        drop(parked.routes);
+        Finished {
+            ticket: parked.ticket,
+            outcome,
+            silent,
+        }
+    }
+
+    fn update_gauges(&self) {
+        let metrics = self.seq.metrics();
+        metrics
+            .waiting_attempts
+            .set(self.waiting.load(Ordering::Relaxed) as i64);
+        metrics
+            .silent_attempts
+            .set(self.silent.load(Ordering::Relaxed) as i64);
+    }
+}
+
+/// Request data already written as Go writes it.
+struct Raw<'a>(&'a [u8]);
+
+impl RequestData for Raw<'_> {
+    fn write_go(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.0);
+    }
+}
+
+/// The timer thread: wakes each attempt at the time it asked; ends when the driver
+/// is dropped.
+fn run_timer(wakes: &Receiver<Wake>) {
+    let mut heap: BinaryHeap<Wake> = BinaryHeap::new();
+    loop {
+        let now = Instant::now();
+        while heap.peek().is_some_and(|w| w.0 <= now) {
+            let Some(Wake(at, weak)) = heap.pop() else {
+                break;
+            };
+            let Some(cell) = weak.upgrade() else { continue };
+            if cell.ended.load(Ordering::Relaxed) {
+                continue;
+            }
+            let mut inbox = cell.inbox.lock();
+            // A later wake replaced this one.
+            if inbox.wake.is_some_and(|w| w > at) {
+                continue;
+            }
+            inbox.wake = None;
+            inbox.woken = true;
+            cell.schedule(&mut inbox);
+        }
+        let wait = heap
+            .peek()
+            .map(|w| w.0.saturating_duration_since(now))
+            .unwrap_or(Duration::from_secs(3600));
+        match wakes.recv_timeout(wait) {
+            Ok(wake) => heap.push(wake),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+        }
+        // Take whatever else is waiting without a wake per entry.
+        while let Ok(wake) = wakes.try_recv() {
+            heap.push(wake);
+        }
+    }
+}
+
+/// Most characters of a panic message kept in the outcome.
+const PANIC_MESSAGE_MAX: usize = 500;
+
+/// The outcome of an attempt that panicked, with the panic message (a `&str` or
+/// `String` payload, as `panic!` makes; anything else is named as such).
+pub(crate) fn panicked(identity: &str, payload: &(dyn std::any::Any + Send)) -> Outcome {
+    let message = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message");
+    let mut shown: String = message.chars().take(PANIC_MESSAGE_MAX).collect();
+    if shown.len() < message.len() {
+        shown.push_str("...");
+    }
+    Outcome::Failed(format!(
+        "provisioning {identity} panicked: {}",
+        shown.escape_debug()
+    ))
+}

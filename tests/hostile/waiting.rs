@@ -236,3 +236,62 @@ fn a_forged_lock_refusal_followed_by_the_node_s_reply_is_a_contest_not_a_lock() 
     wait_provisioned(&fleet, 5, Duration::from_secs(60));
     assert_connection_held(&prov);
 }
+
+/// A startup event of about 64 KiB with `keys` keys, announcing `identity`.
+fn bloated_event(identity: &str, keys: usize) -> Vec<u8> {
+    let mut event = serde_json::Map::new();
+    event.insert("protocol".into(), "io.choria.lifecycle.v1.startup".into());
+    event.insert("identity".into(), identity.into());
+    event.insert("component".into(), "provision_mode_server".into());
+    for n in 0..keys {
+        event.insert(format!("k{n:05}"), serde_json::json!([n, {"x": n}]));
+    }
+    let mut bytes = serde_json::to_vec(&event).unwrap();
+    bytes.truncate(64 * 1024);
+    bytes
+}
+
+#[test]
+fn a_flood_of_large_startup_events_delays_no_reply_on_the_reader_thread() {
+    let server = NatsServer::start();
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    // An attacker publishes 64 KiB events with thousands of keys as fast as it can
+    // (at most 3,000 of them): each is handed over by the reader thread undecoded.
+    let flooding = Arc::new(AtomicBool::new(true));
+    let flood = {
+        let attacker = Hostile::connect(&server.url(), None);
+        let flooding = Arc::clone(&flooding);
+        std::thread::spawn(move || {
+            let whole = bloated_event("ghost.example.net", 4000);
+            let mut sent = 0;
+            while flooding.load(Ordering::Relaxed) && sent < 3000 {
+                attacker.publish(
+                    "choria.lifecycle.event.startup.provision_mode_server",
+                    &whole,
+                );
+                sent += 1;
+                if sent % 100 == 0 {
+                    attacker.flush();
+                }
+            }
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let fleet = sim(&server.url(), 20, |_| {});
+    wait_provisioned(&fleet, 20, Duration::from_secs(30));
+    flooding.store(false, Ordering::Relaxed);
+    let sent = flood.join().unwrap();
+    assert!(sent >= 100, "the flood ran: {sent} events");
+    // The replies were read as fast as they came: the inventory round trip, from
+    // request to reply read, stayed short under the flood.
+    let (seconds, tries) = prov.metrics.rpc_time.get(&["rpcutil#inventory"]);
+    assert!(tries >= 20);
+    let mean = seconds / tries as f64;
+    assert!(
+        mean < 0.5,
+        "an inventory took {mean:.3} s on average under the flood"
+    );
+    assert_all_provisioned_once(&fleet);
+    assert_connection_held(&prov);
+}

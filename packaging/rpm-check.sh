@@ -1,5 +1,5 @@
 #!/bin/sh
-# Checks a built choria-provisioner RPM against spec/provisioner.md §6.8 (the Go
+# Checks a built choria-provisioner RPM against the Go provisioner's RPM (the Go
 # package's interface) and the packaging issue. Run by `make rpm-check`:
 #   packaging/rpm-check.sh VERSION RELEASE TARBALL RPM
 # Prints every failed expectation and exits 1 if there was any.
@@ -51,6 +51,11 @@ drwxr-xr-x root root /etc/$name
 drwxr-xr-x root root /var/log/$name
 drwxr-xr-x root root /var/lib/$name
 drwxr-xr-x root root /usr/share/doc/$name/examples
+-rw-r--r-- root root /usr/share/doc/$name/configuration.md
+-rw-r--r-- root root /usr/share/doc/$name/helper.md
+-rw-r--r-- root root /usr/share/doc/$name/operations.md
+-rw-r--r-- root root /usr/share/doc/$name/security.md
+-rw-r--r-- root root /usr/share/doc/$name/performance.md
 -rw-r--r-- root root /usr/share/man/man8/$name.8.gz
 drwxr-xr-x root root /usr/share/$name
 -rw-r--r-- root root /usr/share/$name/grafana-dashboard.json

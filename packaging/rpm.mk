@@ -5,7 +5,7 @@
 #                   config that uses them; `rpmbuild -ta` on it needs no network
 #   make rpm        the RPM, built by rpmbuild from that tarball, in target/rpm/
 #   make rpm-check  the RPM built with no network, then every path, mode, owner,
-#                   flag and scriptlet of spec/provisioner.md §6.8 checked, rpmlint,
+#                   flag and scriptlet of the Go provisioner's RPM checked, rpmlint,
 #                   systemd-analyze verify and `check` of the default YAML
 #
 # The version has one source, Cargo.toml; the release defaults to 1.

@@ -7,6 +7,7 @@
 #
 #   NODES=100000 make bench          fleet size (default 10,000)
 #   WORKERS=64                       provisioner workers
+#   MAX_WAITING=N                    max_waiting_attempts (default: the daemon's, 5,000)
 #   FEATURES=ed25519                 the jwt + gen25519 + signed server JWT sequence
 #   PROFILE=callgrind                the provisioner under valgrind's callgrind: prints
 #                                    instructions per node and the top functions
@@ -99,6 +100,7 @@ nats=$!
 pids+=($nats)
 cat >"$out/provisioner.yaml" <<YAML
 workers: $WORKERS
+${MAX_WAITING:+max_waiting_attempts: $MAX_WAITING}
 interval: 1m
 loglevel: warn
 helper: $bin/bench_helper

@@ -516,7 +516,7 @@ pub fn pem_decrypt(data: &[u8]) {
 /// Provisioning JWT verification at [`NOW`] against an ed25519 and an RSA key.
 /// Mode byte 0–3: the rest is the token; 4–6: the rest is the claims, signed
 /// EdDSA; 7: signed RS256 (so mutated claims get past the signature).
-/// What verifies obeys every rule of `spec/tokens.md` §2.1 and serializes for the
+/// What verifies obeys every rule of choria-io/tokens and serializes for the
 /// helper and back unchanged.
 pub fn provisioning_jwt(data: &[u8]) {
     let Some((&mode, rest)) = data.split_first() else {

@@ -284,7 +284,7 @@ fn a_client_jwt_issued_through_a_chain_issuer_gets_in() {
     let rig = ChoriaBroker::start(Network::Issuer);
     let scratch = TempDir::new("chain");
     // The keys' signer token is a chain issuer the organisation issuer vouched for;
-    // it issues a client JWT for a key of its own (spec/tokens.md §5).
+    // it issues a client JWT for a key of its own (choria-io/tokens).
     let chain: serde_json::Value = choria_provisioner::crypto::jwt::unverified_claims(
         std::fs::read_to_string(rig.path("signer.jwt"))
             .unwrap()

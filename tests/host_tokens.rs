@@ -1,4 +1,4 @@
-//! Provisioning JWT verification and server JWT signing (spec/tokens.md), one test per rule.
+//! Provisioning JWT verification and server JWT signing (choria-io/tokens), one test per rule.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;

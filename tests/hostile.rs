@@ -683,12 +683,12 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
     attacker.flush();
     // The simulator's default RSA 2048 keys, as real nodes make: each real reply
     // comes only once its key is made, 0.2-3.7 s after the attacker's here, far past
-    // the 50 ms `reply_grace` (kept at its default), so only `csr_reply_grace` catches
-    // it; with `csr_reply_grace: 0s` the helper signs the attacker's CSR for most
-    // nodes. Simulated nodes share the test machine's CPUs, the README's slow
-    // hardware: on two loaded cores their keys took up to 3.7 s with the default 8
+    // the tests' 300 ms `reply_grace`, so only `csr_reply_grace` catches it; with
+    // `csr_reply_grace: 0s` the helper signs the attacker's CSR for most nodes.
+    // Simulated nodes share the test machine's CPUs, the slow hardware of
+    // `docs/security.md`: on two loaded cores their keys took up to 3.7 s with the default 8
     // workers and 2.8 s with 2, past the production 2 s, so `csr_reply_grace` is
-    // raised as the README advises, and 2 workers keep at most two keys in the making
+    // raised as `docs/security.md` advises, and 2 workers keep at most two keys in the making
     // at once (4 in the simulator, whose discovery waits for a node making its key:
     // the other key must not wait behind it).
     let fleet = sim(&server.url(), 10, |o| o.workers = 4);

@@ -1,5 +1,5 @@
 //! The RPM: `make rpm-check` builds it from the source tarball with no network and
-//! checks every path, mode, owner, flag and scriptlet of spec/provisioner.md §6.8,
+//! checks every path, mode, owner, flag and scriptlet of the Go provisioner's RPM,
 //! runs rpmlint and `systemd-analyze verify`, and `check`s the default YAML.
 //!
 //! It needs rpmbuild, rpmlint and systemd-analyze (Debian: `apt-get install rpm

@@ -1,4 +1,4 @@
-//! Fixed vectors from `spec/choria-protocol.md`: the codec must produce go-choria's
+//! Fixed vectors from go-choria's `protocol/v1` and `protocol/v2`: the codec must produce go-choria's
 //! bytes, not merely round-trip with itself.
 
 use base64::engine::general_purpose::STANDARD;

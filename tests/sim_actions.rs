@@ -233,7 +233,7 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
         "TLS Setup Failed: could not decrypt private key: bad key received",
     );
 
-    // spec/provision-agent.md §6: X25519 with the node's public key, the shared secret
+    // go-choria's provision agent, `providers/agent/mcorpc/golang/provision`: X25519 with the node's public key, the shared secret
     // as the password of Go's legacy PEM encryption (AES-256-CBC, EVP_BytesToKey).
     let theirs: [u8; 32] = ids::unhex(&node_public).unwrap().try_into().unwrap();
     let shared = ours.diffie_hellman(&x25519_dalek::PublicKey::from(theirs));

@@ -52,7 +52,7 @@ def main():
             "plugin.security.choria.seed_file": os.path.join(directory, "server.seed"),
             "rpcauthorization": "0",
         },
-        # exp is read as seconds from now (see the README); Go read it as an
+        # exp is read as seconds from now (see docs/helper.md); Go read it as an
         # absolute time and silently used its default instead.
         server_claims={
             "exp": FIVE_YEARS,

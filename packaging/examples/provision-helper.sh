@@ -2,7 +2,7 @@
 # Example Choria provisioning helper in plain POSIX shell (no jq, no Python).
 #
 # The provisioner writes one JSON object to stdin whose first key is always
-# "identity" (see README "Writing a helper"); this helper extracts it and answers
+# "identity" (see docs/helper.md); this helper extracts it and answers
 # with a minimal configuration that moves the node onto the production broker.
 # Replace BROKER and the settings below with your site's.
 #

@@ -1,7 +1,7 @@
 //! The `choria` security provider's client JWT and ed25519 seed as the broker
 //! connection uses them (go-choria `choria/connection.go` with choria-io/tokens'
 //! `NatsConnectionHelpers`), and what a Choria broker will make of them
-//! (`broker/network/choria_auth.go`, `spec/broker-auth.md`).
+//! (go-choria's `broker/network/choria_auth.go`).
 //!
 //! The JWT is read without verifying its signature: the broker verifies it, and the
 //! client rarely holds the issuer's key. The seed signs each server nonce. Neither the
@@ -237,7 +237,7 @@ impl fmt::Debug for Seed {
 }
 
 impl Seed {
-    /// Reads a seed file: 64 hex digits, the 32-byte seed (`spec/tokens.md` §4).
+    /// Reads a seed file: 64 hex digits, the 32-byte seed (choria-io/tokens).
     /// go-choria refuses a file with anything else in it, a trailing newline
     /// included; here white space around the digits is accepted and reported by
     /// [`Seed::padded`].

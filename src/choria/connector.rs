@@ -8,8 +8,8 @@
 //! otherwise silently get plaintext).
 //!
 //! Every CONNECT is ours, built on every connect and reconnect from that server's
-//! nonce, with what go-choria's client sends (`choria/connection.go`; README,
-//! "Connecting to a Choria broker"):
+//! nonce, with what go-choria's client sends (`choria/connection.go`;
+//! `docs/operations.md`, "Connecting to a Choria broker"):
 //!
 //! * `file` and `puppet`: mutual TLS with the provider's certificate;
 //! * `choria`: TLS (the broker verified against `plugin.security.choria.ca`, or, as in

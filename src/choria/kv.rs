@@ -1,5 +1,5 @@
 //! One key of a JetStream key/value bucket, through the two subjects a Choria broker
-//! imports into the provisioning account (`spec/election.md` §2): the bucket's stream
+//! imports into the provisioning account (go-choria's Streams leader election): the bucket's stream
 //! info (`<prefix>STREAM.INFO.KV_<bucket>`) and writes to the key
 //! (`<prefix>$KV.<bucket>.<key>`) with an expected last revision. The `nats` crate's
 //! KV store cannot be used: it writes to unprefixed `$KV...` subjects and has no

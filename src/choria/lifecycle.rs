@@ -1,4 +1,4 @@
-//! Choria lifecycle events (`spec/choria-protocol.md` §7): decoding startup (and
+//! Choria lifecycle events (go-choria's `protocol/v1` and `protocol/v2`): decoding startup (and
 //! other) events in the flat Choria format and the CloudEvents 1.0 envelope that
 //! servers send by default; encoding the provisioner's own events.
 

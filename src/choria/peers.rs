@@ -3,7 +3,7 @@
 //! A Choria broker lets provisioning-mode servers publish only on
 //! `choria.lifecycle.>`, `provisioning.reply.>` and `provisioning.registration.>`,
 //! and subscribe only to `provisioning.node.>` and four broadcast agent subjects
-//! (`spec/broker-auth.md`); the `provisioner` user has no subject limits in the
+//! (go-choria's `broker/network/choria_auth.go`); the `provisioner` user has no subject limits in the
 //! provisioning account. So a message on this prefix can only come from another
 //! provisioner: a node can neither fake one nor read one. Nothing that decides who
 //! leads or who provisions what is ever read from `choria.lifecycle.>`.

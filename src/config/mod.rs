@@ -144,7 +144,7 @@ pub struct Config {
     pub helper_timeout: Duration,
     /// How long after a node is sent `gencsr` a second, different reply in its name
     /// still stops the attempt before its certificate is sent (new key; see the
-    /// README's threat model).
+    /// `docs/security.md`).
     pub csr_reply_grace: Duration,
     /// How long after each request before the helper a second, different reply in
     /// the node's name still stops the attempt before anything secret is made or

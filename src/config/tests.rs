@@ -609,3 +609,17 @@ fn active_active_needs_a_site_that_is_one_subject_token() {
     // Without active_active the site is only a label, as in Go.
     assert_eq!(config("site: lon.1\n").site, "lon.1");
 }
+
+#[test]
+fn every_key_the_reader_knows_is_in_the_configuration_reference() {
+    let page = include_str!("../../docs/configuration.md");
+    for key in super::yaml_keys::TOP_KEYS
+        .iter()
+        .chain(super::yaml_keys::FEATURE_KEYS)
+    {
+        assert!(
+            page.contains(&format!("`{key}`")),
+            "docs/configuration.md does not describe `{key}`"
+        );
+    }
+}

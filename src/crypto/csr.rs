@@ -3,10 +3,9 @@
 //!
 //! Why it exists: the helper will hand the CSR to a CA, so the provisioner must refuse one whose
 //! subject CN is not the node's identity, or whose CN or DNS SANs match a denied pattern
-//! (privileged or client certificate names), `spec/provision-agent.md` §8. Unlike Go, the deny
+//! (privileged or client certificate names), as the Go provisioner does. Unlike Go, the deny
 //! list is compiled once at configuration load and a bad pattern is an error, not a silent
-//! "never matches" (`spec/provisioner.md` §8 item 29), and a non-PEM CSR is an error, not a
-//! crash (item 14).
+//! "never matches", and a non-PEM CSR is an error, not a crash.
 //!
 //! What it must never do: panic on any reply content, or verify/sign anything (the CSR
 //! signature is deliberately not checked, as in Go; signing is the helper's business).
@@ -268,7 +267,7 @@ pub fn parse_csr(csr_pem: &str) -> Result<CsrNames, CsrError> {
     })
 }
 
-/// The provisioner's CSR check (`spec/provision-agent.md` §8): parse, CN must equal `identity`
+/// The provisioner's CSR check (go-choria's provision agent, `providers/agent/mcorpc/golang/provision`): parse, CN must equal `identity`
 /// exactly (case-sensitive), then the CN and every DNS SAN against the deny list, first hit wins.
 pub fn validate_csr(csr_pem: &str, identity: &str, deny: &DenyList) -> Result<CsrNames, CsrError> {
     let names = parse_csr(csr_pem)?;

@@ -1,4 +1,4 @@
-//! The private-key transport (`spec/provision-agent.md` §6): an ephemeral X25519
+//! The private-key transport (go-choria's provision agent, `providers/agent/mcorpc/golang/provision`): an ephemeral X25519
 //! agreement with the node's `ecdh_public`, and Go's legacy `x509.EncryptPEMBlock`
 //! (AES-256-CBC, OpenSSL `EVP_BytesToKey` with MD5) keyed with the raw shared secret.
 //! Deprecated cryptography, kept byte-compatible because every deployed server

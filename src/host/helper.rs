@@ -1,5 +1,5 @@
 //! The site helper: a child process that gets a node's facts as JSON on stdin and
-//! answers with its configuration as JSON on stdout (`spec/provisioner.md` §4).
+//! answers with its configuration as JSON on stdout (the Go provisioner, choria-io/provisioner).
 //!
 //! Beyond Go: the timeout is configurable; the child runs in its own process group,
 //! and on timeout it is killed with every process it started, even those that left

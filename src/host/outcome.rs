@@ -1,5 +1,5 @@
 //! How one provisioning attempt ended, as the scheduler needs to know it
-//! (`spec/provisioner.md` §2.6).
+//! (the Go provisioner, choria-io/provisioner).
 
 use std::fmt;
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use crate::choria::protocol::gojson;
 use crate::choria::protocol::mcorpc::RequestData;
 
-/// `choria_provision#configure`'s data (`spec/provision-agent.md`).
+/// `choria_provision#configure`'s data (go-choria's provision agent, `providers/agent/mcorpc/golang/provision`).
 pub(crate) struct ConfigureData<'a> {
     /// The provisioning token.
     pub(crate) token: &'a str,

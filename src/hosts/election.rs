@@ -1,4 +1,4 @@
-//! Leader election over Choria Streams KV (`spec/election.md`): the campaign for the
+//! Leader election over Choria Streams KV (go-choria's Streams leader election): the campaign for the
 //! `provisioner` key of the `CHORIA_LEADER_ELECTION` bucket. The key is reached
 //! through `choria::kv`, which knows the subjects.
 //!

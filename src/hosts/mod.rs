@@ -1,5 +1,5 @@
 //! Fleet scheduling: the identity → entry map, the bounded work queue, the worker
-//! pool and the finisher (`spec/provisioner.md` §3).
+//! pool and the finisher (the Go provisioner, choria-io/provisioner).
 //!
 //! All state lives in a [`Fleet`] value (Go kept it in package globals), so two
 //! provisioners can run in one process. Users observe Go's rule *an identity is

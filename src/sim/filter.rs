@@ -1,4 +1,4 @@
-//! Request filter matching as a go-choria server does it (`spec/choria-protocol.md`
+//! Request filter matching as a go-choria server does it (go-choria's `protocol/v1` and `protocol/v2`
 //! §2.5): every non-empty category must pass; agents and classes are ANDed,
 //! identities ORed, `/re/` entries are regular expressions, facts are compared with
 //! the seven Choria operators.

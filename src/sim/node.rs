@@ -1,6 +1,6 @@
 //! One simulated provisioning-mode server: its state and the `rpcutil#inventory` and
 //! `choria_provision` actions with the inputs, checks and messages of go-choria's
-//! provision agent (`spec/provision-agent.md`).
+//! provision agent (go-choria's provision agent, `providers/agent/mcorpc/golang/provision`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -601,8 +601,8 @@ impl Node {
         ))
     }
 
-    /// Where the node ends up when it starts again after a restart (`spec/tokens.md`
-    /// §3.1, `spec/provisioner.md` §7.2): back in provisioning mode when its
+    /// Where the node ends up when it starts again after a restart (choria-io/tokens and
+    /// go-choria's server start-up): back in provisioning mode when its
     /// configuration does not turn provisioning off (the JWT has `chpd`) or, with the
     /// `choria` security provider, when its server JWT or seed is missing, unreadable,
     /// for another key or expired; refused by the broker when the server JWT is not

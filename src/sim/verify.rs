@@ -1,5 +1,5 @@
 //! What happens to a server JWT after the node restarts with it: the checks the
-//! server makes on itself (`spec/tokens.md` §3.1) and the check a Choria broker makes
+//! server makes on itself (choria-io/tokens) and the check a Choria broker makes
 //! with the organisation issuer's public key (`IsSignedByIssuer`, §5): signed by the
 //! issuer itself, or by a chain issuer the issuer vouched for. The same check verifies
 //! client JWTs (the test broker front end in `tests/support/broker.rs` uses it).
@@ -37,7 +37,7 @@ pub fn verify_server_token(
 /// Verifies `token` as a token of `purpose` (`choria_server`, `choria_client_id`)
 /// signed, directly or through a chain issuer, by the organisation issuer whose
 /// ed25519 public key is `issuer`, at Unix time `now` (choria-io/tokens `ParseToken`
-/// with `IsSignedByIssuer`, `spec/tokens.md` §5); returns its claims as `T`.
+/// with `IsSignedByIssuer`, choria-io/tokens); returns its claims as `T`.
 pub fn verify_issued_token<T: DeserializeOwned>(
     token: &str,
     purpose: &str,

@@ -1,5 +1,5 @@
 //! A test-only Choria broker front end: the broker's side of the handshake as
-//! go-choria's `broker/network/choria_auth.go` plays it (`spec/broker-auth.md`), in
+//! go-choria's `broker/network/choria_auth.go` plays it, in
 //! front of a real nats-server.
 //!
 //! For every client on 127.0.0.1 it sends an INFO with a fresh nonce and

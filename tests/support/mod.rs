@@ -300,11 +300,11 @@ pub fn make_tls(dir: &TempDir) -> Option<TlsFiles> {
     })
 }
 
-/// A nats-server laid out like a Choria broker for elections (`spec/election.md` §6,
+/// A nats-server laid out like a Choria broker for elections (go-choria's Streams leader election,
 /// layout A): JetStream lives in account `choria`, the `provisioning` account sees only
 /// the bucket's stream info and the `provisioner` key under `choria.streams.`. User
 /// `node` has the permissions a broker gives servers in provisioning mode
-/// (`spec/broker-auth.md`).
+/// (go-choria's `broker/network/choria_auth.go`).
 pub fn election_broker() -> NatsServer {
     NatsServer::with_config(
         r#"jetstream { store_dir: "{dir}/js" }
@@ -320,7 +320,7 @@ accounts {
   provisioning: {
     users: [
       { user: provisioner, password: s3cret }
-      # What a Choria broker lets a provisioning-mode server do (spec/broker-auth.md).
+      # What a Choria broker lets a provisioning-mode server do (go-choria's `broker/network/choria_auth.go`).
       { user: node, password: n0de, permissions: {
           publish: { allow: [ "choria.lifecycle.>", "provisioning.reply.>", "provisioning.registration.>" ] }
           subscribe: { allow: [ "provisioning.node.>", "provisioning.broadcast.agent.discovery", "provisioning.broadcast.agent.rpcutil", "provisioning.broadcast.agent.choria_util", "provisioning.broadcast.agent.choria_provision" ] }

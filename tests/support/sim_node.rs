@@ -104,7 +104,7 @@ impl Hand<'_> {
         )
     }
 
-    /// The three v1 layers built by hand as `spec/choria-protocol.md` §2.11 shows.
+    /// The three v1 layers built by hand as go-choria's `protocol/v1` and `protocol/v2` shows.
     pub fn v1(&self) -> Vec<u8> {
         let request = format!(
             r#"{{"protocol":"choria:request:1","message":{},"envelope":{{"requestid":"{}","senderid":"{SENDER}","callerid":"{CALLER}","collective":"{}","agent":"{}","ttl":{},"time":{},"filter":{}}}}}"#,

@@ -655,7 +655,7 @@ mod tests {
     #[test]
     fn write_str_is_exact_wherever_an_escape_falls_in_a_long_run() {
         // Every escape at every offset of runs longer than a 16-byte block, alone and
-        // in pairs (kept from an SSE2 scan that was tried and dropped: see README).
+        // in pairs (kept from an SSE2 scan that was tried and dropped).
         for special in [
             "<", ">", "&", "\"", "\\", "\n", "\u{1}", "\u{2028}", "\u{2029}", "\u{2027}", "é",
         ] {

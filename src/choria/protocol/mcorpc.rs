@@ -1,5 +1,5 @@
 //! The MCollective-RPC layer inside request and reply messages
-//! (`spec/choria-protocol.md` §4): `{"agent","action","data"}` requests and
+//! (go-choria's `protocol/v1` and `protocol/v2`): `{"agent","action","data"}` requests and
 //! `{"action","statuscode","statusmsg","data"}` replies.
 
 use std::fmt;

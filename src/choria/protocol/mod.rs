@@ -1,4 +1,4 @@
-//! Choria protocol v1 and v2 envelopes (`spec/choria-protocol.md` §2–§4), both
+//! Choria protocol v1 and v2 envelopes (go-choria's `protocol/v1` and `protocol/v2`), both
 //! directions: the provisioner encodes requests and decodes replies, the fleet
 //! simulator decodes requests and encodes replies.
 //!

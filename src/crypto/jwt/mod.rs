@@ -1,7 +1,7 @@
 //! Choria JWTs in provisioning: verifying a node's provisioning JWT, and signing the server JWT.
 //!
 //! Why it exists: with the `jwt` feature the provisioner must check the `provisioning.jwt` a node
-//! returns (`spec/tokens.md` §2), and with `ed25519` it issues the node's `server.jwt`, optionally
+//! returns (choria-io/tokens), and with `ed25519` it issues the node's `server.jwt`, optionally
 //! as a chain issuer (§3–§5). Both must interoperate with `choria-io/tokens` and golang-jwt v5:
 //! same algorithms (RS256/384/512 and EdDSA only), same claim names and omission rules, same
 //! claim order (so EdDSA tokens are byte-identical to Go's for the same inputs), same error texts

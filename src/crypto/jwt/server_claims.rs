@@ -36,7 +36,7 @@ pub struct BuiltServerClaims {
     pub warning: Option<String>,
 }
 
-/// Builds the server JWT claims as the Go provisioner does (`spec/tokens.md` §3.1), with two
+/// Builds the server JWT claims as the Go provisioner does (choria-io/tokens), with two
 /// documented fixes:
 ///
 /// * collectives: `["mcollective"]`, replaced by `["choria"]` when the security provider is

@@ -233,7 +233,7 @@ impl SigningToken {
     }
 }
 
-/// Applies `AddChainIssuerData` (`spec/tokens.md` §5) to server claims whose `jti` is set:
+/// Applies `AddChainIssuerData` (choria-io/tokens) to server claims whose `jti` is set:
 /// `iss = C-<token jti>.<token public_key>`, `issexp = token exp`, `exp` lowered to the token's
 /// expiry if later (or absent), `tcs = <token tcs>.<hex ed25519 sig over "<jti>.<token tcs>">`.
 /// `key` must be the ed25519 seed matching the token's `public_key`.

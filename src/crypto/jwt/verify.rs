@@ -86,7 +86,7 @@ pub(crate) fn check_times(std: &StandardClaims, now: i64) -> Result<(), TokenErr
     Ok(())
 }
 
-/// Verifies a node's provisioning JWT at time `now` (Unix seconds), `spec/tokens.md` §2.1:
+/// Verifies a node's provisioning JWT at time `now` (Unix seconds), choria-io/tokens:
 /// signature (RS256/384/512 with an RSA key, EdDSA with an ed25519 key, nothing else), `exp` and
 /// `nbf` when present, `purpose` or `sub` equal to `choria_provisioning`, `ou` defaulted to
 /// `choria`, and for a token carrying `tcs` the chain-issuer rule (`iss` starts with `C-`,

@@ -76,8 +76,13 @@ pub const MAX_DISCOVERY_SENDERS: usize = 100_000;
 /// The largest discovery reply read; a real one is under 2 KiB.
 const MAX_DISCOVERY_REPLY: usize = 16 * 1024;
 
+/// The most discovery replies waiting to be decoded: the discovering thread decodes
+/// a reply in a few microseconds, so an honest fleet's answers never pile up this
+/// high; past it (a flood) they are dropped and counted.
+const DISCOVERY_BACKLOG: usize = 65_536;
+
 /// The most bytes of discovery replies waiting to be decoded.
-const DISCOVERY_BYTES_BACKLOG: usize = 64 * 1024 * 1024;
+const DISCOVERY_BYTES_BACKLOG: usize = 32 * 1024 * 1024;
 
 /// A decoded RPC reply from one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -861,7 +866,7 @@ impl RpcClient {
         let id = protocol::new_request_id(self.protocol);
         // The reader thread only checks a reply's size and hands its bytes over; this
         // thread decodes them, so a flood of large replies delays no other reply.
-        let (raw_tx, raw) = bounded::<Vec<u8>>(MAX_DISCOVERY_SENDERS);
+        let (raw_tx, raw) = bounded::<Vec<u8>>(DISCOVERY_BACKLOG);
         let waiting_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let sink = {
             let waiting_bytes = Arc::clone(&waiting_bytes);

@@ -159,7 +159,7 @@ pub struct Driver {
     rpc: Arc<RpcClient>,
     ready_tx: Sender<Ready>,
     ready_rx: Receiver<Ready>,
-    timer: Sender<Wake>,
+    timer: Arc<Timer>,
     /// Every parked or running attempt: what keeps a parked one alive (its routes
     /// and the timer only know it weakly).
     cells: Mutex<HashMap<u64, Arc<Cell>>>,
@@ -182,10 +182,7 @@ impl Driver {
     /// when the driver is dropped).
     pub fn new(seq: Arc<NodeSequence>, rpc: Arc<RpcClient>) -> std::io::Result<Arc<Driver>> {
         let (ready_tx, ready_rx) = unbounded();
-        let (timer, wakes) = unbounded();
-        std::thread::Builder::new()
-            .name("attempt-timer".into())
-            .spawn(move || run_timer(&wakes))?;
+        let timer = Timer::start()?;
         let max_waiting = seq.config().max_waiting_attempts;
         Ok(Arc::new(Driver {
             seq,
@@ -403,7 +400,7 @@ impl Driver {
                 if inbox.wake != Some(at) {
                     inbox.wake = Some(at);
                     drop(inbox);
-                    let _ = self.timer.send(Wake(at, Arc::downgrade(cell)));
+                    self.timer.schedule(at, Arc::downgrade(cell));
                 }
             }
         }
@@ -543,42 +540,98 @@ impl RequestData for Raw<'_> {
     }
 }
 
-/// The timer thread: wakes each attempt at the time it asked; ends when the driver
-/// is dropped.
-fn run_timer(wakes: &Receiver<Wake>) {
-    let mut heap: BinaryHeap<Wake> = BinaryHeap::new();
-    loop {
-        let now = Instant::now();
-        while heap.peek().is_some_and(|w| w.0 <= now) {
-            let Some(Wake(at, weak)) = heap.pop() else {
-                break;
+/// The least time the timer thread sleeps between two rounds: wakes due within it are
+/// handled together, so that thousands of attempts cost at most 200 wake-ups a second
+/// (a wake is late by at most this much; it only ends a wait).
+const TIMER_SLACK: Duration = Duration::from_millis(5);
+
+/// The attempts' timer: one heap of wakes, shared with the workers, and a thread
+/// that sleeps until the earliest. A worker wakes the thread only for a wake earlier
+/// than every one it holds, so most wakes cost a heap push and no context switch.
+struct Timer {
+    heap: Mutex<BinaryHeap<Wake>>,
+    thread: std::sync::OnceLock<std::thread::Thread>,
+    stop: AtomicBool,
+}
+
+impl Timer {
+    /// The timer and its thread, which ends when [`Timer::stop`] is called.
+    fn start() -> std::io::Result<Arc<Timer>> {
+        let timer = Arc::new(Timer {
+            heap: Mutex::new(BinaryHeap::new()),
+            thread: std::sync::OnceLock::new(),
+            stop: AtomicBool::new(false),
+        });
+        let runs = Arc::clone(&timer);
+        let handle = std::thread::Builder::new()
+            .name("attempt-timer".into())
+            .spawn(move || runs.run())?;
+        let _ = timer.thread.set(handle.thread().clone());
+        Ok(timer)
+    }
+
+    /// Wakes `cell` at `at`.
+    fn schedule(&self, at: Instant, cell: Weak<Cell>) {
+        let mut heap = self.heap.lock();
+        let earlier = heap.peek().is_none_or(|w| at < w.0);
+        heap.push(Wake(at, cell));
+        drop(heap);
+        if earlier {
+            self.unpark();
+        }
+    }
+
+    fn unpark(&self) {
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.unpark();
+    }
+
+    /// Wakes each attempt at the time it asked, a round at a time.
+    fn run(&self) {
+        let mut due = Vec::new();
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            let next = {
+                let mut heap = self.heap.lock();
+                while heap.peek().is_some_and(|w| w.0 <= now) {
+                    due.extend(heap.pop());
+                }
+                heap.peek().map(|w| w.0)
             };
-            let Some(cell) = weak.upgrade() else { continue };
-            if cell.ended.load(Ordering::Relaxed) {
-                continue;
+            for Wake(at, weak) in due.drain(..) {
+                let Some(cell) = weak.upgrade() else { continue };
+                if cell.ended.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let mut inbox = cell.inbox.lock();
+                // A later wake replaced this one.
+                if inbox.wake.is_some_and(|w| w > at) {
+                    continue;
+                }
+                inbox.wake = None;
+                inbox.woken = true;
+                cell.schedule(&mut inbox);
             }
-            let mut inbox = cell.inbox.lock();
-            // A later wake replaced this one.
-            if inbox.wake.is_some_and(|w| w > at) {
-                continue;
+            match next {
+                Some(next) => std::thread::park_timeout(
+                    next.saturating_duration_since(Instant::now())
+                        .max(TIMER_SLACK),
+                ),
+                None => std::thread::park(),
             }
-            inbox.wake = None;
-            inbox.woken = true;
-            cell.schedule(&mut inbox);
         }
-        let wait = heap
-            .peek()
-            .map(|w| w.0.saturating_duration_since(now))
-            .unwrap_or(Duration::from_secs(3600));
-        match wakes.recv_timeout(wait) {
-            Ok(wake) => heap.push(wake),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-        }
-        // Take whatever else is waiting without a wake per entry.
-        while let Ok(wake) = wakes.try_recv() {
-            heap.push(wake);
-        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.timer.stop();
     }
 }
 

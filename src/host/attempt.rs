@@ -429,16 +429,28 @@ impl Attempt {
         let last = actions.len() - 1;
         for (n, action) in actions.into_iter().enumerate() {
             let flush = if n == last { Flush::Now } else { Flush::Later };
-            let call = self.calls.len();
-            self.calls.push(Call {
-                action,
-                tries: 0,
-                stage: Stage::BackingOff(now),
-                last_why: String::from("no try was made"),
-            });
-            self.send_try(seq, call, now, paused, flush)?;
+            self.begin_call(seq, action, now, paused, flush)?;
         }
         Ok(())
+    }
+
+    /// Adds a call of `action` and makes its first try.
+    fn begin_call(
+        &mut self,
+        seq: &NodeSequence,
+        action: Action,
+        now: Instant,
+        paused: bool,
+        flush: Flush,
+    ) -> Step<()> {
+        let call = self.calls.len();
+        self.calls.push(Call {
+            action,
+            tries: 0,
+            stage: Stage::BackingOff(now),
+            last_why: String::from("no try was made"),
+        });
+        self.send_try(seq, call, now, paused, flush)
     }
 
     /// The request data of a try of `action` (and the nonce a `gen25519` try signs).
@@ -512,15 +524,8 @@ impl Attempt {
 
     /// Starts a call after the helper.
     fn call(&mut self, seq: &NodeSequence, action: Action, now: Instant, paused: bool) -> Step<()> {
-        let call = self.calls.len();
-        self.calls.push(Call {
-            action,
-            tries: 0,
-            stage: Stage::BackingOff(now),
-            last_why: String::from("no try was made"),
-        });
         self.phase = Phase::Calling;
-        self.send_try(seq, call, now, paused, Flush::Now)
+        self.begin_call(seq, action, now, paused, Flush::Now)
     }
 
     fn incoming(

@@ -109,13 +109,17 @@ pub const MAX_EVENT_BYTES: usize = 64 * 1024;
 /// Startup events waiting for the listener; a fleet of 50,000 booting at once fits.
 pub const EVENT_BACKLOG: usize = 65_536;
 
+/// Startup events waiting to be decoded: the decoder takes a real one in
+/// microseconds, so a booting fleet's events never pile up this high.
+const RAW_EVENT_BACKLOG: usize = 8192;
+
 /// The most bytes of startup events waiting to be decoded: 50,000 real events of a
 /// few hundred bytes fit; 64 KiB floods are dropped past it, not buffered.
 pub const EVENT_BYTES_BACKLOG: usize = 32 * 1024 * 1024;
 
 /// Subscribes to startup events of `component` (in `queue` when given). The NATS
 /// reader thread only checks an event's size and hands its bytes to a decoder thread
-/// (at most [`EVENT_BACKLOG`] events and [`EVENT_BYTES_BACKLOG`] bytes waiting), so
+/// (at most 8,192 events and [`EVENT_BYTES_BACKLOG`] bytes waiting), so
 /// a flood of large events with thousands of keys cannot delay the replies, PONGs and
 /// election messages the reader also carries. The decoder validates each identity;
 /// only valid ones reach the returned channel, at most [`EVENT_BACKLOG`] of them
@@ -132,7 +136,7 @@ pub fn subscribe_startups(
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
         .into();
     let (tx, rx) = bounded(EVENT_BACKLOG);
-    let (raw_tx, raw_rx) = bounded::<Vec<u8>>(EVENT_BACKLOG);
+    let (raw_tx, raw_rx) = bounded::<Vec<u8>>(RAW_EVENT_BACKLOG);
     let waiting_bytes = Arc::new(AtomicUsize::new(0));
     let dropper = Arc::new(Dropper {
         metrics: Arc::clone(&metrics),

@@ -280,7 +280,7 @@ pub(crate) struct Attempt {
     sent: Vec<Sent>,
     phase: Phase,
     learnt: Learnt,
-    answer: Option<HelperOutput>,
+    answer: Option<Box<HelperOutput>>,
     /// The helper asked for an upgrade (for what the `release_update` reply means).
     upgrading_to: Option<String>,
     /// `configure` was sent: what it carried may be in the hands of whoever
@@ -924,10 +924,10 @@ impl Attempt {
                 self.identity,
                 answer.msg
             );
-            self.answer = Some(answer);
+            self.answer = Some(Box::new(answer));
             return self.call(seq, Action::Shutdown, now, paused);
         }
-        self.answer = Some(answer);
+        self.answer = Some(Box::new(answer));
         if let Some(target) = self.upgrade(seq)? {
             self.upgrading_to = Some(target);
             self.progress.step("upgrade");
@@ -1046,6 +1046,8 @@ impl Attempt {
             server_jwt: &server_jwt,
         }
         .write_go(&mut out);
+        // Kept while configure and restart are out: no more than it needs.
+        out.shrink_to_fit();
         Ok(out)
     }
 

@@ -12,7 +12,8 @@
 //!
 //! Bounds: at most `max_waiting_attempts` attempts are parked at once (the workers
 //! take no new node from the queue meanwhile, so the 50,000-entry queue keeps
-//! waiting nodes), and at most a quarter of them may be silent ones (no valid reply
+//! waiting nodes; each worker checks before it takes one, so the count may pass the
+//! bound by one per worker), and at most a quarter of them may be silent ones (no valid reply
 //! yet, a try timed out): a silent attempt past that is given up at once, so a flood
 //! of made-up identities costs counted memory and never the place of a node that
 //! answers.

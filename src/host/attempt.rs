@@ -1067,6 +1067,10 @@ impl Attempt {
                 f.server_jwt_id = Some(signed.claims.standard.jti.clone());
                 f.server_jwt_expires = signed.claims.standard.exp;
             });
+            if let Some(chain_expires) = signed.claims.standard.issexp {
+                // The token is read again for every node: a rotation shows here.
+                seq.metrics().signing_token_expiry.set(chain_expires);
+            }
             signed.token
         } else {
             String::new()

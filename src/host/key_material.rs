@@ -190,6 +190,18 @@ impl KeyMaterial {
                     .map_err(|e| failed(format!("jwt_signing_token: {e}")))?,
             )
         };
+        let now = crate::clock::unix_seconds();
+        if let Some(chain) = &chain {
+            // A server JWT signed through an expired chain is born expired: go-choria
+            // (v0.30) sends such a server back into provisioning at every boot.
+            if chain.exp <= now {
+                return Err(failed(format!(
+                    "jwt_signing_token expired at {}: no server JWT is signed for {identity} \
+                     past it; replace the token (it is read again for every node)",
+                    crate::clock::rfc3339(chain.exp as f64)
+                )));
+            }
+        }
         let jti = ids::ksuid();
         let input = ServerClaimsInput {
             identity,
@@ -201,7 +213,7 @@ impl KeyMaterial {
             collectives_setting: answer.configuration.get("collectives").map(String::as_str),
             requested: requested.as_ref(),
             default_validity: self.validity,
-            now: crate::clock::unix_seconds(),
+            now,
             jti: &jti,
         };
         let signed = sign_server_token(&input, key, chain.as_ref())
@@ -210,6 +222,15 @@ impl KeyMaterial {
             log::warn!("{identity}: {warning}");
         }
         Ok(signed)
+    }
+
+    /// The expiry (Unix seconds) of `jwt_signing_token` as the file says now; `None`
+    /// without one, or when it does not load.
+    pub fn signing_token_expiry(&self) -> Option<i64> {
+        if self.signing.is_none() || self.signing_token.is_empty() {
+            return None;
+        }
+        SigningToken::load(&self.signing_token).ok().map(|t| t.exp)
     }
 
     /// Validates the node's CSR (pki feature): PKCS#10, CN equal to the identity,
@@ -278,6 +299,50 @@ mod tests {
                 .starts_with("cert_deny_list: invalid cert_deny_list pattern \"(\": "),
             "{e}"
         );
+    }
+
+    /// A signing token file (its signature is not checked when it is loaded) that
+    /// expires at `exp`.
+    fn signing_token(dir: &std::path::Path, exp: i64) -> std::path::PathBuf {
+        use base64::Engine as _;
+        let b64 = |v: serde_json::Value| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+        };
+        let token = format!(
+            "{}.{}.c2ln",
+            b64(json!({"alg": "EdDSA", "typ": "JWT"})),
+            b64(
+                json!({"purpose": "choria_client_id", "tcs": "t", "jti": "chain1",
+                       "public_key": "ab".repeat(32), "exp": exp})
+            )
+        );
+        let path = dir.join(format!("chain-{exp}.jwt"));
+        std::fs::write(&path, token).unwrap();
+        path
+    }
+
+    #[test]
+    fn no_server_jwt_is_signed_past_the_signing_token_s_expiry() {
+        let (mut keys, dir) = keys_with_seed(Duration::from_secs(7200));
+        let now = crate::clock::unix_seconds();
+        keys.signing_token = signing_token(&dir, now - 10).display().to_string();
+        let answer = HelperOutput::default();
+        let Err(AttemptError::Keys(e)) = keys.server_jwt("n1", Some(&node()), &answer) else {
+            panic!("a server JWT was signed through an expired chain");
+        };
+        assert!(
+            e.starts_with("jwt_signing_token expired at ")
+                && e.contains("no server JWT is signed for n1"),
+            "{e}"
+        );
+        assert_eq!(keys.signing_token_expiry(), Some(now - 10));
+        // Rotated to a live token: read again for the next node, no restart.
+        keys.signing_token = signing_token(&dir, now + 3600).display().to_string();
+        let signed = keys.server_jwt("n1", Some(&node()), &answer).unwrap();
+        assert_eq!(signed.claims.standard.issexp, Some(now + 3600));
+        assert!(signed.claims.standard.exp.unwrap() <= now + 3600);
+        assert_eq!(keys.signing_token_expiry(), Some(now + 3600));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn node() -> Ed25519Info {

@@ -57,6 +57,9 @@ impl NodeSequence {
         timeouts: Timeouts,
     ) -> Result<NodeSequence, KeyLoadError> {
         let keys = KeyMaterial::load(&config)?;
+        metrics
+            .signing_token_expiry
+            .set(keys.signing_token_expiry().unwrap_or(0));
         Ok(NodeSequence {
             helper: Helper::new(&config.helper, config.helper_timeout),
             slots: Arc::new(UpgradeSlots::with_gauge(

@@ -127,6 +127,9 @@ pub struct Metrics {
     pub waiting_attempts: IntGauge,
     /// The most attempts under way at once since start.
     pub waiting_attempts_max: IntGauge,
+    /// When `jwt_signing_token` expires (Unix seconds; 0 without one): no server JWT
+    /// is signed past it.
+    pub signing_token_expiry: IntGauge,
     /// Attempts waiting on a node that has not answered and let a try time out (at
     /// most a quarter of `max_waiting_attempts`).
     pub silent_attempts: IntGauge,
@@ -460,6 +463,10 @@ impl Metrics {
             waiting_attempts_max: gauge(
                 "choria_provisioner_waiting_attempts_max",
                 "The most attempts under way at once since the provisioner started",
+            )?,
+            signing_token_expiry: gauge(
+                "choria_provisioner_signing_token_expiry_timestamp_seconds",
+                "When jwt_signing_token expires, in Unix seconds (0 without one)",
             )?,
             silent_attempts: gauge(
                 "choria_provisioner_silent_attempts",

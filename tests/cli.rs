@@ -201,6 +201,66 @@ fn check_on_a_good_config_prints_it_without_secrets() {
 }
 
 #[test]
+fn check_warns_of_a_signing_token_with_less_than_30_days_left() {
+    let rig = Rig::without_broker("");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    use base64::Engine as _;
+    let b64 = |v: serde_json::Value| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    };
+    let token = |exp: i64| {
+        format!(
+            "{}.{}.c2ln",
+            b64(serde_json::json!({"alg": "EdDSA", "typ": "JWT"})),
+            b64(
+                serde_json::json!({"purpose": "choria_client_id", "tcs": "t", "jti": "c1",
+                                   "public_key": "ab".repeat(32), "exp": exp})
+            )
+        )
+    };
+    let seed = rig.dir.write("signer.seed", &"11".repeat(32));
+    let chain = rig.dir.path().join("signer.jwt");
+    let yaml = std::fs::read_to_string(&rig.yaml).unwrap();
+    std::fs::write(
+        &rig.yaml,
+        format!(
+            "{yaml}features: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n\
+             jwt_signing_token: {}\n",
+            "ab".repeat(32),
+            seed.display(),
+            chain.display()
+        ),
+    )
+    .unwrap();
+    let mut args = vec!["check".to_string()];
+    args.extend(rig.args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for (exp, warned) in [
+        (now + 40 * 86_400, None),
+        (
+            now + 10 * 86_400 + 60,
+            Some(", in 10 days: no server JWT is signed past it"),
+        ),
+        (now - 60, Some(" expired at ")),
+    ] {
+        std::fs::write(&chain, token(exp)).unwrap();
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let e = stderr(&o);
+        let line = e
+            .lines()
+            .find(|l| l.starts_with(&format!("warning: jwt_signing_token {}", chain.display())));
+        match warned {
+            None => assert_eq!(line, None, "{e}"),
+            Some(text) => assert!(line.is_some_and(|l| l.contains(text)), "{e}"),
+        }
+    }
+}
+
+#[test]
 fn check_on_a_broken_config_lists_every_problem() {
     let rig = Rig::new(
         "interval: 10s\nworkers: -1\nfeatures: {pki: true, ed25519: true}\nupgrade_repository: x\n\

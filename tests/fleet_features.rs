@@ -1,7 +1,7 @@
 //! The optional features end to end against simulated nodes (jwt, ed25519, pki,
 //! upgrades), the helper's answers that change the sequence (shutdown, keys), and what
 //! only a real node can show (its provisioning lock, a pause between RPCs). The
-//! sequence's rules themselves are unit-tested in `src/host/sequence_tests.rs`.
+//! sequence's rules themselves are unit-tested in `src/host/attempt_tests.rs`.
 #![cfg(feature = "sim")]
 
 mod support;
@@ -492,4 +492,100 @@ fn the_helper_s_private_key_reaches_the_node_encrypted_and_decrypts_there() {
             node.identity
         );
     }
+}
+
+/// The claims of a JWT, unverified.
+fn jwt_claims(jwt: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let claims = jwt.split('.').nth(1).expect("three parts");
+    serde_json::from_slice(&b64.decode(claims).unwrap()).unwrap()
+}
+
+#[test]
+fn an_expired_signing_token_signs_nothing_until_a_new_one_is_loaded_on_sighup() {
+    use choria_provisioner::sim::keygen;
+    let server = NatsServer::start();
+    let dir = TempDir::new("rotate");
+    let signer_seed = [9u8; 32];
+    let signer_public = hex(&public_of(&signer_seed));
+    let seed_file = dir.write("signer.seed", &hex(&signer_seed));
+    // A chain token that expired a minute ago: it loads, but signs nothing.
+    let now = choria_provisioner::clock::unix_seconds();
+    let expired = choria_provisioner::crypto::jwt::SigningKey::from_ed25519_seed(&ISSUER_SEED)
+        .sign_jwt(&serde_json::json!({
+            "purpose": "choria_client_id", "tcs": "00", "jti": "old-chain",
+            "public_key": signer_public, "exp": now - 60,
+        }))
+        .unwrap();
+    let token_file = dir.write("signer.jwt", &expired);
+    let fleet = sim(&server.url(), 3, |o| o.issuer_seed = Some(ISSUER_SEED));
+    let mut child = support::daemon::spawn_with(
+        env!("CARGO_BIN_EXE_choria-provisioner"),
+        &dir,
+        &server.url(),
+        &support::daemon::example_helper(),
+        &format!(
+            "workers: 2\nshutdown_timeout: 3s\n\
+             features: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n\
+             jwt_signing_token: {}\n",
+            hex(&public_of(&ISSUER_SEED)),
+            seed_file.display(),
+            token_file.display()
+        ),
+    );
+    let log = dir.path().join("p.log");
+    let logged = |text: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(text))
+            .count()
+    };
+    wait_until("the expired chain refused", Duration::from_secs(30), || {
+        logged("no server JWT is signed for") >= 3
+    });
+    assert_eq!(fleet.progress().configured, 0, "nothing signed through it");
+    // A half-written replacement: refused on SIGHUP, the old token kept.
+    std::fs::write(&token_file, &expired[..20]).unwrap();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    wait_until("the bad reload logged", Duration::from_secs(10), || {
+        logged("Could not reload the key files, keeping the keys in use: jwt_signing_token: ") == 1
+    });
+    // The new token whole, then SIGHUP: nodes that boot now are provisioned through
+    // it (the refused ones wait for the next discovery, a minute away).
+    let fresh =
+        keygen::signer_jwt(&ISSUER_SEED, &signer_public, Duration::from_secs(3600)).unwrap();
+    let fresh_exp = jwt_claims(&fresh)["exp"].as_i64().unwrap();
+    std::fs::write(&token_file, &fresh).unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    wait_until("reloaded", Duration::from_secs(10), || {
+        logged("Reloaded the key files: ") == 1
+    });
+    let booted = sim(&server.url(), 3, |o| {
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.prefix = "booted-".into();
+    });
+    wait_until(
+        "provisioned through the new token",
+        Duration::from_secs(60),
+        || booted.progress().provisioned == 3,
+    );
+    assert_eq!(
+        logged(&format!(
+            "Reloaded the key files: jwt_signing_token {}: id old-chain expiring ",
+            token_file.display()
+        )),
+        1
+    );
+    for node in booted.summary().nodes {
+        assert_eq!(node.phase, Phase::Provisioned, "{}", node.identity);
+        let claims = jwt_claims(&node.server_jwt.expect("a server JWT"));
+        assert_eq!(claims["issexp"], fresh_exp, "{}", node.identity);
+        assert!(claims["exp"].as_i64().unwrap() <= fresh_exp);
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    drop(fleet);
 }

@@ -541,6 +541,7 @@ fn every_alert_expression_uses_exported_series() {
         "ChoriaProvisionerHelperTimeouts",
         "ChoriaProvisionerDisconnected",
         "ChoriaProvisionerContestedReplies",
+        "ChoriaProvisionerSigningTokenExpiring",
     ] {
         assert!(names.contains(&wanted), "no {wanted} in {names:?}");
     }

@@ -129,8 +129,17 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
     // would refuse.
     if let Some(config) = &config {
         if lines.is_empty() {
-            if let Err(e) = crate::host::key_material::KeyMaterial::load(config) {
-                lines.push(format!("Provisioning could not be configured: {e}"));
+            match crate::host::key_material::KeyMaterial::load(config) {
+                Ok(keys) => {
+                    if let Some(exp) = keys.signing_token_expiry() {
+                        warnings.extend(signing_token_warning(
+                            &config.jwt_signing_token,
+                            exp,
+                            crate::clock::unix_seconds(),
+                        ));
+                    }
+                }
+                Err(e) => lines.push(format!("Provisioning could not be configured: {e}")),
             }
         }
     }
@@ -145,5 +154,58 @@ pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
             lines,
             usage: false,
         }),
+    }
+}
+
+/// How long before `jwt_signing_token` expires `check` and `run` start warning.
+const SIGNING_TOKEN_WARNING_DAYS: i64 = 30;
+
+/// A warning when the signing token at `path`, expiring at `exp`, has less than
+/// [`SIGNING_TOKEN_WARNING_DAYS`] left at `now` (or has expired).
+fn signing_token_warning(path: &str, exp: i64, now: i64) -> Option<String> {
+    let left = exp - now;
+    let when = crate::clock::rfc3339(exp as f64);
+    if left <= 0 {
+        Some(format!(
+            "jwt_signing_token {path} expired at {when}: no server JWT is signed until it \
+             is replaced (then send SIGHUP)"
+        ))
+    } else if left < SIGNING_TOKEN_WARNING_DAYS * 86_400 {
+        Some(format!(
+            "jwt_signing_token {path} expires at {when}, in {} days: no server JWT is \
+             signed past it; replace it (then send SIGHUP)",
+            left / 86_400
+        ))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod signing_token_tests {
+    use super::signing_token_warning;
+
+    #[test]
+    fn a_signing_token_warns_under_30_days_and_once_expired() {
+        let day = 86_400;
+        assert_eq!(
+            signing_token_warning("t.jwt", 1_000 + 31 * day, 1_000),
+            None
+        );
+        assert_eq!(
+            signing_token_warning("t.jwt", 1_000 + 30 * day, 1_000),
+            None
+        );
+        let soon = signing_token_warning("t.jwt", 1_000 + 29 * day + 5, 1_000).unwrap();
+        assert!(
+            soon.starts_with("jwt_signing_token t.jwt expires at ")
+                && soon.contains(", in 29 days: "),
+            "{soon}"
+        );
+        let gone = signing_token_warning("t.jwt", 1_000, 1_000).unwrap();
+        assert!(
+            gone.starts_with("jwt_signing_token t.jwt expired at "),
+            "{gone}"
+        );
     }
 }

@@ -66,7 +66,7 @@ pub fn run(inv: &Invocation) -> i32 {
     } else {
         None
     };
-    let shutdown = match signals::install(log, Arc::clone(&health.audit)) {
+    let shutdown = match signals::install(log, Arc::clone(&health.reload)) {
         Ok(rx) => rx,
         Err(e) => return fail(format!("Could not install signal handlers: {e}")),
     };
@@ -93,7 +93,7 @@ struct Health {
     election: Mutex<Option<Arc<Mutex<ElectionState>>>>,
     membership: Mutex<Option<Arc<Membership>>>,
     nodes: Arc<crate::metrics::LateNodes>,
-    audit: signals::AuditSlot,
+    reload: signals::ReloadSlot,
 }
 
 impl Health {
@@ -218,7 +218,10 @@ fn serve(
     *health.election.lock() = daemon.election();
     *health.membership.lock() = daemon.membership();
     health.nodes.set(daemon.node_status());
-    *health.audit.lock() = daemon.audit();
+    *health.reload.lock() = signals::Reloadable {
+        audit: daemon.audit(),
+        keys: Some(daemon.key_reloader()),
+    };
     let _ = shutdown.recv();
     log::warn!("Stopping: no new nodes are taken, in-flight nodes finish their current step");
     if !daemon.stop() {

@@ -1,6 +1,6 @@
 //! SIGINT/SIGTERM start a graceful stop, a second one exits at once; SIGHUP reopens
-//! the log file and the audit trail for logrotate. One plain thread, no async
-//! runtime.
+//! the log file and the audit trail for logrotate and loads the key files again. One
+//! plain thread, no async runtime.
 
 use crossbeam_channel::{bounded, Receiver};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -10,14 +10,24 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::hosts::audit::AuditLog;
+use crate::hosts::daemon::KeyReloader;
 use crate::logging::LogHandle;
 
-/// The audit trail, once the daemon has opened it.
-pub type AuditSlot = Arc<Mutex<Option<Arc<AuditLog>>>>;
+/// What SIGHUP reloads besides the log file, once the daemon has started.
+#[derive(Default)]
+pub struct Reloadable {
+    /// The audit trail, when `audit_file` is set.
+    pub audit: Option<Arc<AuditLog>>,
+    /// The key files the features loaded.
+    pub keys: Option<KeyReloader>,
+}
+
+/// The daemon's [`Reloadable`], filled in once it has started.
+pub type ReloadSlot = Arc<Mutex<Reloadable>>;
 
 /// Installs the handlers and returns a receiver that disconnects (every `recv`
 /// returns `Err`) when the daemon should stop.
-pub fn install(log: LogHandle, audit: AuditSlot) -> std::io::Result<Receiver<()>> {
+pub fn install(log: LogHandle, reload: ReloadSlot) -> std::io::Result<Receiver<()>> {
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let (tx, rx) = bounded::<()>(0);
     std::thread::Builder::new()
@@ -31,7 +41,13 @@ pub fn install(log: LogHandle, audit: AuditSlot) -> std::io::Result<Receiver<()>
                             Ok(()) => log::info!("Reopened the log file on SIGHUP"),
                             Err(e) => log::error!("Could not reopen the log file on SIGHUP: {e}"),
                         }
-                        let audit = audit.lock().clone();
+                        let (audit, keys) = {
+                            let slot = reload.lock();
+                            (slot.audit.clone(), slot.keys.clone())
+                        };
+                        if let Some(keys) = keys {
+                            keys.reload();
+                        }
                         if let Some(audit) = audit {
                             match audit.reopen() {
                                 Ok(()) => log::info!(

@@ -1,13 +1,14 @@
-//! The key material an attempt needs, loaded once when the provisioner starts (so a
-//! missing or malformed key stops the daemon at start, not one node at a time), and
-//! the checks that use it: provisioning JWT verification (`jwt`), the server JWT
-//! (`ed25519`) and CSR validation (`pki`).
+//! The key material an attempt needs, loaded when the provisioner starts (so a
+//! missing or malformed key stops the daemon at start, not one node at a time) and
+//! again on SIGHUP ([`KeyMaterial::reload`]: the old material is kept when the new
+//! does not load), and the checks that use it: provisioning JWT verification (`jwt`),
+//! the server JWT (`ed25519`) and CSR validation (`pki`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
 
 use super::failure::AttemptError;
@@ -31,14 +32,97 @@ const SIGNED_TOKENS_KEPT: usize = 16;
 #[derive(Debug)]
 pub struct KeyMaterial {
     deny: DenyList,
-    verify: Option<VerifyKey>,
-    signing: Option<SigningKey>,
-    signing_token: String,
+    /// Where the keys come from (the settings, kept for reloads).
+    sources: KeySources,
+    /// The keys loaded last; replaced whole by a reload that succeeds.
+    loaded: RwLock<Arc<LoadedKeys>>,
     validity: Duration,
     /// Tokens whose signature `verify` accepted, with their decoded claims (only
     /// those; a refused token is checked again every time). The time-dependent
-    /// checks run on every use.
+    /// checks run on every use. Emptied when the verify key changes.
     signed: SignedTokens,
+}
+
+/// The settings that name key files, and the features that need them.
+#[derive(Debug, Clone)]
+struct KeySources {
+    jwt: bool,
+    ed25519: bool,
+    verify_cert: String,
+    signing_key: String,
+    signing_token: String,
+}
+
+/// One loading of the key files.
+#[derive(Debug)]
+struct LoadedKeys {
+    verify: Option<VerifyKey>,
+    signing: Option<SigningKey>,
+    chain: Option<SigningToken>,
+}
+
+impl KeySources {
+    fn load(&self) -> Result<LoadedKeys, KeyLoadError> {
+        let verify = if self.jwt {
+            Some(VerifyKey::load(&self.verify_cert).map_err(KeyLoadError::VerifyCert)?)
+        } else {
+            None
+        };
+        let (signing, chain) = if self.ed25519 {
+            let key = SigningKey::load(&self.signing_key).map_err(KeyLoadError::SigningKey)?;
+            let chain = if self.signing_token.is_empty() {
+                None
+            } else {
+                Some(SigningToken::load(&self.signing_token).map_err(KeyLoadError::SigningToken)?)
+            };
+            (Some(key), chain)
+        } else {
+            (None, None)
+        };
+        Ok(LoadedKeys {
+            verify,
+            signing,
+            chain,
+        })
+    }
+}
+
+/// What a reload changed, one line per key (public facts only: a fingerprint, a
+/// token id and expiry, never key material).
+fn changes(old: &LoadedKeys, new: &LoadedKeys, sources: &KeySources) -> Vec<String> {
+    let mut lines = Vec::new();
+    if old.verify != new.verify {
+        lines.push(format!(
+            "jwt_verify_cert {}: a new verification key",
+            sources.verify_cert
+        ));
+    }
+    let fingerprint = |k: &Option<SigningKey>| k.as_ref().map(SigningKey::public_fingerprint);
+    if fingerprint(&old.signing) != fingerprint(&new.signing) {
+        lines.push(format!(
+            "jwt_signing_key {}: public key {} replaced by {}",
+            sources.signing_key,
+            fingerprint(&old.signing).unwrap_or_default(),
+            fingerprint(&new.signing).unwrap_or_default()
+        ));
+    }
+    if old.chain != new.chain {
+        let describe = |t: &Option<SigningToken>| match t {
+            Some(t) => format!(
+                "id {} expiring {}",
+                t.jti,
+                crate::clock::rfc3339(t.exp as f64)
+            ),
+            None => "none".to_string(),
+        };
+        lines.push(format!(
+            "jwt_signing_token {}: {} replaced by {}",
+            sources.signing_token,
+            describe(&old.chain),
+            describe(&new.chain)
+        ));
+    }
+    lines
 }
 
 /// The remembered tokens; `Debug` shows how many, never a token (it holds `cht`).
@@ -86,30 +170,40 @@ impl KeyMaterial {
     /// Loads everything the enabled features need.
     pub fn load(config: &Config) -> Result<KeyMaterial, KeyLoadError> {
         let deny = DenyList::new(&config.cert_deny_list).map_err(KeyLoadError::DenyList)?;
-        let verify = if config.features.jwt {
-            Some(VerifyKey::load(&config.jwt_verify_cert).map_err(KeyLoadError::VerifyCert)?)
-        } else {
-            None
+        let sources = KeySources {
+            jwt: config.features.jwt,
+            ed25519: config.features.ed25519,
+            verify_cert: config.jwt_verify_cert.clone(),
+            signing_key: config.jwt_signing_key.clone(),
+            signing_token: config.jwt_signing_token.clone(),
         };
-        let signing = if config.features.ed25519 {
-            let key =
-                SigningKey::load(&config.jwt_signing_key).map_err(KeyLoadError::SigningKey)?;
-            if !config.jwt_signing_token.is_empty() {
-                SigningToken::load(&config.jwt_signing_token)
-                    .map_err(KeyLoadError::SigningToken)?;
-            }
-            Some(key)
-        } else {
-            None
-        };
+        let loaded = sources.load()?;
         Ok(KeyMaterial {
             deny,
-            verify,
-            signing,
-            signing_token: config.jwt_signing_token.clone(),
+            sources,
+            loaded: RwLock::new(Arc::new(loaded)),
             validity: config.server_jwt_validity,
             signed: SignedTokens::default(),
         })
+    }
+
+    /// Loads every key file again (on SIGHUP). When all load, they replace the old
+    /// ones at once and the changes are returned, one line per key that changed;
+    /// when one does not, the old material stays in use and the error says which.
+    pub fn reload(&self) -> Result<Vec<String>, KeyLoadError> {
+        let new = self.sources.load()?;
+        let mut loaded = self.loaded.write();
+        let lines = changes(&loaded, &new, &self.sources);
+        if loaded.verify != new.verify {
+            self.signed.0.lock().clear();
+        }
+        *loaded = Arc::new(new);
+        Ok(lines)
+    }
+
+    /// The keys in use now (a reload does not change what a caller holds).
+    fn current(&self) -> Arc<LoadedKeys> {
+        Arc::clone(&self.loaded.read())
     }
 
     /// Verifies the node's provisioning JWT; its claims, for the helper (shared with
@@ -119,7 +213,8 @@ impl KeyMaterial {
         identity: &Identity,
         jwt: &str,
     ) -> Result<Arc<ProvisioningClaims>, AttemptError> {
-        let key = self.verify.as_ref().ok_or_else(|| {
+        let keys = self.current();
+        let key = keys.verify.as_ref().ok_or_else(|| {
             failed("no JWT verification certificate configured, cannot validate JWT".into())
         })?;
         self.verify_at(jwt, key, crate::clock::unix_seconds())
@@ -158,15 +253,16 @@ impl KeyMaterial {
     }
 
     /// Signs the server JWT for the node (ed25519 feature), with the chain-issuer data
-    /// when `jwt_signing_token` is set (re-read for every node, so rotating it needs no
-    /// restart, as in Go). Returns the token with its claims (for the audit trail).
+    /// when `jwt_signing_token` is set (loaded at start and on SIGHUP; Go reads it for
+    /// every node). Returns the token with its claims (for the audit trail).
     pub fn server_jwt(
         &self,
         identity: &str,
         ed25519: Option<&Ed25519Info>,
         answer: &HelperOutput,
     ) -> Result<SignedServerToken, AttemptError> {
-        let key = self
+        let keys = self.current();
+        let key = keys
             .signing
             .as_ref()
             .ok_or_else(|| failed("no jwt_signing_key configured".into()))?;
@@ -182,22 +278,15 @@ impl KeyMaterial {
                 ))
             })?),
         };
-        let chain = if self.signing_token.is_empty() {
-            None
-        } else {
-            Some(
-                SigningToken::load(&self.signing_token)
-                    .map_err(|e| failed(format!("jwt_signing_token: {e}")))?,
-            )
-        };
+        let chain = keys.chain.as_ref();
         let now = crate::clock::unix_seconds();
-        if let Some(chain) = &chain {
+        if let Some(chain) = chain {
             // A server JWT signed through an expired chain is born expired: go-choria
             // (v0.30) sends such a server back into provisioning at every boot.
             if chain.exp <= now {
                 return Err(failed(format!(
                     "jwt_signing_token expired at {}: no server JWT is signed for {identity} \
-                     past it; replace the token (it is read again for every node)",
+                     past it; replace the token and send SIGHUP",
                     crate::clock::rfc3339(chain.exp as f64)
                 )));
             }
@@ -216,7 +305,7 @@ impl KeyMaterial {
             now,
             jti: &jti,
         };
-        let signed = sign_server_token(&input, key, chain.as_ref())
+        let signed = sign_server_token(&input, key, chain)
             .map_err(|e| failed(format!("could not sign a server JWT for {identity}: {e}")))?;
         if let Some(warning) = &signed.warning {
             log::warn!("{identity}: {warning}");
@@ -224,13 +313,9 @@ impl KeyMaterial {
         Ok(signed)
     }
 
-    /// The expiry (Unix seconds) of `jwt_signing_token` as the file says now; `None`
-    /// without one, or when it does not load.
+    /// The expiry (Unix seconds) of the `jwt_signing_token` in use; `None` without one.
     pub fn signing_token_expiry(&self) -> Option<i64> {
-        if self.signing.is_none() || self.signing_token.is_empty() {
-            return None;
-        }
-        SigningToken::load(&self.signing_token).ok().map(|t| t.exp)
+        self.current().chain.as_ref().map(|t| t.exp)
     }
 
     /// Validates the node's CSR (pki feature): PKCS#10, CN equal to the identity,
@@ -323,9 +408,11 @@ mod tests {
 
     #[test]
     fn no_server_jwt_is_signed_past_the_signing_token_s_expiry() {
-        let (mut keys, dir) = keys_with_seed(Duration::from_secs(7200));
+        let (keys, dir) = keys_with_seed(Duration::from_secs(7200));
         let now = crate::clock::unix_seconds();
-        keys.signing_token = signing_token(&dir, now - 10).display().to_string();
+        let token = dir.join("chain.jwt");
+        std::fs::copy(signing_token(&dir, now - 10), &token).unwrap();
+        let keys = with_token(keys, &token);
         let answer = HelperOutput::default();
         let Err(AttemptError::Keys(e)) = keys.server_jwt("n1", Some(&node()), &answer) else {
             panic!("a server JWT was signed through an expired chain");
@@ -336,12 +423,127 @@ mod tests {
             "{e}"
         );
         assert_eq!(keys.signing_token_expiry(), Some(now - 10));
-        // Rotated to a live token: read again for the next node, no restart.
-        keys.signing_token = signing_token(&dir, now + 3600).display().to_string();
+        // Rotated to a live token: in use after a reload, no restart.
+        std::fs::copy(signing_token(&dir, now + 3600), &token).unwrap();
+        let changed = keys.reload().unwrap();
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert!(
+            changed[0].starts_with(&format!(
+                "jwt_signing_token {}: id chain1 expiring ",
+                token.display()
+            )) && changed[0].contains(" replaced by id chain1 expiring "),
+            "{changed:?}"
+        );
         let signed = keys.server_jwt("n1", Some(&node()), &answer).unwrap();
         assert_eq!(signed.claims.standard.issexp, Some(now + 3600));
         assert!(signed.claims.standard.exp.unwrap() <= now + 3600);
         assert_eq!(keys.signing_token_expiry(), Some(now + 3600));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `keys` with `jwt_signing_token` set to `path`, loaded.
+    fn with_token(keys: KeyMaterial, path: &std::path::Path) -> KeyMaterial {
+        let mut sources = keys.sources.clone();
+        sources.signing_token = path.display().to_string();
+        let loaded = sources.load().unwrap();
+        KeyMaterial {
+            sources,
+            loaded: RwLock::new(Arc::new(loaded)),
+            ..keys
+        }
+    }
+
+    #[test]
+    fn a_reload_that_fails_keeps_the_keys_in_use_and_a_good_one_names_what_changed() {
+        let (keys, dir) = keys_with_seed(Duration::from_secs(7200));
+        let seed = dir.join("seed");
+        let before = keys
+            .current()
+            .signing
+            .as_ref()
+            .unwrap()
+            .public_fingerprint();
+        assert_eq!(
+            keys.reload().unwrap(),
+            Vec::<String>::new(),
+            "nothing changed"
+        );
+        // A half-written seed: refused, naming the setting; the old key still signs.
+        std::fs::write(&seed, "22".repeat(10)).unwrap();
+        let e = keys.reload().unwrap_err();
+        assert!(matches!(e, KeyLoadError::SigningKey(_)), "{e:?}");
+        assert!(e.to_string().starts_with("jwt_signing_key: "), "{e}");
+        assert!(!e.to_string().contains(&"22".repeat(10)), "{e}");
+        assert_eq!(
+            keys.current()
+                .signing
+                .as_ref()
+                .unwrap()
+                .public_fingerprint(),
+            before
+        );
+        assert!(keys
+            .server_jwt("n1", Some(&node()), &HelperOutput::default())
+            .is_ok());
+        // The new seed whole: a new public key, named by fingerprints only.
+        std::fs::write(&seed, "22".repeat(32)).unwrap();
+        let changed = keys.reload().unwrap();
+        let after = keys
+            .current()
+            .signing
+            .as_ref()
+            .unwrap()
+            .public_fingerprint();
+        assert_ne!(after, before);
+        assert_eq!(
+            changed,
+            [format!(
+                "jwt_signing_key {}: public key {before} replaced by {after}",
+                seed.display()
+            )]
+        );
+        assert!(!changed[0].contains(&"22".repeat(32)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_new_verify_key_forgets_the_tokens_the_old_one_accepted() {
+        let issuer = SigningKey::from_ed25519_seed(&[0x44; 32]);
+        let (keys, dir) = keys_with_seed(Duration::from_secs(60));
+        let mut sources = keys.sources.clone();
+        sources.jwt = true;
+        sources.verify_cert = issuer.ed25519_public_hex().unwrap();
+        let keys = KeyMaterial {
+            loaded: RwLock::new(Arc::new(sources.load().unwrap())),
+            sources,
+            ..keys
+        };
+        let token = issuer
+            .sign_jwt(&json!({"purpose": "choria_provisioning", "cht": "t"}))
+            .unwrap();
+        let id = Identity::parse("n1.example.net").unwrap();
+        assert!(keys.verify_provisioning_jwt(&id, &token).is_ok());
+        assert_eq!(keys.signed.0.lock().len(), 1);
+        // The verify setting now names a file with another key.
+        let other = SigningKey::from_ed25519_seed(&[0x55; 32]);
+        let file = dir.join("verify.hex");
+        std::fs::write(&file, other.ed25519_public_hex().unwrap()).unwrap();
+        let mut sources = keys.sources.clone();
+        sources.verify_cert = file.display().to_string();
+        let keys = KeyMaterial { sources, ..keys };
+        let changed = keys.reload().unwrap();
+        assert_eq!(
+            changed,
+            [format!(
+                "jwt_verify_cert {}: a new verification key",
+                file.display()
+            )]
+        );
+        assert_eq!(keys.signed.0.lock().len(), 0, "forgotten");
+        assert!(matches!(
+            keys.verify_provisioning_jwt(&id, &token),
+            Err(AttemptError::Jwt { .. })
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

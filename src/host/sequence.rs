@@ -103,6 +103,30 @@ impl NodeSequence {
         &self.keys
     }
 
+    /// Loads the key files again ([`KeyMaterial::reload`]), logging what changed or
+    /// why the keys in use were kept; returns whether the new keys are in use.
+    pub(crate) fn reload_keys(&self) -> bool {
+        match self.keys.reload() {
+            Ok(changes) => {
+                self.metrics
+                    .signing_token_expiry
+                    .set(self.keys.signing_token_expiry().unwrap_or(0));
+                if changes.is_empty() {
+                    log::info!("Reloaded the key files: none changed");
+                }
+                for change in changes {
+                    log::info!("Reloaded the key files: {change}");
+                }
+                true
+            }
+            Err(e) => {
+                self.metrics.key_reload_failures.inc();
+                log::error!("Could not reload the key files, keeping the keys in use: {e}");
+                false
+            }
+        }
+    }
+
     /// The upgrade slots.
     pub(crate) fn slots(&self) -> &UpgradeSlots {
         &self.slots

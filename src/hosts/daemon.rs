@@ -136,6 +136,21 @@ pub struct Daemon {
     membership: Option<Arc<Membership>>,
     trigger: Option<Sender<()>>,
     shutdown_timeout: Duration,
+    keys: KeyReloader,
+}
+
+/// Loads the key files of a running provisioner again (on SIGHUP).
+#[derive(Clone)]
+pub struct KeyReloader(Arc<NodeSequence>);
+
+impl KeyReloader {
+    /// Loads every key file again: the new keys are used from the next node on, and
+    /// each change is logged; when one does not load, the keys in use are kept, the
+    /// error is logged and `choria_provisioner_key_reload_failures` counts it.
+    /// Returns whether the new keys are in use.
+    pub fn reload(&self) -> bool {
+        self.0.reload_keys()
+    }
 }
 
 impl Daemon {
@@ -170,12 +185,13 @@ impl Daemon {
         )
         .map_err(StartError::Keys)?;
         let upgrade_slots = sequence.upgrade_slots();
-        let provisioner = Driver::new(Arc::new(sequence), Arc::clone(&rpc)).map_err(|error| {
-            StartError::Thread {
+        let sequence = Arc::new(sequence);
+        let keys = KeyReloader(Arc::clone(&sequence));
+        let provisioner =
+            Driver::new(sequence, Arc::clone(&rpc)).map_err(|error| StartError::Thread {
                 name: "attempt-timer",
                 error,
-            }
-        })?;
+            })?;
         let fleet = Fleet::new(
             FleetOptions {
                 workers: config.workers,
@@ -205,6 +221,7 @@ impl Daemon {
             membership: None,
             trigger: Some(trigger_tx.clone()),
             shutdown_timeout: config.shutdown_timeout,
+            keys,
         };
         if config.leader_election {
             pause.pause();
@@ -267,6 +284,11 @@ impl Daemon {
     /// The audit trail, when `audit_file` is set (reopened on SIGHUP).
     pub fn audit(&self) -> Option<Arc<super::audit::AuditLog>> {
         self.fleet.board().audit().cloned()
+    }
+
+    /// What reloads this provisioner's key files.
+    pub fn key_reloader(&self) -> KeyReloader {
+        self.keys.clone()
     }
 
     /// What `/nodes` shows of this provisioner.

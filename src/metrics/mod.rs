@@ -130,6 +130,8 @@ pub struct Metrics {
     /// When `jwt_signing_token` expires (Unix seconds; 0 without one): no server JWT
     /// is signed past it.
     pub signing_token_expiry: IntGauge,
+    /// Key reloads on SIGHUP that failed (the old material is kept).
+    pub key_reload_failures: IntCounter,
     /// Attempts waiting on a node that has not answered and let a try time out (at
     /// most a quarter of `max_waiting_attempts`).
     pub silent_attempts: IntGauge,
@@ -467,6 +469,10 @@ impl Metrics {
             signing_token_expiry: gauge(
                 "choria_provisioner_signing_token_expiry_timestamp_seconds",
                 "When jwt_signing_token expires, in Unix seconds (0 without one)",
+            )?,
+            key_reload_failures: counter(
+                "choria_provisioner_key_reload_failures",
+                "How many key reloads on SIGHUP failed; the keys loaded before are kept",
             )?,
             silent_attempts: gauge(
                 "choria_provisioner_silent_attempts",

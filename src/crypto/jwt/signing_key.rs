@@ -103,6 +103,16 @@ impl SigningKey {
         }
     }
 
+    /// A short SHA-256 fingerprint of the public key (16 hex digits), to tell keys apart
+    /// in logs without showing anything private.
+    pub fn public_fingerprint(&self) -> String {
+        let public: &[u8] = match self {
+            SigningKey::Ed25519(k) => k.public_key().as_ref(),
+            SigningKey::Rsa(k) => k.public().as_ref(),
+        };
+        hex::encode(&ring::digest::digest(&ring::digest::SHA256, public).as_ref()[..8])
+    }
+
     fn sign_bytes(&self, data: &[u8]) -> Result<Vec<u8>, TokenError> {
         match self {
             SigningKey::Ed25519(k) => Ok(k.sign(data).as_ref().to_vec()),

@@ -172,6 +172,7 @@ if "$bin" check --help 2>&1 | grep -q -- '--config'; then
     cp "$etc/ssl/provisioner.mcollective.pem" "$etc/jwt-verify.pem"
     cp "$etc/ssl/provisioner.mcollective.pem" "$etc/ssl/ca.pem"
     sed -e "s#/etc/$name/#$etc/#g" -e "s#/var/log/$name/#$root/var/log/$name/#g" \
+        -e "s#/var/lib/$name/#$root/var/lib/$name/#g" \
         "$root/etc/$name/$name.yaml" > "$etc/$name.yaml"
     sed "s#/etc/$name/#$etc/#g" "$root/etc/$name/choria.cfg" > "$etc/choria.cfg"
     if "$bin" check --config "$etc/$name.yaml" --choria-config "$etc/choria.cfg" > "$work/check" 2>&1; then

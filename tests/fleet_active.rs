@@ -443,7 +443,13 @@ fn a_paused_instance_gives_its_share_away_until_resumed() {
     let ps = start(&server, &["a.lon", "b.lon"], ACTIVE);
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
     let (a, b) = (&ps[0], &ps[1]);
-    b.pause.pause();
+    // An operator's pause (what `choria-provisioner pause` asks through the control
+    // socket).
+    b.pause
+        .hold_for_operator(choria_provisioner::config::OperatorPause {
+            reason: "bad helper push".into(),
+            since: 0,
+        });
     wait_until("b out of the set", Duration::from_secs(3), || {
         a.daemon().membership().unwrap().live().len() == 1
             && b.daemon().membership().unwrap().state() == MemberState::Paused
@@ -455,7 +461,7 @@ fn a_paused_instance_gives_its_share_away_until_resumed() {
     });
     assert_eq!(a.metrics.provisioned.get(), 50);
     assert_eq!(b.metrics.provisioned.get(), 0);
-    b.pause.resume();
+    assert!(b.pause.release_operator().is_some());
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
     assert!((b.metrics.share.get() - 0.5).abs() < 1e-9);
 }

@@ -42,6 +42,33 @@ pub enum Command {
     Check(CheckArgs),
     /// show the nodes a running provisioner knows
     Nodes(NodesArgs),
+    /// pause a running provisioner until resume
+    Pause(PauseArgs),
+    /// resume a provisioner an operator paused
+    Resume(ResumeArgs),
+}
+
+/// Pauses a running provisioner through its control_socket: no discovery, no RPC,
+/// no helper run until `resume`; the election and active-active keep working. The
+/// pause holds across restarts when pause_file is set.
+#[derive(FromArgs, Debug, Default)]
+#[argh(subcommand, name = "pause")]
+pub struct PauseArgs {
+    /// the provisioner configuration file (for its control_socket)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// why, shown in /healthz, /readyz, nodes and the log
+    #[argh(option)]
+    pub reason: Option<String>,
+}
+
+/// Ends an operator's pause through the control_socket and starts a discovery at once.
+#[derive(FromArgs, Debug, Default)]
+#[argh(subcommand, name = "resume")]
+pub struct ResumeArgs {
+    /// the provisioner configuration file (for its control_socket)
+    #[argh(option)]
+    pub config: Option<String>,
 }
 
 /// Runs the provisioner (the default command).
@@ -119,6 +146,8 @@ pub struct Invocation {
     pub pid: Option<String>,
     /// The `nodes` command's flags.
     pub nodes: Option<NodesArgs>,
+    /// `pause --reason`.
+    pub reason: Option<String>,
 }
 
 /// The command chosen.
@@ -132,9 +161,14 @@ pub enum Action {
     Check,
     /// Show the nodes of a running provisioner.
     Nodes,
+    /// Pause a running provisioner.
+    Pause,
+    /// Resume a paused provisioner.
+    Resume,
 }
 
-const VALUE_FLAGS: [&str; 5] = [
+const VALUE_FLAGS: [&str; 6] = [
+    "--reason",
     "--config",
     "--choria-config",
     "--pid",
@@ -169,6 +203,7 @@ pub fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::EarlyEx
         choria_config: top.choria_config,
         pid: top.pid,
         nodes: None,
+        reason: None,
     };
     match top.command {
         None | Some(Command::Run(_)) if top.version => inv.action = Action::Version,
@@ -189,6 +224,15 @@ pub fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::EarlyEx
             inv.action = Action::Nodes;
             inv.config = nodes.config.clone().or(inv.config);
             inv.nodes = Some(nodes);
+        }
+        Some(Command::Pause(pause)) => {
+            inv.action = Action::Pause;
+            inv.config = pause.config.or(inv.config);
+            inv.reason = pause.reason;
+        }
+        Some(Command::Resume(resume)) => {
+            inv.action = Action::Resume;
+            inv.config = resume.config.or(inv.config);
         }
     }
     if top.version {
@@ -242,6 +286,24 @@ mod tests {
     fn version_and_check() {
         assert_eq!(p(&["--version"]).action, Action::Version);
         assert_eq!(p(&["check", "--config", "x"]).action, Action::Check);
+    }
+
+    #[test]
+    fn pause_and_resume_take_the_config_and_a_reason() {
+        let inv = p(&["pause", "--config=x", "--reason", "CA outage"]);
+        assert_eq!(inv.action, Action::Pause);
+        assert_eq!(inv.config.as_deref(), Some("x"));
+        assert_eq!(inv.reason.as_deref(), Some("CA outage"));
+        let inv = p(&["--config", "y", "pause"]);
+        assert_eq!(
+            (inv.action, inv.config.as_deref(), inv.reason),
+            (Action::Pause, Some("y"), None)
+        );
+        let inv = p(&["resume", "--config", "z"]);
+        assert_eq!(
+            (inv.action, inv.config.as_deref()),
+            (Action::Resume, Some("z"))
+        );
     }
 
     #[test]

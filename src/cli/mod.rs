@@ -3,6 +3,7 @@
 
 pub mod args;
 mod check;
+mod control;
 mod nodes;
 mod overrides;
 mod pidfile;
@@ -46,6 +47,8 @@ pub fn main() -> i32 {
         Action::Check => check::check(&inv),
         Action::Run => run::run(&inv),
         Action::Nodes => nodes::nodes(&inv),
+        Action::Pause => control::pause(&inv),
+        Action::Resume => control::resume(&inv),
     }
 }
 

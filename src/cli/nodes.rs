@@ -162,6 +162,28 @@ pub fn get(base: &str, path: &str) -> Result<(u16, String), String> {
     Ok((status, body.to_string()))
 }
 
+/// The line that says provisioning is paused, and by whom; empty when it is not.
+fn pause_line(doc: &Value) -> String {
+    let operator = &doc["operator_pause"];
+    if operator.is_object() {
+        let since = operator["since"]
+            .as_i64()
+            .map(|t| crate::clock::rfc3339(t as f64))
+            .unwrap_or_default();
+        let reason = match field(operator, "reason") {
+            r if r.is_empty() => "no reason given".to_string(),
+            r => r,
+        };
+        format!(
+            "PAUSED by an operator since {since}: {reason} (choria-provisioner resume ends it)\n"
+        )
+    } else if doc["paused"] == Value::Bool(true) {
+        "PAUSED: this instance does not lead or is not in the active set\n".to_string()
+    } else {
+        String::new()
+    }
+}
+
 /// A string field of `v`, made safe for a terminal.
 fn field(v: &Value, key: &str) -> String {
     match &v[key] {
@@ -292,11 +314,13 @@ pub fn fleet_table(doc: &Value, state: Option<&str>) -> String {
         .map(|k| format!("{} {k}", doc[*k].as_array().map_or(0, Vec::len)))
         .collect();
     out.push_str(&format!(
-        "Provisioner {} at {}: {}\n\n",
+        "Provisioner {} at {}: {}\n",
         field(doc, "instance"),
         field(doc, "time"),
         counts.join(", ")
     ));
+    out.push_str(&pause_line(doc));
+    out.push('\n');
     if state != Some("recent") {
         if rows.is_empty() {
             out.push_str("No node is queued, in flight, cooling down or upgrading.\n");

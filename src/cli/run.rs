@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use crate::choria::client_config::ClientConfig;
 use crate::config::{Config, Pause};
+use crate::hosts::control::{ControlSocket, Controller, DaemonHooks};
 use crate::hosts::daemon::{Daemon, DaemonOptions};
 use crate::hosts::election::ElectionState;
 use crate::hosts::membership::{MemberState, Membership};
@@ -45,6 +46,11 @@ pub fn run(inv: &Invocation) -> i32 {
         Err(e) => return fail(format!("Could not create metrics: {e}")),
     };
     let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let controller = Arc::new(Controller::new(
+        Arc::clone(&pause),
+        config.pause_file.clone(),
+    ));
+    controller.restore();
     let health = Arc::new(Health::default());
     let _monitor = if config.monitor_port > 0 {
         match MetricsServer::start_with_nodes(
@@ -70,6 +76,19 @@ pub fn run(inv: &Invocation) -> i32 {
         Ok(rx) => rx,
         Err(e) => return fail(format!("Could not install signal handlers: {e}")),
     };
+    let _control = match &config.control_socket {
+        Some(path) => match ControlSocket::open(path, Arc::clone(&controller)) {
+            Ok(socket) => {
+                log::info!(
+                    "Taking pause and resume on the control socket {}",
+                    path.display()
+                );
+                Some(socket)
+            }
+            Err(e) => return fail(e),
+        },
+        None => None,
+    };
     let _pid = match inv.pid.as_deref() {
         Some(path) => match PidFile::write(std::path::Path::new(path)) {
             Ok(p) => Some(p),
@@ -83,7 +102,15 @@ pub fn run(inv: &Invocation) -> i32 {
         config.file.display(),
         client.identity
     );
-    serve(&config, &client, &metrics, &pause, &health, &shutdown)
+    serve(
+        &config,
+        &client,
+        &metrics,
+        &pause,
+        &health,
+        &controller,
+        &shutdown,
+    )
 }
 
 /// What `/healthz` and `/readyz` report beyond the pause flag.
@@ -167,6 +194,7 @@ impl crate::metrics::Health for HealthView {
             "version": crate::VERSION,
             "site": self.site,
             "paused": self.pause.paused(),
+            "operator_pause": self.pause.operator(),
             "connected": self.connected(),
             "leader": self.election_state().map(|e| e.name()),
             "active_active": self.active_active(),
@@ -190,6 +218,7 @@ impl crate::metrics::Health for HealthView {
         Readiness {
             connected: self.connected(),
             role,
+            operator_pause: self.pause.operator().map(|p| p.reason),
         }
     }
 }
@@ -201,6 +230,7 @@ fn serve(
     metrics: &Arc<Metrics>,
     pause: &Arc<Pause>,
     health: &Arc<Health>,
+    controller: &Controller,
     shutdown: &Receiver<()>,
 ) -> i32 {
     let daemon = match Daemon::start(
@@ -218,6 +248,12 @@ fn serve(
     *health.election.lock() = daemon.election();
     *health.membership.lock() = daemon.membership();
     health.nodes.set(daemon.node_status());
+    if let Some(discover) = daemon.discovery_trigger() {
+        controller.attach(DaemonHooks {
+            fleet: Arc::clone(daemon.fleet()),
+            discover,
+        });
+    }
     *health.reload.lock() = signals::Reloadable {
         audit: daemon.audit(),
         keys: Some(daemon.key_reloader()),

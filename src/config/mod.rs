@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use duration::{format_duration, parse_duration, DurationError, MAX_DURATION};
-pub use pause::Pause;
+pub use pause::{OperatorPause, Pause};
 pub use problem::{closest, ConfigError, Problem};
 pub use secret::Secret;
 
@@ -190,6 +190,12 @@ pub struct Config {
     pub upgrades_max_in_flight: Option<usize>,
     /// Where one JSON line per finished attempt is appended (new key; `None`: off).
     pub audit_file: Option<PathBuf>,
+    /// `control_socket`: the Unix socket (mode 0600) `pause` and `resume` talk to;
+    /// off when unset.
+    pub control_socket: Option<PathBuf>,
+    /// `pause_file`: where an operator's pause is kept so it holds across a restart;
+    /// unset: a pause ends with the process.
+    pub pause_file: Option<PathBuf>,
     /// How long a stopping daemon waits for in-flight nodes (new key).
     pub shutdown_timeout: Duration,
     /// Optional features.
@@ -240,6 +246,8 @@ impl Config {
             upgrades_optional: false,
             upgrades_max_in_flight: None,
             audit_file: None,
+            control_socket: None,
+            pause_file: None,
             shutdown_timeout: Duration::from_secs(10),
             features: Features::default(),
         }

@@ -550,6 +550,51 @@ fn audit_file_is_off_by_default_and_its_directory_must_exist() {
 }
 
 #[test]
+fn the_control_socket_and_the_pause_file_are_off_by_default_and_need_their_directories() {
+    let c = config("");
+    assert_eq!((c.control_socket, c.pause_file), (None, None));
+    let dir = scratch();
+    let (socket, paused) = (dir.join("control.sock"), dir.join("paused"));
+    let c = config(&format!(
+        "control_socket: {}\npause_file: {}",
+        socket.display(),
+        paused.display()
+    ));
+    assert_eq!(c.control_socket.as_deref(), Some(socket.as_path()));
+    assert_eq!(c.pause_file.as_deref(), Some(paused.as_path()));
+    let out = c.effective_yaml();
+    assert!(
+        out.contains(&format!("control_socket: {}", socket.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("pause_file: {}", paused.display())),
+        "{out}"
+    );
+    assert_problem(
+        "pause_file: /no/such/dir/paused",
+        "pause_file: \"/no/such/dir/paused\": directory /no/such/dir does not exist",
+    );
+    assert_problem(
+        &format!("control_socket: {}", dir.display()),
+        "is a directory; name the file",
+    );
+    assert_problem(
+        &format!("control_socket: {0}\npause_file: {0}", socket.display()),
+        "is the control_socket; the pause needs a file of its own",
+    );
+    // The socket's directory under /run is made by systemd as the service starts:
+    // only a warning when `check` runs without it.
+    let w = warnings("control_socket: /no/such/run/control.sock");
+    assert!(
+        w.iter().any(|w| w.contains(
+            "directory /no/such/run does not exist; the service's RuntimeDirectory= makes it"
+        )),
+        "{w:?}"
+    );
+}
+
+#[test]
 fn upgrades_max_in_flight_is_unlimited_by_default_and_not_negative() {
     assert_eq!(config("").upgrades_max_in_flight, None);
     assert_eq!(

@@ -23,6 +23,7 @@ pub(crate) fn validate(c: &Config, problems: &mut Vec<Problem>, warnings: &mut V
     logfile(c, problems);
     active_active(c, problems);
     audit_file(c, problems, warnings);
+    control_files(c, problems, warnings);
 }
 
 /// Active-active shares the fleet among the instances of one `site`, which names
@@ -306,6 +307,47 @@ fn audit_file(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Proble
         warnings.push(Problem::new(
             "upgrades_max_in_flight",
             "is only used with features.upgrades, which is off",
+        ));
+    }
+}
+
+/// The control socket and the pause file are created in directories that exist,
+/// and are not the same file.
+fn control_files(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
+    for (key, path) in [
+        ("control_socket", &c.control_socket),
+        ("pause_file", &c.pause_file),
+    ] {
+        let Some(path) = path else { continue };
+        if path.is_dir() {
+            problems.push(Problem::with_value(
+                key,
+                path.display().to_string(),
+                "is a directory; name the file",
+            ));
+        } else if key == "control_socket" {
+            // Under /run, made by systemd's RuntimeDirectory= as the service starts:
+            // absent when `check` runs outside it.
+            let mut missing = Vec::new();
+            directory_exists(key, path, &mut missing);
+            warnings.extend(missing.into_iter().map(|p| {
+                Problem::with_value(
+                    key,
+                    path.display().to_string(),
+                    format!(
+                        "{}; the service's RuntimeDirectory= makes it at start, else run fails",
+                        p.message
+                    ),
+                )
+            }));
+        } else {
+            directory_exists(key, path, problems);
+        }
+    }
+    if c.control_socket.is_some() && c.control_socket == c.pause_file {
+        problems.push(Problem::new(
+            "pause_file",
+            "is the control_socket; the pause needs a file of its own",
         ));
     }
 }

@@ -43,6 +43,8 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "upgrades_optional",
     "upgrades_max_in_flight",
     "audit_file",
+    "control_socket",
+    "pause_file",
     "shutdown_timeout",
     "features",
 ];
@@ -148,80 +150,84 @@ fn apply_top(
     problems: &mut Vec<Problem>,
     warnings: &mut Vec<Problem>,
 ) {
-    let result = match key {
-        "workers" => int(key, v).and_then(workers).map(|n| {
-            if let Some(n) = n {
-                c.workers = n
+    let result =
+        match key {
+            "workers" => int(key, v).and_then(workers).map(|n| {
+                if let Some(n) = n {
+                    c.workers = n
+                }
+            }),
+            "interval" => duration(key, v).map(|d| c.interval = d.unwrap_or(c.interval)),
+            "logfile" => string(key, v).map(|s| c.logfile = log_target(&s)),
+            "loglevel" => string(key, v).and_then(|s| log_level(key, &s).map(|l| c.loglevel = l)),
+            "helper" => string(key, v).map(|s| c.helper = s),
+            "helper_timeout" => {
+                duration(key, v).map(|d| c.helper_timeout = d.unwrap_or(c.helper_timeout))
             }
-        }),
-        "interval" => duration(key, v).map(|d| c.interval = d.unwrap_or(c.interval)),
-        "logfile" => string(key, v).map(|s| c.logfile = log_target(&s)),
-        "loglevel" => string(key, v).and_then(|s| log_level(key, &s).map(|l| c.loglevel = l)),
-        "helper" => string(key, v).map(|s| c.helper = s),
-        "helper_timeout" => {
-            duration(key, v).map(|d| c.helper_timeout = d.unwrap_or(c.helper_timeout))
-        }
-        "csr_reply_grace" => {
-            duration(key, v).map(|d| c.csr_reply_grace = d.unwrap_or(c.csr_reply_grace))
-        }
-        "reply_grace" => duration(key, v).map(|d| c.reply_grace = d.unwrap_or(c.reply_grace)),
-        "max_waiting_attempts" => int(key, v).map(|n| {
-            if let Some(n) = n {
-                c.max_waiting_attempts = usize::try_from(n).unwrap_or(0);
+            "csr_reply_grace" => {
+                duration(key, v).map(|d| c.csr_reply_grace = d.unwrap_or(c.csr_reply_grace))
             }
-        }),
-        "token" => secret(key, v).map(|s| c.token = s),
-        "lifecycle_component" => string(key, v).map(|s| {
-            if !s.is_empty() {
-                c.lifecycle_component = s
+            "reply_grace" => duration(key, v).map(|d| c.reply_grace = d.unwrap_or(c.reply_grace)),
+            "max_waiting_attempts" => int(key, v).map(|n| {
+                if let Some(n) = n {
+                    c.max_waiting_attempts = usize::try_from(n).unwrap_or(0);
+                }
+            }),
+            "token" => secret(key, v).map(|s| c.token = s),
+            "lifecycle_component" => string(key, v).map(|s| {
+                if !s.is_empty() {
+                    c.lifecycle_component = s
+                }
+            }),
+            "choria_insecure" => boolean(key, v).map(|b| c.choria_insecure = b),
+            "site" => string(key, v).map(|s| c.site = s),
+            "monitor_port" => port(key, v).map(|p| c.monitor_port = p),
+            "monitor_host" => {
+                string(key, v).map(|s| c.monitor_host = Some(s).filter(|s| !s.is_empty()))
             }
-        }),
-        "choria_insecure" => boolean(key, v).map(|b| c.choria_insecure = b),
-        "site" => string(key, v).map(|s| c.site = s),
-        "monitor_port" => port(key, v).map(|p| c.monitor_port = p),
-        "monitor_host" => {
-            string(key, v).map(|s| c.monitor_host = Some(s).filter(|s| !s.is_empty()))
-        }
-        "broker_provisioning_password" => {
-            secret(key, v).map(|s| c.broker_provisioning_password = s)
-        }
-        "cert_deny_list" => string_list(key, v).map(|list| {
-            if !list.is_empty() {
-                c.cert_deny_list = list.iter().map(|p| strip_slashes(p).to_string()).collect()
+            "broker_provisioning_password" => {
+                secret(key, v).map(|s| c.broker_provisioning_password = s)
             }
-        }),
-        "jwt_verify_cert" => string(key, v).map(|s| c.jwt_verify_cert = s),
-        "jwt_signing_key" => string(key, v).map(|s| c.jwt_signing_key = s),
-        "jwt_signing_token" => string(key, v).map(|s| c.jwt_signing_token = s),
-        "server_jwt_validity" => {
-            duration(key, v).map(|d| c.server_jwt_validity = d.unwrap_or(c.server_jwt_validity))
-        }
-        "leader_election" => boolean(key, v).map(|b| c.leader_election = b),
-        "active_active" => boolean(key, v).map(|b| c.active_active = b),
-        "upgrades_repository" => string(key, v).map(|s| c.upgrades_repository = s),
-        "upgrades_optional" => boolean(key, v).map(|b| c.upgrades_optional = b),
-        "upgrades_max_in_flight" => int(key, v)
-            .and_then(max_in_flight)
-            .map(|n| c.upgrades_max_in_flight = n),
-        "audit_file" => {
-            string(key, v).map(|s| c.audit_file = Some(s).filter(|s| !s.is_empty()).map(Into::into))
-        }
-        "shutdown_timeout" => {
-            duration(key, v).map(|d| c.shutdown_timeout = d.unwrap_or(c.shutdown_timeout))
-        }
-        "features" => {
-            apply_features(c, v, problems, warnings);
-            Ok(())
-        }
-        ignored if IGNORED_KEYS.contains(&ignored) => {
-            warnings.push(Problem::new(
-                key,
-                "is accepted for compatibility and ignored",
-            ));
-            Ok(())
-        }
-        _ => unreachable!("fold_keys only returns known keys"),
-    };
+            "cert_deny_list" => string_list(key, v).map(|list| {
+                if !list.is_empty() {
+                    c.cert_deny_list = list.iter().map(|p| strip_slashes(p).to_string()).collect()
+                }
+            }),
+            "jwt_verify_cert" => string(key, v).map(|s| c.jwt_verify_cert = s),
+            "jwt_signing_key" => string(key, v).map(|s| c.jwt_signing_key = s),
+            "jwt_signing_token" => string(key, v).map(|s| c.jwt_signing_token = s),
+            "server_jwt_validity" => {
+                duration(key, v).map(|d| c.server_jwt_validity = d.unwrap_or(c.server_jwt_validity))
+            }
+            "leader_election" => boolean(key, v).map(|b| c.leader_election = b),
+            "active_active" => boolean(key, v).map(|b| c.active_active = b),
+            "upgrades_repository" => string(key, v).map(|s| c.upgrades_repository = s),
+            "upgrades_optional" => boolean(key, v).map(|b| c.upgrades_optional = b),
+            "upgrades_max_in_flight" => int(key, v)
+                .and_then(max_in_flight)
+                .map(|n| c.upgrades_max_in_flight = n),
+            "audit_file" => string(key, v)
+                .map(|s| c.audit_file = Some(s).filter(|s| !s.is_empty()).map(Into::into)),
+            "control_socket" => string(key, v)
+                .map(|s| c.control_socket = Some(s).filter(|s| !s.is_empty()).map(Into::into)),
+            "pause_file" => string(key, v)
+                .map(|s| c.pause_file = Some(s).filter(|s| !s.is_empty()).map(Into::into)),
+            "shutdown_timeout" => {
+                duration(key, v).map(|d| c.shutdown_timeout = d.unwrap_or(c.shutdown_timeout))
+            }
+            "features" => {
+                apply_features(c, v, problems, warnings);
+                Ok(())
+            }
+            ignored if IGNORED_KEYS.contains(&ignored) => {
+                warnings.push(Problem::new(
+                    key,
+                    "is accepted for compatibility and ignored",
+                ));
+                Ok(())
+            }
+            _ => unreachable!("fold_keys only returns known keys"),
+        };
     if let Err(problem) = result {
         problems.push(problem);
     }
@@ -505,6 +511,18 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
             .map(|p| p.display().to_string())
             .unwrap_or_default()),
     );
+    for (key, path) in [
+        ("control_socket", &c.control_socket),
+        ("pause_file", &c.pause_file),
+    ] {
+        put(
+            key,
+            s(&path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()),
+        );
+    }
     put("shutdown_timeout", s(&format_duration(c.shutdown_timeout)));
     let mut features = Mapping::new();
     for (k, v) in [

@@ -286,6 +286,11 @@ impl Daemon {
         self.fleet.board().audit().cloned()
     }
 
+    /// What starts a discovery at once (`None` once stopping).
+    pub fn discovery_trigger(&self) -> Option<Sender<()>> {
+        self.trigger.clone()
+    }
+
     /// What reloads this provisioner's key files.
     pub fn key_reloader(&self) -> KeyReloader {
         self.keys.clone()

@@ -9,6 +9,7 @@
 //! in-flight nodes within a bound.
 
 pub mod audit;
+pub(crate) mod control;
 pub mod daemon;
 pub mod discovery;
 pub mod election;

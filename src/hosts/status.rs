@@ -348,6 +348,8 @@ impl crate::metrics::NodeStatus for FleetStatus {
         json!({
             "instance": board.instance.get().cloned().unwrap_or_default(),
             "time": crate::clock::rfc3339(crate::clock::unix_nanos() as f64 / 1e9),
+            "paused": self.0.pause().paused(),
+            "operator_pause": self.0.pause().operator(),
             "queued": queued,
             "in_flight": in_flight,
             "cooling_down": cooling_down,

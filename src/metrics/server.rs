@@ -119,6 +119,8 @@ pub struct Readiness {
     pub connected: bool,
     /// This instance's part.
     pub role: Role,
+    /// An operator's pause, with its reason (maybe empty).
+    pub operator_pause: Option<String>,
 }
 
 impl Readiness {
@@ -136,7 +138,17 @@ impl Readiness {
             Some(serde_json::Value::String(s)) => Role::Waiting(s.clone()),
             Some(_) => Role::Waiting("unknown".into()),
         };
-        Readiness { connected, role }
+        let operator_pause = doc.get("operator_pause").filter(|p| !p.is_null()).map(|p| {
+            p.get("reason")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        });
+        Readiness {
+            connected,
+            role,
+            operator_pause,
+        }
     }
 
     /// Why this instance is not ready; empty when it is.
@@ -144,6 +156,11 @@ impl Readiness {
         let mut reasons = Vec::new();
         if !self.connected {
             reasons.push("not connected to the broker".to_string());
+        }
+        match self.operator_pause.as_deref() {
+            None => {}
+            Some("") => reasons.push("paused by an operator".to_string()),
+            Some(reason) => reasons.push(format!("paused by an operator: {reason}")),
         }
         if let Role::Waiting(state) = &self.role {
             reasons.push(format!(
@@ -440,8 +457,25 @@ mod tests {
                 } else {
                     Role::Waiting("joining".into())
                 },
+                operator_pause: None,
             }
         }
+    }
+
+    #[test]
+    fn an_operator_s_pause_is_not_ready_and_says_why() {
+        let paused = |pause: serde_json::Value| {
+            Readiness::from_health(&serde_json::json!({
+                "connected": true, "leader": null, "operator_pause": pause,
+            }))
+        };
+        assert!(paused(serde_json::Value::Null).is_ready());
+        let r = paused(serde_json::json!({"reason": "CA outage", "since": 1}));
+        assert_eq!(r.operator_pause.as_deref(), Some("CA outage"));
+        assert_eq!(r.reasons(), ["paused by an operator: CA outage"]);
+        assert_eq!(r.response().0, 503);
+        let r = paused(serde_json::json!({"reason": "", "since": 1}));
+        assert_eq!(r.reasons(), ["paused by an operator"]);
     }
 
     #[test]

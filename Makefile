@@ -31,6 +31,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --features sim,fuzzing -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features sim,fuzzing
+	scripts/regen-nats-patch.sh --check
 	@# The bench helper as scripts/bench.sh builds it (no libc; x86-64 and aarch64),
 	@# with the toolchain's clippy-driver (a rustup proxy beside cargo-clippy).
 	@driver=$$(command -v clippy-driver || true); \

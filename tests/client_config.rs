@@ -124,13 +124,39 @@ fn provisioner_overrides_apply() {
 }
 
 #[test]
-fn no_brokers_is_refused_with_a_clear_message() {
+fn no_brokers_means_srv_records_and_a_bad_srv_domain_is_refused() {
     let dir = TempDir::new("ccfg");
     let path = dir.write("choria.cfg", "identity = x.example.net\n");
     let c = ClientConfig::load(&path).unwrap();
+    assert!(c.use_srv, "go-choria's default");
+    assert!(!c.randomize_middleware_hosts, "go-choria's default");
     let problems: Vec<String> = c.validate().iter().map(|p| p.to_string()).collect();
     assert!(
-        problems[0].contains("set plugin.choria.middleware_hosts"),
+        !problems.iter().any(|p| p.contains("middleware_hosts")),
+        "{problems:?}"
+    );
+    let path = dir.write(
+        "choria.cfg",
+        "identity = x.example.net\nplugin.choria.srv_domain = bad..domain\n\
+         plugin.choria.randomize_middleware_hosts = maybe\n",
+    );
+    let e = ClientConfig::load(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("plugin.choria.randomize_middleware_hosts")
+            && e.contains("must be true or false"),
+        "{e}"
+    );
+    let path = dir.write(
+        "choria.cfg",
+        "identity = x.example.net\nplugin.choria.srv_domain = bad..domain.\n",
+    );
+    let c = ClientConfig::load(&path).unwrap();
+    let problems: Vec<String> = c.validate().iter().map(|p| p.to_string()).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("plugin.choria.srv_domain")
+                && p.contains("must be a DNS domain name")),
         "{problems:?}"
     );
 }

@@ -93,8 +93,17 @@ pub struct ClientConfig {
     pub identity: String,
     /// Broker URLs (`nats://host:port`), from `plugin.choria.middleware_hosts`.
     pub middleware_hosts: Vec<String>,
-    /// Whether SRV lookup was asked for when no hosts are set.
+    /// Whether brokers are looked up by SRV records when no hosts are set
+    /// (`plugin.choria.use_srv`, default true).
     pub use_srv: bool,
+    /// `plugin.choria.srv_domain`: the domain of the SRV records (else the host's).
+    pub srv_domain: Option<String>,
+    /// `plugin.choria.randomize_middleware_hosts` (default false, as go-choria): try
+    /// the brokers in a random order instead of the order given or found.
+    pub randomize_middleware_hosts: bool,
+    /// The resolver of SRV lookups; `None`: the host's (`/etc/resolv.conf`). Not a
+    /// setting: tests point it at a DNS server of their own.
+    pub resolver: Option<super::srv::Resolver>,
     /// Security provider in use (forced to `file` when insecure).
     pub security_provider: SecurityProvider,
     /// NATS user name (`provisioner` when `broker_provisioning_password` is set).
@@ -128,6 +137,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("identity", &self.identity)
             .field("middleware_hosts", &self.broker_addresses())
             .field("use_srv", &self.use_srv)
+            .field("srv_domain", &self.srv_domain)
             .field("security_provider", &self.security_provider)
             .field("nats_user", &self.nats_user)
             .field("nats_pass", &self.nats_pass)
@@ -329,6 +339,17 @@ impl ClientConfig {
                 true
             }),
         };
+        let randomize_middleware_hosts = match get("plugin.choria.randomize_middleware_hosts") {
+            None => false,
+            Some(v) => truthy(v).unwrap_or_else(|| {
+                problems.push(Problem::with_value(
+                    "plugin.choria.randomize_middleware_hosts",
+                    v,
+                    "must be true or false",
+                ));
+                false
+            }),
+        };
         let security_provider = match get("plugin.security.provider") {
             None => SecurityProvider::Puppet,
             Some(v) => SecurityProvider::parse(v).unwrap_or_else(|| {
@@ -386,6 +407,11 @@ impl ClientConfig {
             identity,
             middleware_hosts,
             use_srv,
+            srv_domain: get("plugin.choria.srv_domain")
+                .map(|d| d.trim().trim_end_matches('.').to_string())
+                .filter(|d| !d.is_empty()),
+            resolver: None,
+            randomize_middleware_hosts,
             security_provider,
             nats_user: get("plugin.nats.user").unwrap_or("").to_string(),
             nats_pass: Secret::new(get("plugin.nats.pass").unwrap_or("")),
@@ -425,6 +451,51 @@ impl ClientConfig {
             .iter()
             .map(|u| split_broker_url(u).0)
             .collect()
+    }
+
+    /// The brokers to connect to, in order, and how they were found: the configured
+    /// hosts; else, with `use_srv`, those SRV records name (a DNS lookup, made again
+    /// for every call); else, as go-choria, `puppet:4222`.
+    pub fn brokers(&self) -> Brokers {
+        if !self.middleware_hosts.is_empty() {
+            return Brokers {
+                urls: self.broker_addresses(),
+                found_by: BrokersFoundBy::Configuration,
+            };
+        }
+        let fallback = |search| Brokers {
+            urls: vec![super::srv::FALLBACK_BROKER.to_string()],
+            found_by: BrokersFoundBy::Fallback(search),
+        };
+        if !self.use_srv {
+            return fallback(None);
+        }
+        let system;
+        let resolver = match &self.resolver {
+            Some(r) => r,
+            None => {
+                system = super::srv::Resolver::system();
+                &system
+            }
+        };
+        let host_domain = self
+            .identity
+            .split_once('.')
+            .map(|(_, domain)| domain)
+            .filter(|d| super::srv::valid_host(d));
+        let domain = self
+            .srv_domain
+            .as_deref()
+            .or(resolver.domain())
+            .or(host_domain);
+        let search = super::srv::find_brokers(resolver, domain);
+        if search.urls.is_empty() {
+            return fallback(Some(search));
+        }
+        Brokers {
+            urls: search.urls.clone(),
+            found_by: BrokersFoundBy::Srv(search),
+        }
     }
 
     /// The credentials the broker URLs carry (validation makes sure they all carry
@@ -484,12 +555,14 @@ impl ClientConfig {
     /// Everything that would stop the daemon from connecting, all at once.
     pub fn validate(&self) -> Vec<Problem> {
         let mut problems = Vec::new();
-        if self.middleware_hosts.is_empty() {
-            problems.push(Problem::new(
-                "plugin.choria.middleware_hosts",
-                "no broker is configured: set plugin.choria.middleware_hosts (SRV lookup of \
-                 _mcollective-server._tcp is not supported by this provisioner)",
-            ));
+        if let Some(domain) = &self.srv_domain {
+            if !super::srv::valid_host(domain) {
+                problems.push(Problem::with_value(
+                    "plugin.choria.srv_domain",
+                    domain,
+                    "must be a DNS domain name",
+                ));
+            }
         }
         for url in &self.middleware_hosts {
             if broker_host_port(url).is_none() {
@@ -796,5 +869,66 @@ mod tests {
             !shown.contains("url-pw") && !shown.contains("cfg-pw"),
             "{shown}"
         );
+    }
+}
+
+/// The brokers to connect to, and how they were found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Brokers {
+    /// `nats://host:port` (no credentials), in the order to try them.
+    pub urls: Vec<String>,
+    /// Where they come from.
+    pub found_by: BrokersFoundBy,
+}
+
+/// Where the brokers come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokersFoundBy {
+    /// `plugin.choria.middleware_hosts`.
+    Configuration,
+    /// SRV records; what was looked up.
+    Srv(super::srv::SrvSearch),
+    /// Nothing named a broker: `puppet:4222`, as go-choria; the SRV lookups made, if
+    /// any (`None` with `plugin.choria.use_srv = false`).
+    Fallback(Option<super::srv::SrvSearch>),
+}
+
+impl Brokers {
+    /// One line per lookup made, for `check` and the log: the name and what it gave.
+    pub fn lookups(&self) -> Vec<String> {
+        let search = match &self.found_by {
+            BrokersFoundBy::Srv(search) | BrokersFoundBy::Fallback(Some(search)) => search,
+            _ => return Vec::new(),
+        };
+        search
+            .lookups
+            .iter()
+            .map(|(name, result)| match result {
+                Ok(0) => format!("SRV {name}: no records"),
+                Ok(n) => format!("SRV {name}: {n} brokers"),
+                Err(e) => format!("SRV {name}: {e}"),
+            })
+            .collect()
+    }
+
+    /// How they were found, in a few words.
+    pub fn describe(&self) -> String {
+        match &self.found_by {
+            BrokersFoundBy::Configuration => "from plugin.choria.middleware_hosts".into(),
+            BrokersFoundBy::Srv(search) => format!(
+                "from the SRV records of {}",
+                search
+                    .lookups
+                    .last()
+                    .map(|(n, _)| n.as_str())
+                    .unwrap_or_default()
+            ),
+            BrokersFoundBy::Fallback(None) => {
+                "go-choria's default: no middleware_hosts and plugin.choria.use_srv is false".into()
+            }
+            BrokersFoundBy::Fallback(Some(_)) => {
+                "go-choria's default: no middleware_hosts and no SRV records found".into()
+            }
+        }
     }
 }

@@ -38,7 +38,9 @@ use crate::config::Secret;
 use crate::metrics::Metrics;
 
 use super::bus::Bus;
-use super::client_config::{split_broker_url, ClientConfig, SecurityProvider, UrlCredentials};
+use super::client_config::{
+    split_broker_url, Brokers, BrokersFoundBy, ClientConfig, SecurityProvider, UrlCredentials,
+};
 use super::client_jwt::{self, ClientJwt, CredentialError, Seed, PROVISIONER_USER};
 
 pub use super::broker_tls::BrokerTlsError;
@@ -325,26 +327,50 @@ impl Tls {
 /// Everything one connection attempt needs, prepared once.
 struct Dialer {
     client: ClientConfig,
-    urls: String,
-    shown: String,
     credentials: Arc<Credentials>,
     tls: Tls,
 }
 
 impl Dialer {
     fn new(client: &ClientConfig) -> Result<Dialer, DialError> {
-        let addresses = client.broker_addresses();
         Ok(Dialer {
             client: client.clone(),
-            urls: addresses.join(","),
-            shown: addresses.join(", "),
             credentials: Arc::new(Credentials::new(client).map_err(DialError::Credentials)?),
             tls: Tls::new(client).map_err(DialError::Tls)?,
         })
     }
 
-    /// One attempt to connect.
-    fn attempt(&self, metrics: &Arc<Metrics>, started: Instant) -> Result<Connector, AttemptError> {
+    /// The brokers for the next attempt (SRV records are looked up again each
+    /// time), logged when they are not the configured ones.
+    fn brokers(&self, last: &mut Option<Brokers>) -> Brokers {
+        let brokers = self.client.brokers();
+        if last.as_ref() != Some(&brokers) {
+            for line in brokers.lookups() {
+                log::info!("{line}");
+            }
+            match &brokers.found_by {
+                BrokersFoundBy::Configuration => {}
+                BrokersFoundBy::Srv(_) => {
+                    log::info!("Brokers {} {}", brokers.urls.join(", "), brokers.describe())
+                }
+                BrokersFoundBy::Fallback(_) => log::warn!(
+                    "Trying broker {} ({})",
+                    brokers.urls.join(", "),
+                    brokers.describe()
+                ),
+            }
+        }
+        *last = Some(brokers.clone());
+        brokers
+    }
+
+    /// One attempt to connect to `urls`.
+    fn attempt(
+        &self,
+        urls: &[String],
+        metrics: &Arc<Metrics>,
+        started: Instant,
+    ) -> Result<Connector, AttemptError> {
         let identity = self.client.identity.clone();
         metrics
             .connector_initial_attempts
@@ -352,13 +378,13 @@ impl Dialer {
             .inc();
         let state = Arc::new(ConnectionState::default());
         let options = self.options(metrics, &state);
-        match options.connect(self.urls.as_str()) {
+        match options.connect(urls.join(",").as_str()) {
             Ok(nc) => {
                 state.connected.store(true, Ordering::Relaxed);
                 metrics
                     .connector_initial_connect_time
                     .observe(&[&identity], started.elapsed().as_secs_f64());
-                log::info!("Connected to {} as {}", self.shown, identity);
+                log::info!("Connected to {} as {}", urls.join(", "), identity);
                 Ok(Connector {
                     bus: Bus::new(nc.clone()),
                     nc,
@@ -418,6 +444,13 @@ impl Dialer {
                 credentials.build(nonce, crate::clock::unix_now() as i64)
             })
         };
+        // go-choria tries the brokers in order (SRV records: by priority and weight)
+        // unless plugin.choria.randomize_middleware_hosts is set.
+        let options = if self.client.randomize_middleware_hosts {
+            options
+        } else {
+            options.no_randomize()
+        };
         callbacks(
             self.tls.apply(options),
             &self.client.identity,
@@ -446,9 +479,11 @@ impl Connector {
     ) -> Result<Connector, ConnectError> {
         let started = Instant::now();
         let dialer = Dialer::new(client).map_err(ConnectError::Config)?;
+        let mut last = None;
+        let mut brokers = dialer.brokers(&mut last);
         log::info!(
             "Connecting to {} as {} with {} over {}",
-            dialer.shown,
+            brokers.urls.join(", "),
             client.identity,
             dialer.credentials.describe(),
             dialer.tls.describe()
@@ -461,17 +496,19 @@ impl Connector {
         }
         for attempt in 0usize.. {
             let delay = FIVE_SEC.duration(attempt);
-            match dialer.attempt(metrics, started) {
+            if attempt > 0 {
+                brokers = dialer.brokers(&mut last);
+            }
+            let shown = brokers.urls.join(", ");
+            match dialer.attempt(&brokers.urls, metrics, started) {
                 Ok(connector) => return Ok(connector),
                 Err(AttemptError::Config(e)) => return Err(ConnectError::Config(e)),
                 Err(e @ AttemptError::Refused { .. }) => log::error!(
-                    "Initial connection to {} failed, retrying in {:.1}s: {e}",
-                    dialer.shown,
+                    "Initial connection to {shown} failed, retrying in {:.1}s: {e}",
                     delay.as_secs_f64()
                 ),
                 Err(e) => log::warn!(
-                    "Initial connection to {} failed, retrying in {:.1}s: {e}",
-                    dialer.shown,
+                    "Initial connection to {shown} failed, retrying in {:.1}s: {e}",
                     delay.as_secs_f64()
                 ),
             }
@@ -489,9 +526,9 @@ impl Connector {
         client: &ClientConfig,
         metrics: &Arc<Metrics>,
     ) -> Result<Connector, AttemptError> {
-        Dialer::new(client)
-            .map_err(AttemptError::Config)?
-            .attempt(metrics, Instant::now())
+        let dialer = Dialer::new(client).map_err(AttemptError::Config)?;
+        let brokers = dialer.brokers(&mut None);
+        dialer.attempt(&brokers.urls, metrics, Instant::now())
     }
 
     /// The checked face of the connection: every publish and subscription of the

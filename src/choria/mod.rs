@@ -16,4 +16,5 @@ pub mod peers;
 pub mod protocol;
 pub mod router;
 pub mod rpc;
+pub mod srv;
 pub mod subject;

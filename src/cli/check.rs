@@ -19,7 +19,22 @@ pub fn check(inv: &Invocation) -> i32 {
             );
             println!("identity: {}", p.client.identity);
             // Credentials written into the URLs are never printed.
-            println!("brokers: {}", p.client.broker_addresses().join(", "));
+            let brokers = p.client.brokers();
+            for lookup in brokers.lookups() {
+                println!("lookup: {lookup}");
+            }
+            println!(
+                "brokers: {} ({})",
+                brokers.urls.join(", "),
+                brokers.describe()
+            );
+            if let crate::choria::client_config::BrokersFoundBy::Fallback(_) = brokers.found_by {
+                eprintln!(
+                    "warning: no broker is configured or found by SRV records: run would try {} \
+                     (go-choria's default); set plugin.choria.middleware_hosts or SRV records",
+                    brokers.urls.join(", ")
+                );
+            }
             println!("security_provider: {}", p.client.security_provider.as_str());
             println!("tls: {}", if p.client.insecure { "off" } else { "on" });
             if let Some(user) = p.client.broker_user() {

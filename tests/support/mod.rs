@@ -5,6 +5,7 @@
 #[cfg(feature = "sim")]
 pub mod broker;
 pub mod daemon;
+pub mod dns;
 pub mod logs;
 
 use std::net::{TcpListener, TcpStream};

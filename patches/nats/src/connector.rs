@@ -39,6 +39,9 @@ pub(crate) struct Connector {
     /// A map of servers and number of connect attempts.
     attempts: HashMap<ServerAddress, usize>,
 
+    /// choria patch: the servers in the order they were given, then announced.
+    order: Vec<ServerAddress>,
+
     /// Configured options for establishing connections.
     options: Arc<Options>,
 
@@ -109,8 +112,15 @@ impl Connector {
     pub(crate) fn new(urls: Vec<ServerAddress>, options: Arc<Options>) -> io::Result<Connector> {
         let tls_config = configure_tls(&options)?;
 
+        let mut order: Vec<ServerAddress> = Vec::with_capacity(urls.len());
+        for url in &urls {
+            if !order.contains(url) {
+                order.push(url.clone());
+            }
+        }
         let connector = Connector {
             attempts: urls.into_iter().map(|url| (url, 0)).collect(),
+            order,
             options,
             tls_config: Arc::new(tls_config),
         };
@@ -120,6 +130,9 @@ impl Connector {
 
     /// Adds an URL to the list of servers.
     pub(crate) fn add_server(&mut self, url: ServerAddress) {
+        if !self.order.contains(&url) {
+            self.order.push(url.clone());
+        }
         self.attempts.insert(url, 0);
     }
 
@@ -130,15 +143,16 @@ impl Connector {
     /// Get the list of servers with enough reconnection attempts left
     fn get_servers(&mut self) -> io::Result<Vec<ServerAddress>> {
         let servers: Vec<_> = self
-            .attempts
+            .order
             .iter()
-            .filter_map(
-                |(server, reconnects)| match self.options.max_reconnects.as_ref() {
+            .filter_map(|server| {
+                let reconnects = self.attempts.get(server)?;
+                match self.options.max_reconnects.as_ref() {
                     None => Some(server),
                     Some(max) if reconnects < max => Some(server),
                     Some(_) => None,
-                },
-            )
+                }
+            })
             .cloned()
             .collect();
 
@@ -162,9 +176,11 @@ impl Connector {
         let mut last_err = Error::new(ErrorKind::AddrNotAvailable, "no socket addresses");
 
         loop {
-            // Shuffle the list of servers.
+            // Shuffle the list of servers (choria patch: unless asked not to).
             let mut servers = self.get_servers()?;
-            fastrand::shuffle(&mut servers);
+            if !self.options.no_randomize {
+                fastrand::shuffle(&mut servers);
+            }
 
             // Iterate over the server list in random order.
             for server in &servers {

@@ -34,6 +34,8 @@ pub struct Options {
     pub(crate) retry_on_failed_connect: bool,
     pub(crate) max_reconnects: Option<usize>,
     pub(crate) reconnect_buffer_size: usize,
+    /// choria patch: try the servers in the order given instead of shuffled.
+    pub(crate) no_randomize: bool,
     pub(crate) tls_required: bool,
     pub(crate) certificates: Vec<PathBuf>,
     pub(crate) client_cert: Option<PathBuf>,
@@ -80,6 +82,7 @@ impl Default for Options {
             no_echo: false,
             retry_on_failed_connect: false,
             reconnect_buffer_size: 8 * 1024 * 1024,
+            no_randomize: false,
             max_reconnects: Some(60),
             tls_required: false,
             certificates: Vec::new(),
@@ -464,6 +467,13 @@ impl Options {
     /// ```
     pub fn reconnect_buffer_size(mut self, reconnect_buffer_size: usize) -> Options {
         self.reconnect_buffer_size = reconnect_buffer_size;
+        self
+    }
+
+    /// choria patch: try the servers in the order given (Go's `DontRandomize`), on
+    /// connect and on every reconnect, instead of in a random order.
+    pub fn no_randomize(mut self) -> Options {
+        self.no_randomize = true;
         self
     }
 

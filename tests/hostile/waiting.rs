@@ -295,3 +295,82 @@ fn a_flood_of_large_startup_events_delays_no_reply_on_the_reader_thread() {
     assert_all_provisioned_once(&fleet);
     assert_connection_held(&prov);
 }
+
+#[test]
+fn a_forged_inventory_of_an_upgrading_node_frees_no_upgrade_slot() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("slot-forger");
+    // Once a node was told to upgrade, the attacker answers its inventory at once,
+    // claiming the new version; the node itself answers 400 ms later.
+    let attacker = Hostile::connect(&server.url(), None);
+    let upgraded = Arc::new(parking_lot::Mutex::new(std::collections::HashSet::new()));
+    let seen = Arc::clone(&upgraded);
+    let race = attacker.race(Box::new(move |target, _, body| {
+        match body.action.as_str() {
+            "release_update" => {
+                seen.lock().insert(target.to_string());
+                None
+            }
+            "inventory" if seen.lock().contains(target) => Some(ok(
+                "inventory",
+                serde_json::json!({"version": "0.31.0", "upgradable": true, "forged": true}),
+            )),
+            _ => None,
+        }
+    }));
+    attacker.flush();
+    let fleet = sim(&server.url(), 2, |o| {
+        o.upgradable = true;
+        o.version = "0.30.2".into();
+        o.faults.slow = 1.0;
+        o.faults.slow_by = Duration::from_millis(400);
+    });
+    let helper = super::support::rig::helper_answering(
+        &dir,
+        "h.sh",
+        r#"{"upgrade": "0.31.0", "configuration": {"identity": "$id", "plugin.choria.server.provision": "false"}}"#,
+        "0",
+    );
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!(
+            "helper: {}\nreply_grace: 1s\nfeatures: {{upgrades: true}}\n\
+             upgrades_repository: https://repo.example.net\nupgrades_max_in_flight: 1\n",
+            helper.display()
+        ),
+        fast(),
+    );
+    wait_until(
+        "the forged inventory contested",
+        Duration::from_secs(60),
+        || prov.counter("contested_replies", &["rpcutil#inventory"]) >= 1,
+    );
+    // The slot stays with the node that went to upgrade: the other one is not sent
+    // to upgrade while it waits, and the cap held.
+    let contested = Instant::now();
+    while contested.elapsed() < Duration::from_secs(4) {
+        assert_eq!(prov.metrics.upgrades_in_flight.get(), 1, "the slot is held");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let summary = fleet.summary();
+    let upgraded_nodes: Vec<_> = summary
+        .nodes
+        .iter()
+        .filter(|n| !n.upgrades.is_empty())
+        .map(|n| n.identity.clone())
+        .collect();
+    assert_eq!(upgraded_nodes.len(), 1, "{upgraded_nodes:?}");
+    assert_eq!(summary.progress.upgrading_peak, 1);
+    assert_eq!(
+        *upgraded.lock(),
+        upgraded_nodes.into_iter().collect(),
+        "release_update went to that node alone"
+    );
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "nothing configured on a forged inventory"
+    );
+    race.unsubscribe().unwrap();
+}

@@ -22,12 +22,19 @@ fi
 tar -xzf "$crate" -C "$work"
 repo=$work/nats-$version
 git -C "$repo" init -q
-git -C "$repo" add src
+git -C "$repo" add src Cargo.toml
 git -C "$repo" -c user.name=regen -c user.email=regen@localhost commit -q -m upstream
 rm -rf "$repo/src"
 cp -r patches/nats/src "$repo/src"
-git -C "$repo" add -A src
-git -C "$repo" diff --cached > "$work/choria.patch"
+cp patches/nats/Cargo.toml "$repo/Cargo.toml"
+git -C "$repo" add -A src Cargo.toml
+# Whole modules we removed are listed, not shown line by line.
+{
+    echo "Modules of nats $version removed from this copy (unused by the daemon):"
+    git -C "$repo" diff --cached --name-only --diff-filter=D | sed 's/^/  /'
+    echo
+    git -C "$repo" diff --cached --diff-filter=d
+} > "$work/choria.patch"
 if [ "${1:-}" = "--check" ]; then
     if diff -q <(grep -v '^index ' "$work/choria.patch") <(grep -v '^index ' patches/nats/choria.patch) >/dev/null; then
         echo "patches/nats/choria.patch is current"

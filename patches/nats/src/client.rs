@@ -991,7 +991,6 @@ impl Client {
                             data: payload,
                             headers: None,
                             client: Some(self.clone()),
-                            double_acked: Default::default(),
                         };
 
                         // Preprocess and drop the message from the buffer if it the predicate
@@ -1054,7 +1053,6 @@ impl Client {
                             data: payload,
                             headers: Some(headers),
                             client: Some(self.clone()),
-                            double_acked: Default::default(),
                         };
 
                         // Preprocess and drop the message from the buffer if it the predicate

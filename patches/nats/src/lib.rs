@@ -32,7 +32,6 @@
 //! system for cloud native applications, `IoT` messaging, and microservices
 //! architectures.
 //!
-//! For async API refer to the [`asynk`] module.
 //!
 //! For more information see [https://nats.io/].
 //!
@@ -203,9 +202,6 @@
 // As this is a deprecated client, we don't want warnings from new lints to make CI red.
 #![allow(clippy::all)]
 #![allow(warnings)]
-/// Async-enabled NATS client.
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub mod asynk;
 
 mod auth_utils;
 mod client;
@@ -221,17 +217,8 @@ mod subscription;
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub mod header;
 
-/// `JetStream` stream management and consumers.
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub mod jetstream;
 
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable")))]
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub mod kv;
 
-#[cfg_attr(docsrs, doc(cfg(feature = "unstable")))]
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub mod object_store;
 
 #[cfg(feature = "fault_injection")]
 mod fault_injection;
@@ -274,8 +261,6 @@ use regex::Regex;
 
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use connector::{IntoServerList, ServerAddress};
-#[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
-pub use jetstream::JetStreamOptions;
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]
 pub use message::Message;
 #[deprecated(since = "0.26.0", note = "use the async-nats crate instead")]

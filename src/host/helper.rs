@@ -9,7 +9,6 @@
 //! not ignored. The error texts are Go's (§4.4), each naming the helper.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fmt;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
@@ -439,15 +438,13 @@ impl Helper {
         };
         let started = Instant::now();
         let marker = proctree::new_marker();
-        let entry = CString::new(format!("{}={marker}", proctree::MARKER_VAR))
-            .map_err(|e| HelperError::Start(name.clone(), e.to_string()))?;
         let spawn::Spawned {
             process: mut child,
             stdin,
             stdout,
             stderr,
         } = prepared
-            .spawn(&entry)
+            .spawn((proctree::MARKER_VAR, &marker))
             .map_err(|e| HelperError::Start(name.clone(), e.to_string()))?;
         // stdin is closed once the input is written, so its pipe is known now; stdout
         // and stderr stay open (borrowed by the run) until it ends, so theirs are

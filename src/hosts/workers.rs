@@ -10,11 +10,6 @@
 //! the attempt's turn, and the node is finished as failed with the panic message
 //! (counted in `provision_errors` and logged like any failure). This relies on
 //! `panic = "unwind"`, which the release profile keeps (`Cargo.toml`).
-//!
-//! Workers run under `SCHED_BATCH` with `SCHED_RESET_ON_FORK` ([`run_as_batch`]): a
-//! worker woken by a reply does not preempt the thread that woke it (the NATS reader
-//! thread, which has more replies to hand out), and the helpers a worker starts run
-//! under the normal policy.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -29,7 +24,6 @@ use crate::host::progress::Progress;
 
 /// One worker's loop; returns when the fleet stops.
 pub(super) fn run(fleet: &Fleet) {
-    run_as_batch();
     let ready = fleet.provisioner.ready();
     let none: Receiver<Job> = never();
     loop {
@@ -192,70 +186,5 @@ fn queue_woken(fleet: &Fleet) {
             return;
         }
         fleet.provisioner.pass_on_wakes(not_ours);
-    }
-}
-
-/// Puts the calling thread under `SCHED_BATCH`, with `SCHED_RESET_ON_FORK` so that
-/// the processes it starts (the helper) get the normal policy back. A batch thread has
-/// the same share of the CPU as a normal one at the same nice level; it only does not
-/// preempt the running thread when it is woken. Here that thread is mostly the NATS
-/// reader, which goes on to hand out the replies it has read: with wake-up preemption
-/// every reply cost it a switch out and back (`make bench`: 8.9–9.0 context switches
-/// per node before, 7.5–7.6 after). Where the kernel refuses (a seccomp filter, a
-/// kernel without the policy), the worker runs under the normal policy, as before. A
-/// daemon started under another policy (`CPUSchedulingPolicy=` in its unit) keeps it.
-pub(crate) fn run_as_batch() {
-    // SAFETY: reads the calling thread's policy.
-    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
-        return;
-    }
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler(0, ..) sets the calling thread's policy and reads one
-    // valid sched_param; SCHED_BATCH takes priority 0 and needs no privilege.
-    let rc = unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_BATCH | libc::SCHED_RESET_ON_FORK, &param)
-    };
-    if rc != 0 {
-        log::debug!(
-            "Workers keep the normal scheduling policy: SCHED_BATCH refused: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::run_as_batch;
-    use crate::host::helper::Helper;
-    use std::time::Duration;
-
-    /// A helper that answers with its scheduling policy (field 41 of
-    /// `/proc/self/stat`, read by its child `cut`, which inherits it).
-    const POLICY_OF_HELPER: &str = r#"sh -c 'p=$(cut -d" " -f41 /proc/self/stat); printf "{\"defer\":true,\"msg\":\"policy %s\"}" "$p"'"#;
-
-    #[test]
-    fn a_worker_runs_as_batch_and_its_helper_does_not() {
-        std::thread::spawn(|| {
-            run_as_batch();
-            // SAFETY: reads the calling thread's policy.
-            let policy = unsafe { libc::sched_getscheduler(0) };
-            assert_eq!(
-                policy & !libc::SCHED_RESET_ON_FORK,
-                libc::SCHED_BATCH,
-                "the worker's policy"
-            );
-            assert_ne!(policy & libc::SCHED_RESET_ON_FORK, 0, "reset on fork");
-            let helper = Helper::new(POLICY_OF_HELPER, Duration::from_secs(10));
-            let run = helper
-                .run("n1.example.net", b"{}", false, &[], None)
-                .expect("the helper runs");
-            assert_eq!(
-                run.output.msg,
-                format!("policy {}", libc::SCHED_OTHER),
-                "the helper's policy"
-            );
-        })
-        .join()
-        .unwrap();
     }
 }

@@ -328,28 +328,15 @@ impl ClientConfig {
                 }
             },
         };
-        let use_srv = match get("plugin.choria.use_srv") {
-            None => true,
+        let mut flag = |key: &str, default: bool| match get(key) {
+            None => default,
             Some(v) => truthy(v).unwrap_or_else(|| {
-                problems.push(Problem::with_value(
-                    "plugin.choria.use_srv",
-                    v,
-                    "must be true or false",
-                ));
-                true
+                problems.push(Problem::with_value(key, v, "must be true or false"));
+                default
             }),
         };
-        let randomize_middleware_hosts = match get("plugin.choria.randomize_middleware_hosts") {
-            None => false,
-            Some(v) => truthy(v).unwrap_or_else(|| {
-                problems.push(Problem::with_value(
-                    "plugin.choria.randomize_middleware_hosts",
-                    v,
-                    "must be true or false",
-                ));
-                false
-            }),
-        };
+        let use_srv = flag("plugin.choria.use_srv", true);
+        let randomize_middleware_hosts = flag("plugin.choria.randomize_middleware_hosts", false);
         let security_provider = match get("plugin.security.provider") {
             None => SecurityProvider::Puppet,
             Some(v) => SecurityProvider::parse(v).unwrap_or_else(|| {

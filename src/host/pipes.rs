@@ -423,7 +423,10 @@ mod tests {
     /// Starts `sh -c script`, its pipes dropped at once (the child gets EOF/EPIPE).
     fn start(script: &str) -> Process {
         let words = ["sh", "-c", script].map(String::from);
-        let spawned = Prepared::new(&words, "X").unwrap().spawn(("X", "1")).unwrap();
+        let spawned = Prepared::new(&words, "X")
+            .unwrap()
+            .spawn(("X", "1"))
+            .unwrap();
         spawned.process
     }
 
@@ -512,7 +515,10 @@ mod tests {
     /// Pumps `sh -c script` with `input`, a 10 s deadline.
     fn pump_script(script: &str, input: &[u8]) -> Pumped {
         let words = ["sh", "-c", script].map(String::from);
-        let spawned = Prepared::new(&words, "X").unwrap().spawn(("X", "1")).unwrap();
+        let spawned = Prepared::new(&words, "X")
+            .unwrap()
+            .spawn(("X", "1"))
+            .unwrap();
         let mut child = spawned.process;
         let run = Run {
             stdin: spawned.stdin,

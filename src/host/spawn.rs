@@ -63,7 +63,9 @@ impl Prepared {
     /// arguments. `_marker` names the variable each run sets (kept for the caller's
     /// symmetry with [`Prepared::spawn`]).
     pub fn new(words: &[String], _marker: &str) -> io::Result<Prepared> {
-        let (program, args) = words.split_first().ok_or_else(|| invalid("empty command"))?;
+        let (program, args) = words
+            .split_first()
+            .ok_or_else(|| invalid("empty command"))?;
         if words.iter().any(|w| w.contains('\0')) {
             return Err(invalid("nul byte found in provided data"));
         }
@@ -151,8 +153,8 @@ impl Process {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::process::ExitStatusExt;
     use std::io::{Read, Write};
+    use std::os::unix::process::ExitStatusExt;
 
     fn words(words: &[&str]) -> Vec<String> {
         words.iter().map(|w| w.to_string()).collect()
@@ -264,5 +266,4 @@ mod tests {
         assert_eq!(mask("SigBlk:"), 0, "{out}");
         assert_eq!(mask("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "{out}");
     }
-
 }

@@ -232,7 +232,11 @@ mod tests {
         std::thread::spawn(|| {
             assert_eq!(policy(), libc::SCHED_OTHER.to_string());
             super::run_as_batch();
-            assert_eq!(policy(), libc::SCHED_BATCH.to_string(), "the worker's policy");
+            assert_eq!(
+                policy(),
+                libc::SCHED_BATCH.to_string(),
+                "the worker's policy"
+            );
         })
         .join()
         .unwrap();

@@ -238,7 +238,7 @@ fn the_string_error_check_reads_signatures_as_meant() {
 
 /// The only per-thread memory (`thread_local!`) ARCHITECTURE.md allows: scratch or a
 /// cache that no caller can observe, each named here with what it is.
-const THREAD_SCRATCH: [(&str, &str); 5] = [
+const THREAD_SCRATCH: [(&str, &str); 4] = [
     ("crypto/ids.rs", "pooled randomness for ids"),
     (
         "choria/protocol/v1.rs",
@@ -251,10 +251,6 @@ const THREAD_SCRATCH: [(&str, &str); 5] = [
     (
         "choria/protocol/scratch.rs",
         "the test of the kept buffers' helper",
-    ),
-    (
-        "host/spawn.rs",
-        "the stack a helper's child runs on until its exec",
     ),
 ];
 

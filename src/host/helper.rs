@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::atomic::AtomicBool;
@@ -449,12 +448,12 @@ impl Helper {
         // stdin is closed once the input is written, so its pipe is known now; stdout
         // and stderr stay open (borrowed by the run) until it ends, so theirs are
         // looked up only by a kill (two system calls fewer per run).
-        let stdin_pipe = proctree::pipe_inode(stdin.as_raw_fd());
+        let stdin_pipe = proctree::pipe_inode(&stdin);
         let child_id = child.id();
         // Kills the helper, its group and whatever left the group (`proctree`); the
         // helper itself is reaped by `pump`.
         let kill_tree = || {
-            let pipes = [stdout.as_raw_fd(), stderr.as_raw_fd()]
+            let pipes = [&stdout, &stderr]
                 .into_iter()
                 .filter_map(proctree::pipe_inode)
                 .chain(stdin_pipe)

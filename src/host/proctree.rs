@@ -94,14 +94,11 @@ fn environ_has(pid: libc::pid_t, entry: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
-/// The inode of the pipe behind `fd`, if it is one.
-pub fn pipe_inode(fd: RawFd) -> Option<u64> {
-    // SAFETY: fstat writes into a zeroed stat buffer we own; the fd is borrowed.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
-        return None;
-    }
-    Some(st.st_ino)
+/// The inode of the pipe behind `file`, if it is one.
+pub fn pipe_inode(file: &std::fs::File) -> Option<u64> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = file.metadata().ok()?;
+    meta.file_type().is_fifo().then(|| meta.ino())
 }
 
 /// True when `pid` has one of the pipes `inodes` open.
@@ -181,8 +178,9 @@ struct Own {
 
 impl Own {
     fn now() -> Own {
-        // SAFETY: getpid, getpgrp and getsid(0) have no preconditions.
-        let (pid, pgid, sid) = unsafe { (libc::getpid(), libc::getpgrp(), libc::getsid(0)) };
+        let pid = libc::pid_t::try_from(std::process::id()).unwrap_or(libc::pid_t::MAX);
+        // Without /proc the sweep finds nothing anyway; 0 is no process's group.
+        let (pgid, sid) = stat(pid).map_or((0, 0), |s| (s.pgid, s.sid));
         Own { pid, pgid, sid }
     }
 }
@@ -331,18 +329,21 @@ mod tests {
         let mut fds = [0; 2];
         // SAFETY: pipe(2) fills the two-element array.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        let ino = pipe_inode(fds[0]).unwrap();
-        assert_eq!(pipe_inode(fds[1]), Some(ino), "both ends, one inode");
+        // SAFETY: the descriptors are ours and each is owned once.
+        let (read, write) = unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        let ino = pipe_inode(&read).unwrap();
+        assert_eq!(pipe_inode(&write), Some(ino), "both ends, one inode");
         let me = std::process::id() as libc::pid_t;
         assert!(holds_pipe(me, &[ino]));
         assert!(!holds_pipe(me, &[ino + 1_000_000]));
-        // SAFETY: closing the descriptors pipe(2) gave us.
-        unsafe {
-            libc::close(fds[0]);
-            libc::close(fds[1]);
-        }
+        drop((read, write));
         let file = std::fs::File::open("/proc/self/stat").unwrap();
-        assert_eq!(pipe_inode(file.as_raw_fd()), None);
+        assert_eq!(pipe_inode(&file), None);
     }
 
     #[test]
@@ -374,7 +375,8 @@ mod tests {
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
         // SAFETY: the descriptors are ours and each is owned once.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let ino = pipe_inode(read.as_raw_fd()).unwrap();
+        let read = std::fs::File::from(read);
+        let ino = pipe_inode(&read).unwrap();
         let marker = new_marker();
         let mut helper = sleeper(
             Some(&marker),

@@ -13,6 +13,7 @@ use choria_provisioner::host::helper::Helper;
 fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
     // SAFETY: getrusage fills the struct we pass.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: see the call: plain libc call on values we own.
     unsafe { libc::getrusage(who, &mut u) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
     (t(u.ru_utime), t(u.ru_stime))

@@ -532,6 +532,7 @@ fn sighup_reopens_the_audit_file_of_the_binary() {
     assert!(audit_lines(&rotated)
         .iter()
         .all(|l| l["identity"].as_str().unwrap().starts_with("first-")));
+    // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
     drop((first, second));

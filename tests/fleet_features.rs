@@ -559,6 +559,7 @@ fn an_expired_signing_token_signs_nothing_until_a_new_one_is_loaded_on_sighup() 
         keygen::signer_jwt(&ISSUER_SEED, &signer_public, Duration::from_secs(3600)).unwrap();
     let fresh_exp = jwt_claims(&fresh)["exp"].as_i64().unwrap();
     std::fs::write(&token_file, &fresh).unwrap();
+    // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
     wait_until("reloaded", Duration::from_secs(10), || {
         logged("Reloaded the key files: ") == 1
@@ -585,6 +586,7 @@ fn an_expired_signing_token_signs_nothing_until_a_new_one_is_loaded_on_sighup() 
         assert_eq!(claims["issexp"], fresh_exp, "{}", node.identity);
         assert!(claims["exp"].as_i64().unwrap() <= fresh_exp);
     }
+    // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
     drop(fleet);

@@ -54,6 +54,7 @@ fn sigterm_mid_run_exits_0_within_the_bound_and_a_second_run_finishes_the_rest()
     wait_until("the rest provisioned", Duration::from_secs(120), || {
         fleet.progress().provisioned == 200
     });
+    // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
     assert_eq!(second.wait().unwrap().code(), Some(0));
     for node in fleet.summary().nodes {
@@ -93,6 +94,7 @@ fn a_second_signal_exits_at_once() {
         "the first signal waits for the node in flight"
     );
     let second = Instant::now();
+    // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert!(

@@ -2,6 +2,7 @@
 //! broker, for tests, the demo, the benchmark, and for trying a helper or a
 //! configuration before real machines see it. `choria-fleet-sim keys --dir D`
 //! writes the credentials and configuration snippets for such a trial.
+#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

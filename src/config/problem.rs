@@ -1,4 +1,5 @@
 //! What can be wrong with a configuration file, said so an operator can fix it.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,5 @@
 //! A string that must never reach a log line, a metric or `check` output.
+#![forbid(unsafe_code)]
 
 use std::fmt;
 

@@ -1,5 +1,6 @@
 //! How one provisioning attempt ended, as the scheduler needs to know it
 //! (the Go provisioner, choria-io/provisioner).
+#![forbid(unsafe_code)]
 
 use std::fmt;
 

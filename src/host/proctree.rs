@@ -130,7 +130,10 @@ impl Handle {
     fn open(found: Stat) -> Option<Handle> {
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, found.pid, 0) };
-        let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        let pidfd = (fd >= 0).then(|| {
+            // SAFETY: pidfd_open succeeded: `fd` is open and ours alone.
+            unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+        });
         if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
             return None;
         }
@@ -320,6 +323,7 @@ mod tests {
         let me = stat(std::process::id() as libc::pid_t).unwrap();
         // SAFETY: no preconditions.
         assert_eq!(me.pgid, unsafe { libc::getpgrp() });
+        // SAFETY: no preconditions.
         assert_eq!(me.ppid, unsafe { libc::getppid() });
         assert!(pids().contains(&me.pid));
     }

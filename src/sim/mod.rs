@@ -9,7 +9,6 @@
 //! threads decode requests with the server side of the real codec, check them as a
 //! provisioning-mode server does (dropping what it would drop), and answer from the
 //! node's state; one timer thread runs delayed work (slow replies, restarts).
-
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
 pub mod faults;

@@ -1,5 +1,6 @@
 //! One thread that runs delayed work for the whole simulator (slow replies,
 //! restarts), ordered by due time in a min-heap.
+#![forbid(unsafe_code)]
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

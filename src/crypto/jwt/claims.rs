@@ -1,4 +1,5 @@
 //! The claims of provisioning, server and signing tokens, with Go's names and omission rules.
+#![forbid(unsafe_code)]
 
 use super::*;
 use base64::Engine;

@@ -1,4 +1,5 @@
 //! Every way loading keys, verifying, building or signing a token can fail.
+#![forbid(unsafe_code)]
 
 use super::*;
 use std::fmt;

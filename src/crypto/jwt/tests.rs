@@ -1,4 +1,5 @@
 //! Unit tests of the jwt module.
+#![forbid(unsafe_code)]
 
 use super::*;
 #[allow(unused_imports)]

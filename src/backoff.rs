@@ -3,7 +3,6 @@
 //!
 //! `FIVE_SEC` paces RPC retries and the initial broker connect; `TWENTY_SEC` paces
 //! reconnects and election campaigns. This module imports nothing else of the crate.
-#![forbid(unsafe_code)]
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;

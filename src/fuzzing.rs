@@ -8,7 +8,6 @@
 //! Several targets read a first "mode" byte that picks how the rest is used (raw
 //! text, or DER wrapped in PEM so mutations reach the ASN.1 parser), documented on
 //! each function. [`seeds`] builds the starting corpus with the crate's own encoders.
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::path::Path;

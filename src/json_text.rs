@@ -6,7 +6,6 @@
 //! meant to forge log lines. Imports nothing of the crate, so every layer uses it. [`describe`] keeps what helps
 //! an operator — what was wrong, what was expected, the line and column — and drops
 //! the value.
-#![forbid(unsafe_code)]
 
 use serde_json::error::Category;
 

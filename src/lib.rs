@@ -2,6 +2,10 @@
 //!
 //! Layers, each importing only those below it (see `ARCHITECTURE.md`):
 //! `cli` → `hosts` → `host` → `choria` → `config`, `metrics`.
+//!
+//! `unsafe` code is denied everywhere but in `sys`, the few system calls std has no
+//! API for.
+#![deny(unsafe_code)]
 
 pub mod backoff;
 pub mod choria;
@@ -17,8 +21,10 @@ pub mod hosts;
 mod json_text;
 pub mod logging;
 pub mod metrics;
+pub(crate) mod proc_self;
 #[cfg(feature = "sim")]
 pub mod sim;
+mod sys;
 pub mod throttle;
 pub mod untrusted;
 

@@ -6,7 +6,6 @@
 //! UTC). The file is opened for append and can be reopened after logrotate moved it
 //! ([`LogHandle::reopen`], called on SIGHUP). Secrets are kept out of log lines by
 //! their callers; this module never sees configuration values.
-#![forbid(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};

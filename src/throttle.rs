@@ -1,6 +1,5 @@
 //! Warnings that a hostile peer can repeat at will are logged at most once per
 //! period, with a count of what was held back. Imports nothing of the crate.
-#![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -1,7 +1,6 @@
 //! Text that came from the network, made fit for a log line or an error message:
 //! escaped so that it cannot forge a line, and cut so that it cannot flood one.
 //! Imports nothing of the crate.
-#![forbid(unsafe_code)]
 
 /// How much of a hostile string a log line shows.
 pub const SHOWN_CHARS: usize = 200;

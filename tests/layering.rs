@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// The crate's layers, top first, and the bottom modules every layer may use.
 const LAYERS: [&str; 6] = ["cli", "hosts", "host", "choria", "crypto", "config"];
-const BOTTOM: [&str; 8] = [
+const BOTTOM: [&str; 10] = [
     "config",
     "metrics",
     "backoff",
@@ -15,6 +15,8 @@ const BOTTOM: [&str; 8] = [
     "untrusted",
     "clock",
     "logging",
+    "proc_self",
+    "sys",
 ];
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -72,7 +74,7 @@ fn assert_names_only(module: &str, allowed: &[&str]) {
 }
 
 #[test]
-fn the_bottom_modules_import_nothing_of_the_crate() {
+fn the_bottom_modules_import_only_the_system_interface() {
     for module in [
         "config",
         "metrics",
@@ -82,6 +84,9 @@ fn the_bottom_modules_import_nothing_of_the_crate() {
         "untrusted",
         "clock",
     ] {
+        assert_names_only(module, &["sys", "proc_self"]);
+    }
+    for module in ["sys", "proc_self"] {
         assert_names_only(module, &[]);
     }
 }
@@ -278,4 +283,29 @@ fn per_thread_memory_is_only_the_scratch_architecture_md_names() {
         found, allowed,
         "a new thread_local! is global state unless it is scratch: name it in ARCHITECTURE.md and here"
     );
+}
+
+/// ARCHITECTURE.md: the crate denies `unsafe` except in `src/sys.rs`, which holds at
+/// most eight blocks, each with a `SAFETY:` comment (the compiler enforces the denial;
+/// this checks nobody lifted it elsewhere).
+#[test]
+fn unsafe_code_lives_in_sys_alone() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(root.join("lib.rs")).unwrap();
+    assert!(lib.contains("#![deny(unsafe_code)]"));
+    for path in rust_files(&root) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lifted = text.contains("allow(unsafe_code)");
+        assert_eq!(
+            lifted,
+            path.ends_with("sys.rs"),
+            "{}: only src/sys.rs may allow unsafe code",
+            path.display()
+        );
+    }
+    let sys = std::fs::read_to_string(root.join("sys.rs")).unwrap();
+    let code = without_test_module(&sys);
+    let blocks = code.matches("unsafe {").count();
+    assert!(blocks <= 8, "src/sys.rs has {blocks} unsafe blocks");
+    assert!(code.matches("// SAFETY:").count() >= blocks);
 }

@@ -7,7 +7,6 @@
 //! configured.
 //!
 //! Built on the `rustls` the `nats` crate re-exports, so nothing is added to the tree.
-#![forbid(unsafe_code)]
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
 use std::fmt;

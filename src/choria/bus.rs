@@ -2,7 +2,6 @@
 //! the daemon goes through a [`Bus`], which takes validated [`Subject`]s,
 //! [`SubjectFilter`]s and [`Headers`] only. Code that holds a `Bus` cannot write a
 //! string it did not check into the connection's control lines.
-#![forbid(unsafe_code)]
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
 use std::io;

@@ -714,35 +714,7 @@ pub fn default_identity() -> Option<String> {
     if hostname.matches('.').count() > 1 {
         return Some(hostname);
     }
-    Some(canonical_name(&hostname).unwrap_or(hostname))
-}
-
-/// The canonical DNS name of `host` through the system resolver (`getaddrinfo` with
-/// `AI_CANONNAME`, what `hostname -f` does).
-fn canonical_name(host: &str) -> Option<String> {
-    let c_host = std::ffi::CString::new(host).ok()?;
-    // SAFETY: hints is a zeroed addrinfo with only flags set; getaddrinfo allocates
-    // `res`, which is freed with freeaddrinfo before returning; ai_canonname is a
-    // NUL-terminated string owned by `res` and copied before the free.
-    unsafe {
-        let mut hints: libc::addrinfo = std::mem::zeroed();
-        hints.ai_flags = libc::AI_CANONNAME;
-        hints.ai_family = libc::AF_UNSPEC;
-        let mut res: *mut libc::addrinfo = std::ptr::null_mut();
-        if libc::getaddrinfo(c_host.as_ptr(), std::ptr::null(), &hints, &mut res) != 0 {
-            return None;
-        }
-        let name = if !res.is_null() && !(*res).ai_canonname.is_null() {
-            std::ffi::CStr::from_ptr((*res).ai_canonname)
-                .to_str()
-                .ok()
-                .map(|s| s.trim_end_matches('.').to_string())
-        } else {
-            None
-        };
-        libc::freeaddrinfo(res);
-        name.filter(|n| n.contains('.'))
-    }
+    Some(crate::sys::canonical_name(&hostname).unwrap_or(hostname))
 }
 
 #[cfg(test)]

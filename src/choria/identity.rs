@@ -14,7 +14,6 @@
 //! and a file name. The rule is still far stricter than what a NATS subject token
 //! needs (no `*`, `>`, `/`, whitespace, control characters or empty tokens can get
 //! through), so an identity is always safe in a subject, a log line and a file name.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::sync::Arc;

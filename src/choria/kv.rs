@@ -7,7 +7,6 @@
 //!
 //! Replies are parsed by [`parse_pub_ack`] and [`parse_bucket_ttl`], pure functions
 //! of the bytes (fuzzed), into typed [`KvError`]s.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! Choria lifecycle events (go-choria's `protocol/v1` and `protocol/v2`): decoding startup (and
 //! other) events in the flat Choria format and the CloudEvents 1.0 envelope that
 //! servers send by default; encoding the provisioner's own events.
-#![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -16,7 +16,6 @@
 //! buggy provisioner is possible): bounded in size, decoded strictly, identities
 //! checked with [`Identity::parse`], the site compared; a refusal is reported with a
 //! [`PeerMessageError`] whose [`reason`](PeerMessageError::reason) is a metric label.
-#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 

@@ -13,7 +13,6 @@
 //! mailbox without spinning: one futex wake per reply, no `sched_yield` loop (a
 //! crossbeam channel spins and yields before it parks, which cost more CPU than the
 //! reply itself with a few dozen workers waiting).
-#![forbid(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -16,7 +16,6 @@
 //! same name ([`Watch::settle`]). A request keeps at most 8 replies for its caller;
 //! one dropped unread because more came may have been the node's own, pushed out by
 //! a forger's copies, so any drop contests the request too ([`Contest::Flooded`]).
-#![forbid(unsafe_code)]
 
 use std::collections::HashSet;
 use std::fmt;

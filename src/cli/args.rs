@@ -6,7 +6,6 @@
 //! `prog run --config x` and `prog --config x run` all mean `run`. argh also does not
 //! take `--flag=value` (the Go unit file uses `--config=...`), so that form is split
 //! before parsing.
-#![forbid(unsafe_code)]
 
 use argh::FromArgs;
 

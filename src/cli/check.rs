@@ -1,5 +1,4 @@
 //! `choria-provisioner check`: everything `run` checks, without starting anything.
-#![forbid(unsafe_code)]
 
 use super::args::Invocation;
 use super::{fail, prepare, usage};

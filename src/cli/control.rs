@@ -1,6 +1,5 @@
 //! `choria-provisioner pause` and `resume`: an operator's requests to the running
 //! daemon, sent through its `control_socket` (see `hosts/control.rs`).
-#![forbid(unsafe_code)]
 
 use super::args::Invocation;
 use super::fail;

@@ -2,7 +2,6 @@
 //! choria.cfg says (`cmd/provisioner.go:61-79`): the provisioning collective,
 //! insecure mode, and the provisioning broker account. Here, not in `choria`, because
 //! these are the provisioner's rules, not the wire's.
-#![forbid(unsafe_code)]
 
 use crate::choria::client_config::{ClientConfig, SecurityProvider};
 use crate::config::Config;

@@ -1,7 +1,6 @@
 //! The `--pid` file: the process id in decimal, no newline, mode 0644, removed when
 //! the daemon stops normally (also after a start-up failure that follows it, unlike
 //! Go, which left stale files behind on fatal exits).
-#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;

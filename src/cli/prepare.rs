@@ -1,6 +1,5 @@
 //! Loading everything `run` needs and reporting every problem at once; shared by
 //! `run` and `check` so that `check` passing means `run` will start.
-#![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 

@@ -1,7 +1,6 @@
 //! `choria-provisioner run`: start-up in Go's order (configuration, logging,
 //! `/metrics`, signals, pid file, broker connection, own startup event, election,
 //! listener, workers, discovery), then the daemon until a signal stops it.
-#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 

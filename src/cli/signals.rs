@@ -1,7 +1,6 @@
 //! SIGINT/SIGTERM start a graceful stop, a second one exits at once; SIGHUP reopens
 //! the log file and the audit trail for logrotate and loads the key files again. One
 //! plain thread, no async runtime.
-#![forbid(unsafe_code)]
 
 use crossbeam_channel::{bounded, Receiver};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};

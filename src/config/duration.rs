@@ -9,7 +9,6 @@
 //! Like Go's `time.Duration`, a duration is at most `i64::MAX` nanoseconds (about
 //! 292 years, [`MAX_DURATION`]); larger values are refused, so that every later
 //! sum, product or conversion to nanoseconds of a configured duration stays in range.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::time::Duration;

@@ -7,7 +7,6 @@
 //! RPC try and every helper start read the flag, a `parking_lot::RwLock<bool>`. Each
 //! change is mirrored into the `choria_provisioner_paused` gauge handed in at
 //! construction, so this module needs nothing from `metrics`.
-#![forbid(unsafe_code)]
 
 use parking_lot::{Mutex, RwLock};
 use prometheus::IntGauge;

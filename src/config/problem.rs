@@ -1,5 +1,4 @@
 //! What can be wrong with a configuration file, said so an operator can fix it.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,6 @@
 //! `` \` `` escapes, a backslash outside quotes escapes the next character, and
 //! unquoted whitespace separates words. No variables, globs, pipes or redirections:
 //! the words are handed to `execve` as they are.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A fresh scratch directory with an executable helper in it, under one per-run
-/// parent that the test binary removes when it exits.
+/// parent in `target/tmp`; parents of test runs that have ended are removed by the
+/// next run.
 fn scratch() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = run_dir().join(N.fetch_add(1, Ordering::SeqCst).to_string());
@@ -18,20 +19,18 @@ fn scratch() -> PathBuf {
     dir
 }
 
-/// The per-run parent directory; removed at exit.
+/// This run's parent directory, `target/tmp/config-tests/<pid>`.
 fn run_dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("prov-config-test-{}", std::process::id()));
-        extern "C" fn cleanup() {
-            let dir = std::env::temp_dir().join(format!("prov-config-test-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(dir);
+        let parent = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tmp/config-tests");
+        for old in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+            let pid = old.file_name();
+            if !Path::new("/proc").join(&pid).exists() {
+                let _ = std::fs::remove_dir_all(old.path());
+            }
         }
-        // SAFETY: registering a plain extern "C" function with atexit.
-        unsafe {
-            libc::atexit(cleanup);
-        }
-        dir
+        parent.join(std::process::id().to_string())
     })
     .clone()
 }

@@ -5,7 +5,6 @@
 //! unknown keys are dropped and a value of the wrong type is fatal. We keep the
 //! first two behaviours (with a warning for unknown keys) and turn the third into a
 //! [`Problem`] that says what type was expected.
-#![forbid(unsafe_code)]
 
 use serde_yaml::{Mapping, Value};
 

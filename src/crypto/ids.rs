@@ -1,6 +1,5 @@
 //! Identifiers: v1 request ids (a UUIDv4 without dashes, 32 lowercase hex), KSUIDs
 //! (v2 request ids, JWT ids), UUIDv4 with dashes (lifecycle event ids).
-#![forbid(unsafe_code)]
 
 use ring::rand::{SecureRandom, SystemRandom};
 

@@ -3,7 +3,6 @@
 //! (AES-256-CBC, OpenSSL `EVP_BytesToKey` with MD5) keyed with the raw shared secret.
 //! Deprecated cryptography, kept byte-compatible because every deployed server
 //! decrypts exactly this; do not "improve" it.
-#![forbid(unsafe_code)]
 
 use aes::cipher::{block_padding::Pkcs7, BlockDecryptMut, BlockEncryptMut, KeyIvInit};
 use md5::{Digest, Md5};

@@ -1,6 +1,5 @@
 //! The `gen25519` challenge: a fresh nonce per try, and the check of the node's
 //! ed25519 signature over it (go-choria's provision agent, `providers/agent/mcorpc/golang/provision`).
-#![forbid(unsafe_code)]
 
 use super::ids::{unhex as hexdec, v1_request_id};
 

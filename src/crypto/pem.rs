@@ -1,7 +1,6 @@
 //! PEM blocks with the legacy RFC 1421 headers (`Proc-Type`, `DEK-Info`) that Go's
 //! `encoding/pem` reads and writes and that the key transport needs. Strict enough
 //! for hostile input: a block must have matching BEGIN/END labels and a base64 body.
-#![forbid(unsafe_code)]
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;

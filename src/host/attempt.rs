@@ -23,7 +23,6 @@
 //!   provisioning lock" followed by the node's own reply is a contest, not a lock.
 //! - **The upgrade slot** of a node back from an upgrade is given back only by an
 //!   inventory that survived its grace.
-#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,7 +2,6 @@
 //! no threads, no sockets, no sleeping. The harness plays the driver: it hands the
 //! attempt what the script says the node sent and when, and the time; it checks what
 //! the attempt sent. The helper is a real (tiny) shell script, as the driver runs it.
-#![forbid(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -1,7 +1,6 @@
 //! Why an attempt failed, typed: which step, which node, and the error underneath.
 //! An attempt that ends early without failing (deferred, shut down, upgraded) is not
 //! one of these: the sequence returns its [`Outcome`] directly.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 use std::time::Duration;

@@ -7,7 +7,6 @@
 //! two keys that fold to the same name are a "duplicate field" here, where Go (and
 //! the helper's decoding through a folded map) takes the last. Its caller falls back
 //! to that slower path on any error, which then decides the answer and the error.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 

@@ -7,7 +7,6 @@
 //! cannot keep a worker waiting; stdout is capped; stderr is captured (bounded) and
 //! logged with every secret of the input replaced by `***`; the stdin write error is
 //! not ignored. The error texts are Go's (§4.4), each naming the helper.
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;

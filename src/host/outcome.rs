@@ -1,6 +1,5 @@
 //! How one provisioning attempt ended, as the scheduler needs to know it
 //! (the Go provisioner, choria-io/provisioner).
-#![forbid(unsafe_code)]
 
 use std::fmt;
 

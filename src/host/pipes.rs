@@ -5,13 +5,14 @@
 //! node), and no pipe can block it: stderr beyond its cap is drained and dropped.
 
 use std::fs::File;
-use std::io::{ErrorKind, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::spawn::Process;
+use crate::sys::{self, PollFd};
 
 /// How often the loop looks at the stop flag while nothing happens.
 const TICK: Duration = Duration::from_millis(50);
@@ -118,53 +119,35 @@ impl Killer<'_> {
     }
 }
 
-fn set_nonblocking(fd: RawFd) -> std::io::Result<()> {
-    // One ioctl instead of fcntl's get and set: the pipe is ours, its other flags
-    // are ours too (O_NONBLOCK is the only one FIONBIO changes).
-    let on: libc::c_int = 1;
-    // SAFETY: FIONBIO on a descriptor we own reads one c_int through the pointer.
-    if unsafe { libc::ioctl(fd, libc::FIONBIO, &on) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Most bytes one read(2) takes.
 const CHUNK: usize = 16 * 1024;
 
-/// Reads what is there on `fd` into `kept` (at most `cap` bytes kept); false at EOF
-/// or on an error other than "would block". Each read(2) lands in an uninitialised
-/// stack chunk and only the bytes kept are copied into `kept`: the usual helper's
-/// empty stderr costs no allocation, its stdout one of its own size, and nothing is
-/// zeroed per call (reserving a whole chunk in `kept` per pipe was two 16 KiB
-/// allocations per run, and glibc consolidates its free lists on each).
-fn drain(fd: RawFd, kept: &mut Vec<u8>, cap: usize, over: &mut bool) -> std::io::Result<bool> {
-    let mut chunk = std::mem::MaybeUninit::<[u8; CHUNK]>::uninit();
+/// Reads what is there on `pipe` into `kept` (at most `cap` bytes kept); false at EOF
+/// or on an error other than "would block". Each read(2) lands in a stack chunk and
+/// only the bytes kept are copied into `kept`: the usual helper's empty stderr costs
+/// no allocation and its stdout one of its own size (reserving a whole chunk in
+/// `kept` per pipe was two 16 KiB allocations per run, and glibc consolidates its
+/// free lists on each).
+fn drain(
+    mut pipe: &File,
+    kept: &mut Vec<u8>,
+    cap: usize,
+    over: &mut bool,
+) -> std::io::Result<bool> {
+    let mut chunk = [0u8; CHUNK];
     loop {
         let room = cap.saturating_sub(kept.len());
         // Past the cap the bytes are read all the same (the pipe must not fill) and
         // dropped.
-        // SAFETY: `chunk` is writable memory of CHUNK bytes on this stack frame;
-        // read(2) writes at most CHUNK bytes into it.
-        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), CHUNK) };
-        match n {
-            0 => return Ok(false),
-            n if n > 0 => {
-                let n = n as usize;
-                let keep = n.min(room);
-                // SAFETY: read(2) initialised the first `n >= keep` bytes of `chunk`.
-                let read = unsafe { std::slice::from_raw_parts(chunk.as_ptr().cast::<u8>(), keep) };
-                kept.extend_from_slice(read);
+        match pipe.read(&mut chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                kept.extend_from_slice(&chunk[..n.min(room)]);
                 *over |= n > room;
             }
-            _ => {
-                let e = std::io::Error::last_os_error();
-                match e.kind() {
-                    ErrorKind::WouldBlock => return Ok(true),
-                    ErrorKind::Interrupted => {}
-                    _ => return Err(e),
-                }
-            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }
@@ -215,11 +198,11 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
         status: Err(std::io::Error::other("not waited for")),
     };
     let mut stdin = (!input.is_empty()).then_some(stdin);
-    for fd in [stdout.as_raw_fd(), stderr.as_raw_fd()]
+    for fd in [stdout.as_fd(), stderr.as_fd()]
         .into_iter()
-        .chain(stdin.as_ref().map(|s| s.as_raw_fd()))
+        .chain(stdin.as_ref().map(|s| s.as_fd()))
     {
-        if let Err(e) = set_nonblocking(fd) {
+        if let Err(e) = sys::set_nonblocking(fd) {
             result.stdout = Err(e);
             kill_tree();
             result.status = child.wait();
@@ -253,63 +236,47 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
             }
             None => {}
         }
-        let watch = |fd: RawFd, events: libc::c_short| libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        };
-        let mut polled = [watch(-1, 0); 3];
-        let mut count = 0;
-        let mut fds = |p: libc::pollfd| {
-            polled[count] = p;
-            count += 1;
-        };
         let output = if quiet && stdin.is_none() && killer.at.is_none() {
             0 // only POLLHUP and POLLERR, which poll(2) always reports
         } else {
-            libc::POLLIN
+            PollFd::IN
+        };
+        let mut polled = [PollFd::UNUSED; 3];
+        let mut count = 0;
+        let mut watch = |p: PollFd| {
+            polled[count] = p;
+            count += 1;
         };
         if out_open {
-            fds(watch(stdout.as_raw_fd(), output));
+            watch(PollFd::new(stdout.as_fd(), output));
         }
         if err_open {
-            fds(watch(stderr.as_raw_fd(), output));
+            watch(PollFd::new(stderr.as_fd(), output));
         }
         if let Some(s) = &stdin {
-            fds(watch(s.as_raw_fd(), libc::POLLOUT));
+            watch(PollFd::new(s.as_fd(), PollFd::OUT));
         }
         let fds = &mut polled[..count];
         let wait = deadline
             .saturating_duration_since(now)
             .clamp(Duration::from_millis(1), TICK);
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures.
-        let ready = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                wait.as_millis() as i32,
-            )
-        };
-        if ready < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == ErrorKind::Interrupted {
+        match sys::poll(fds, wait) {
+            Ok(0) => {
+                quiet = false;
                 continue;
             }
-            result.stdout = Err(e);
-            killer.kill(End::Finished);
-            break;
-        }
-        if ready == 0 {
-            quiet = false;
-            continue;
-        }
-        for p in fds.iter() {
-            if p.revents == 0 {
-                continue;
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => {
+                result.stdout = Err(e);
+                killer.kill(End::Finished);
+                break;
             }
-            if out_open && p.fd == stdout.as_raw_fd() {
+        }
+        for p in fds.iter().filter(|p| p.ready()) {
+            if out_open && p.fd() == stdout.as_raw_fd() {
                 let mut over = false;
-                match drain(stdout.as_raw_fd(), &mut out, stdout_cap, &mut over) {
+                match drain(stdout, &mut out, stdout_cap, &mut over) {
                     Ok(open) => out_open = open && !over,
                     Err(e) => {
                         result.stdout = Err(e);
@@ -321,12 +288,12 @@ pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> P
                     result.stdout_over = true;
                     killer.kill(End::Finished);
                 }
-            } else if err_open && p.fd == stderr.as_raw_fd() {
+            } else if err_open && p.fd() == stderr.as_raw_fd() {
                 err_open = matches!(
-                    drain(stderr.as_raw_fd(), &mut err, stderr_cap, &mut stderr_over),
+                    drain(stderr, &mut err, stderr_cap, &mut stderr_over),
                     Ok(true)
                 );
-            } else if stdin.as_ref().is_some_and(|s| s.as_raw_fd() == p.fd) {
+            } else if stdin.as_ref().is_some_and(|s| s.as_raw_fd() == p.fd()) {
                 feed(&mut stdin, input, &mut written, &mut result.write_error);
             }
         }
@@ -385,23 +352,12 @@ fn linger(
         }
         let wait = deadline.saturating_duration_since(now).min(TICK);
         match &exit {
-            Some(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // Rounded up: a wait of 0 ms would spin until the deadline.
-                let ms = wait.as_micros().div_ceil(1000) as i32;
-                // SAFETY: one valid pollfd.
-                let ready = unsafe { libc::poll(&mut p, 1, ms) };
-                if ready > 0 {
-                    return child.wait();
-                }
-                if ready < 0 && std::io::Error::last_os_error().kind() != ErrorKind::Interrupted {
-                    exit = None; // poll(2) refused it: look at the status instead
-                }
-            }
+            Some(fd) => match sys::poll(&mut [PollFd::new(fd.as_fd(), PollFd::IN)], wait) {
+                Ok(0) => {}
+                Ok(_) => return child.wait(),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => exit = None, // poll(2) refused it: look at the status instead
+            },
             None => {
                 std::thread::sleep(pause.min(wait));
                 pause = (pause * 2).min(TICK);
@@ -463,10 +419,8 @@ mod tests {
             let mut child = start("exec sleep 30");
             let exit = child.exit_fd().ok();
             let pid = child.id() as libc::pid_t;
-            // SAFETY: kill(2) on our own child, not yet reaped.
-            let kill = || unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            };
+            // Our own child, not yet reaped.
+            let kill = || crate::sys::kill(pid, libc::SIGKILL).unwrap();
             let mut killer = Killer {
                 kill_tree: &kill,
                 at: None,

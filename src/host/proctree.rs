@@ -38,7 +38,10 @@
 //! cgroup per run or a subreaper, nothing on Linux links it to the helper.
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
+
+use crate::proc_self::{stat_field, stat_fields};
+use crate::sys;
 
 /// The environment variable that marks every process of one helper run.
 pub const MARKER_VAR: &str = "CHORIA_PROVISIONER_HELPER_RUN";
@@ -60,16 +63,14 @@ struct Stat {
 /// Parses `/proc/<pid>/stat`. The command name (field 2) may hold spaces and
 /// parentheses, so the fields are counted from its last `)`.
 fn parse_stat(pid: libc::pid_t, text: &str) -> Option<Stat> {
-    let (_, rest) = text.rsplit_once(") ")?;
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // rest[0] is field 3 (state): ppid is field 4, pgrp 5, session 6, starttime 22.
-    let field = |n: usize| fields.get(n - 3).copied();
+    let fields = stat_fields(text);
+    // ppid is field 4, pgrp 5, session 6, starttime 22.
     Some(Stat {
         pid,
-        ppid: field(4)?.parse().ok()?,
-        pgid: field(5)?.parse().ok()?,
-        sid: field(6)?.parse().ok()?,
-        start: field(22)?.parse().ok()?,
+        ppid: stat_field(&fields, 4)?,
+        pgid: stat_field(&fields, 5)?,
+        sid: stat_field(&fields, 6)?,
+        start: stat_field(&fields, 22)?,
     })
 }
 
@@ -128,38 +129,24 @@ impl Handle {
     /// A handle on the process `found` describes, or `None` if it is gone (or the
     /// pid already names another process).
     fn open(found: Stat) -> Option<Handle> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, found.pid, 0) };
-        let pidfd = (fd >= 0).then(|| {
-            // SAFETY: pidfd_open succeeded: `fd` is open and ours alone.
-            unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
-        });
-        if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-            return None;
-        }
+        let pidfd = match sys::pidfd_open(found.pid) {
+            Ok(fd) => Some(fd),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return None,
+            Err(_) => None, // no pidfds here: the start time is checked per signal
+        };
         // The pidfd (if any) now pins one process: make sure it is the one we found.
         (stat(found.pid).map(|s| s.start) == Some(found.start)).then_some(Handle { found, pidfd })
     }
 
     fn signal(&self, sig: libc::c_int) {
-        match &self.pidfd {
-            // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo.
-            Some(fd) => unsafe {
-                libc::syscall(
-                    libc::SYS_pidfd_send_signal,
-                    fd.as_raw_fd(),
-                    sig,
-                    std::ptr::null::<libc::siginfo_t>(),
-                    0,
-                );
-            },
-            None => {
-                if stat(self.found.pid).map(|s| s.start) == Some(self.found.start) {
-                    // SAFETY: kill(2) on a pid just checked to be the process found.
-                    unsafe { libc::kill(self.found.pid, sig) };
-                }
+        // A process that is gone cannot be signalled: nothing to do about it.
+        let _ = match &self.pidfd {
+            Some(fd) => sys::pidfd_send_signal(fd, sig),
+            None if stat(self.found.pid).map(|s| s.start) == Some(self.found.start) => {
+                sys::kill(self.found.pid, sig)
             }
-        }
+            None => Ok(()),
+        };
     }
 }
 
@@ -247,11 +234,9 @@ impl HelperTree {
         // mounted): the helper is our unreaped child, so neither id can have been
         // reused.
         if self.helper != own.pid && self.helper != own.pgid {
-            // SAFETY: kill and killpg on our child and the group we created for it.
-            unsafe {
-                libc::kill(self.helper, libc::SIGKILL);
-                libc::killpg(self.helper, libc::SIGKILL);
-            }
+            // Either may be gone already: nothing to do about it.
+            let _ = sys::kill(self.helper, libc::SIGKILL);
+            let _ = sys::kill(-self.helper, libc::SIGKILL);
         }
         found.len()
     }
@@ -321,25 +306,16 @@ mod tests {
     #[test]
     fn our_own_process_reads_back() {
         let me = stat(std::process::id() as libc::pid_t).unwrap();
-        // SAFETY: no preconditions.
-        assert_eq!(me.pgid, unsafe { libc::getpgrp() });
-        // SAFETY: no preconditions.
-        assert_eq!(me.ppid, unsafe { libc::getppid() });
+        assert_eq!(me.ppid as u32, std::os::unix::process::parent_id());
+        assert!(me.pgid > 0 && me.sid > 0);
         assert!(pids().contains(&me.pid));
     }
 
     #[test]
     fn pipes_are_recognised_by_inode() {
-        let mut fds = [0; 2];
-        // SAFETY: pipe(2) fills the two-element array.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        // SAFETY: the descriptors are ours and each is owned once.
-        let (read, write) = unsafe {
-            (
-                std::fs::File::from_raw_fd(fds[0]),
-                std::fs::File::from_raw_fd(fds[1]),
-            )
-        };
+        let (read, write) = std::io::pipe().unwrap();
+        let read = std::fs::File::from(OwnedFd::from(read));
+        let write = std::fs::File::from(OwnedFd::from(write));
         let ino = pipe_inode(&read).unwrap();
         assert_eq!(pipe_inode(&write), Some(ino), "both ends, one inode");
         let me = std::process::id() as libc::pid_t;
@@ -374,12 +350,9 @@ mod tests {
 
     #[test]
     fn our_other_children_holding_the_pipes_are_not_taken_for_the_run_s() {
-        let mut fds = [0; 2];
-        // SAFETY: pipe(2) fills the two-element array.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: the descriptors are ours and each is owned once.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let read = std::fs::File::from(read);
+        let (read, write) = std::io::pipe().unwrap();
+        let read = std::fs::File::from(OwnedFd::from(read));
+        let write = OwnedFd::from(write);
         let ino = pipe_inode(&read).unwrap();
         let marker = new_marker();
         let mut helper = sleeper(

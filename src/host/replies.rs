@@ -3,7 +3,6 @@
 //! generated clients read them, a missing or `null` field is empty; a field of another
 //! type fails the try with a message that names the action and the field, never the
 //! node's value.
-#![forbid(unsafe_code)]
 
 use serde::Deserialize;
 

@@ -7,7 +7,6 @@
 //! reply survived the reply grace, with the node's own message; the error of an
 //! exhausted call names the action, the node, the number of tries and the last real
 //! reason (Go said `context canceled`).
-#![forbid(unsafe_code)]
 
 use crate::choria::rpc::Contested;
 

@@ -12,7 +12,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
@@ -128,15 +128,7 @@ impl Process {
             return Err(io::Error::other("already reaped"));
         }
         let pid = libc::pid_t::try_from(self.child.id()).map_err(|_| invalid("pid"))?;
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1;
-        // std has no stable pidfd for a spawned child.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let fd = libc::c_int::try_from(fd).map_err(|_| invalid("pidfd"))?;
-        // SAFETY: the call succeeded: `fd` is open and ours alone (close-on-exec).
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        crate::sys::pidfd_open(pid)
     }
 
     /// Waits for the child to exit.

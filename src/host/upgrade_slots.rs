@@ -26,7 +26,6 @@
 //! slots held under the old split still count only with the instance that took them
 //! (and not at all once that instance is gone), and the site may briefly have more
 //! nodes away than the cap, until they come back or [`SLOT_TIMEOUT`] passes.
-#![forbid(unsafe_code)]
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};

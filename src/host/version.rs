@@ -3,7 +3,6 @@
 //! where it differs from rpm itself: the first `-` splits version and release, `^` is
 //! a separator, a non-numeric epoch counts as 0. Only "equal or not" drives
 //! upgrades; the order is exact anyway.
-#![forbid(unsafe_code)]
 
 use std::cmp::Ordering;
 

@@ -6,7 +6,6 @@
 //! failure, so a full disk or a deleted directory heals by itself.
 //!
 //! What goes in a line is [`super::status::Record`]: nothing secret is ever in it.
-#![forbid(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};

@@ -2,7 +2,6 @@
 //! provisioning sequence, the fleet, the lifecycle listener, discovery and (when
 //! configured) the election or the active-active membership. `cli::run` starts one;
 //! tests start several in one process.
-#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -4,7 +4,6 @@
 //! A discovery that found more nodes than the work queue took is followed by another
 //! as soon as the queue has drained to half its capacity, instead of at the next
 //! tick while the workers idle ([`Rediscovery`]).
-#![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,6 @@
 //! write that expects exactly that revision, so the bucket itself must show that the
 //! leader let go; nothing a node can publish (a forged `shutdown` lifecycle event, say)
 //! is read by the election at all.
-#![forbid(unsafe_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,7 +2,6 @@
 //! once, without waiting for the next discovery. Dropped while paused (standbys do
 //! not buffer, as in Go). Events arrive decoded and validated
 //! (`choria::lifecycle::subscribe_startups`): only valid identities get here.
-#![forbid(unsafe_code)]
 
 use crossbeam_channel::{select, Receiver};
 

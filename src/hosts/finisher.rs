@@ -15,7 +15,6 @@
 //!
 //! A node found locked by another provisioner is offered to the workers again when
 //! its lock window has passed (if it is still ours), not left for the next discovery.
-#![forbid(unsafe_code)]
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -11,7 +11,6 @@
 //! of the bytes, then the `splitmix64` finaliser; a member's weight for a node is the
 //! finaliser of the member's hash xor the node's hash. Ties (which need a 64-bit
 //! collision) go to the greater identity.
-#![forbid(unsafe_code)]
 
 use crate::choria::identity::Identity;
 

@@ -6,7 +6,6 @@
 //! Bounds: [`HISTORY`] finished attempts in all, at most [`PER_IDENTITY`] of one
 //! identity (a node that fails again and again does not push everyone else out);
 //! attempt numbers of at most [`COUNTED`] identities (beyond it they restart at 1).
-#![forbid(unsafe_code)]
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};

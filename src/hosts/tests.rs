@@ -1,6 +1,5 @@
 //! Scheduler rules, exercised with an in-process provisioner whose outcomes the test
 //! controls (the network paths are covered by the integration tests).
-#![forbid(unsafe_code)]
 
 use super::*;
 use crate::choria::rpc::RpcError;

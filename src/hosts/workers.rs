@@ -201,19 +201,11 @@ fn queue_woken(fleet: &Fleet) {
 /// kernel refuses (a seccomp filter), the worker runs under the normal policy. A
 /// daemon started under another policy (`CPUSchedulingPolicy=` in its unit) keeps it.
 fn run_as_batch() {
-    // SAFETY: sched_getscheduler(0) only reads the calling thread's policy; std has
-    // no scheduling-policy API.
-    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+    if crate::proc_self::thread_has_normal_policy() == Some(false) {
         return;
     }
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler(0, ..) sets the calling thread's policy and reads one
-    // valid sched_param; SCHED_BATCH takes priority 0 and needs no privilege.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
-        log::debug!(
-            "Workers keep the normal scheduling policy: SCHED_BATCH refused: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = crate::sys::set_batch_policy() {
+        log::debug!("Workers keep the normal scheduling policy: SCHED_BATCH refused: {e}");
     }
 }
 

@@ -96,8 +96,7 @@ impl ProcessStats {
     /// Reads `/proc/self`; fields that cannot be read are 0.
     pub fn read() -> ProcessStats {
         let mut s = ProcessStats::default();
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let ticks = crate::proc_self::clock_ticks() as f64;
         if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
             // Fields after the command name, which may itself contain spaces.
             if let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) {

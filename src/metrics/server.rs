@@ -1,7 +1,6 @@
 //! The monitoring HTTP listener: `/metrics` (Prometheus text), `/healthz`,
 //! `/readyz`, `/nodes` and `/nodes/<identity>` (JSON), served by `tiny_http` on one
 //! thread. Read-only; it belongs on a trusted network (or `monitor_host`).
-#![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

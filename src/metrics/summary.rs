@@ -1,7 +1,6 @@
 //! A Prometheus summary with only `_sum` and `_count`, as Go's client produces for a
 //! `SummaryVec` without objectives. The Rust `prometheus` crate has no summary type,
 //! so this small collector renders the same text series.
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 

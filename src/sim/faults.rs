@@ -1,6 +1,5 @@
 //! Faults a simulated node can have, each given to a fraction of the fleet, chosen
 //! deterministically from the node's number so runs repeat.
-#![forbid(unsafe_code)]
 
 use std::time::Duration;
 

@@ -5,7 +5,6 @@
 //!
 //! Compound filters use the expr language, which the simulator does not evaluate: a
 //! node never matches a non-empty compound filter (the provisioner sends none).
-#![forbid(unsafe_code)]
 
 use regex::{Regex, RegexBuilder};
 use serde_json::Value;

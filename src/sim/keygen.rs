@@ -18,7 +18,6 @@
 //! * `choria-provisioner.yaml`, `choria.cfg`, `nats-server.conf`, `helper.sh`.
 //!
 //! Secrets are written mode 0600; nothing is overwritten unless `force` is set.
-#![forbid(unsafe_code)]
 
 use std::fs::OpenOptions;
 use std::io::Write as _;

@@ -1,7 +1,6 @@
 //! One simulated provisioning-mode server: its state and the `rpcutil#inventory` and
 //! `choria_provision` actions with the inputs, checks and messages of go-choria's
 //! provision agent (go-choria's provision agent, `providers/agent/mcorpc/golang/provision`).
-#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

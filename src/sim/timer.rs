@@ -1,6 +1,5 @@
 //! One thread that runs delayed work for the whole simulator (slow replies,
 //! restarts), ordered by due time in a min-heap.
-#![forbid(unsafe_code)]
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

@@ -134,8 +134,7 @@ pub fn certname(identity: &str) -> String {
             return name;
         }
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if crate::proc_self::effective_uid() == Some(0) {
         return identity.to_string();
     }
     let user = std::env::var("USER").unwrap_or_else(|_| "nobody".into());

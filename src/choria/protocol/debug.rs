@@ -2,7 +2,6 @@
 //! provisioning token, a reply's body may hold a node's provisioning JWT (whose
 //! `cht` is the token) and the `seen-by` URL may hold broker credentials. These
 //! show the routing fields and only the size or the keys of what they carry.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 

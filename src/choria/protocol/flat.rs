@@ -12,7 +12,6 @@
 //! caller then decodes with serde, which gives the errors it always gave. Where they
 //! answer, the values are the ones serde gives (tested byte for byte against it
 //! below).
-#![forbid(unsafe_code)]
 
 use std::borrow::Cow;
 

@@ -1,7 +1,6 @@
 //! The MCollective-RPC layer inside request and reply messages
 //! (go-choria's `protocol/v1` and `protocol/v2`): `{"agent","action","data"}` requests and
 //! `{"action","statuscode","statusmsg","data"}` replies.
-#![forbid(unsafe_code)]
 
 use std::fmt;
 

@@ -2,7 +2,6 @@
 //! requests and replies reuse their memory instead of allocating and freeing blocks
 //! of a KiB or more each (glibc's slow path, worse when one thread allocates and
 //! another frees). Nothing in them outlives a use: every buffer is handed over empty.
-#![forbid(unsafe_code)]
 
 use std::cell::RefCell;
 use std::thread::LocalKey;

@@ -1,6 +1,5 @@
 //! Protocol v1 (`choria:*:1`): only the transport `data` is base64; the secure
 //! `message` and the request/reply `message` are JSON text in strings.
-#![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 

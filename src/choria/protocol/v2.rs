@@ -1,7 +1,6 @@
 //! Protocol v2 (`io.choria.protocol.v2.*`): every nested payload is base64 (Go
 //! `[]byte`), times are nanoseconds, ids are KSUIDs, and the caller's JWT travels
 //! in the secure request.
-#![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 

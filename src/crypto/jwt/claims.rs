@@ -1,5 +1,4 @@
 //! The claims of provisioning, server and signing tokens, with Go's names and omission rules.
-#![forbid(unsafe_code)]
 
 use super::*;
 use base64::Engine;

@@ -1,5 +1,4 @@
 //! The key that signs server JWTs (`jwt_signing_key`) and the chain issuer's `jwt_signing_token`.
-#![forbid(unsafe_code)]
 
 use super::*;
 use base64::Engine;

@@ -1,5 +1,4 @@
 //! Unit tests of the jwt module.
-#![forbid(unsafe_code)]
 
 use super::*;
 #[allow(unused_imports)]

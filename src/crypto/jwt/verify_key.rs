@@ -1,5 +1,4 @@
 //! Keys that verify provisioning JWTs (`jwt_verify_cert`): RSA PEM or DER, or hex ed25519.
-#![forbid(unsafe_code)]
 
 use super::*;
 use der::asn1::UintRef;

@@ -3,7 +3,8 @@
 # trivial compiled helper. Prints nodes/minute, per-node time from the first RPC to
 # the restart (p50/p99), provisioner and simulator CPU per node (from /proc, the
 # helper excluded), peak RSS of both, every discovery window, idle CPU, and the RSS of
-# 50,000 queued nodes while paused.
+# 50,000 queued nodes while paused. The provisioner runs with the `Environment=`
+# lines of packaging/choria-provisioner.service (glibc malloc settings), as installed.
 #
 #   NODES=100000 make bench          fleet size (default 10,000)
 #   WORKERS=64                       provisioner workers
@@ -29,6 +30,9 @@
 #   PROFILE=dhat                     the provisioner under valgrind's dhat: heap blocks
 #                                    and bytes allocated per node, and where (the
 #                                    start amortised over the run; needs valgrind)
+#   PROFILE=heaptrack                the provisioner under heaptrack (near full speed):
+#                                    its peak heap and what held it at that moment, for
+#                                    the RSS target (the rest of RSS is malloc's own)
 #   BUILD=0                          use the binaries built last time
 #   INSTANCES=2                      N provisioners with active_active: true on this
 #                                    machine: CPU and RSS summed over them, each one's
@@ -51,8 +55,8 @@ out="$PWD/target/bench"
 rm -rf "$out" && mkdir -p "$out"
 case "$PROFILE" in
   "") cargo_profile=release ;;
-  callgrind | callgrind-sim | strace | perf | sleeps | allocs | dhat | dhat-sim) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
-  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf, sleeps, allocs, dhat or dhat-sim" >&2; exit 2 ;;
+  callgrind | callgrind-sim | strace | perf | sleeps | allocs | dhat | dhat-sim | heaptrack) cargo_profile=profiling ;; # release with symbols (Cargo.toml)
+  *) echo "bench: PROFILE must be callgrind, callgrind-sim, strace, perf, sleeps, allocs, dhat, dhat-sim or heaptrack" >&2; exit 2 ;;
 esac
 if [ "${BUILD:-1}" != 0 ]; then
   cargo build --profile "$cargo_profile" --features sim --bins --example queue_rss >"$out/build.log" 2>&1
@@ -83,6 +87,7 @@ case "$PROFILE" in
   callgrind-sim) sim_cmd=("${callgrind[@]}" "${sim_cmd[@]}") ;;
   dhat-sim) sim_cmd=(valgrind --tool=dhat --dhat-out-file="$out/dhat-sim.out" "${sim_cmd[@]}") ;;
   dhat) prov_cmd=(valgrind --tool=dhat --dhat-out-file="$out/dhat.out" "${prov_cmd[@]}") ;;
+  heaptrack) prov_cmd=(heaptrack -o "$out/heaptrack" "${prov_cmd[@]}") ;;
   strace) prov_cmd=(strace -f -qq ${STRACE_SUMMARY:+-c} -o "$out/strace.out" "${prov_cmd[@]}") ;;
   perf) prov_cmd=(perf record -q -F 1999 --call-graph dwarf,32768 -o "$out/perf.data" "${prov_cmd[@]}") ;;
   sleeps) prov_cmd=(perf record -q -e sched:sched_switch --call-graph dwarf,16384 -o "$out/sleeps.data" "${prov_cmd[@]}") ;;
@@ -153,8 +158,13 @@ sum_status() { local k=0 p; for p in "${provs[@]}"; do k=$((k + $(awk "/$1/ {pri
 hz=$(getconf CLK_TCK)
 start_ns=$(date +%s%N)
 provs=()
+# The daemon runs with the environment its systemd unit gives it (glibc malloc
+# settings), as installed.
+unit_env=()
+while IFS= read -r setting; do unit_env+=("$setting"); done \
+  < <(sed -n 's/^Environment=//p' packaging/choria-provisioner.service)
 for i in $(seq 1 "$INSTANCES"); do
-  "${prov_cmd[@]}" run --config "$out/provisioner-$i.yaml" --choria-config "$out/choria-$i.cfg" 2>"$out/provisioner-$i.stderr" &
+  env "${unit_env[@]}" "${prov_cmd[@]}" run --config "$out/provisioner-$i.yaml" --choria-config "$out/choria-$i.cfg" 2>"$out/provisioner-$i.stderr" &
   provs+=($!)
   pids+=($!)
 done
@@ -199,7 +209,7 @@ else
   prov=${provs[0]}
   echo "not measured under callgrind" >"$out/queue_rss.txt"
   # callgrind writes its counts when the process exits; strace waits for its child.
-  if [ "$PROFILE" = strace ] || [ "$PROFILE" = perf ] || [ "$PROFILE" = sleeps ] || [ "$PROFILE" = allocs ]; then
+  if [ "$PROFILE" = strace ] || [ "$PROFILE" = perf ] || [ "$PROFILE" = sleeps ] || [ "$PROFILE" = allocs ] || [ "$PROFILE" = heaptrack ]; then
     kill $(cat "/proc/$prov/task/$prov/children") 2>/dev/null || true
   else
     kill "$prov" 2>/dev/null || true
@@ -308,6 +318,13 @@ for pp in d["pps"]:
 for site, n in sites.most_common(15):
     print(f"bench:   {shown(n / per)} {site}")
 PY
+elif [ "$PROFILE" = heaptrack ]; then
+  heaptrack_print -f "$out/heaptrack.zst" --print-peaks 1 --peak-limit 12 --sub-peak-limit 0 \
+    --print-allocators 0 --print-temporary 0 --print-leaks 0 --print-histogram 0 2>/dev/null >"$out/heaptrack.txt" || true
+  grep -m1 "peak heap memory consumption" "$out/heaptrack.txt" | sed 's/^/bench: provisioner /'
+  echo "bench: what held it then, by the innermost frame (all of it in $out/heaptrack.txt):"
+  grep -A1 "peak memory consumed over" "$out/heaptrack.txt" | grep -v '^--' | paste - - \
+    | sed -E 's/ peak memory consumed over ([0-9]+) calls from\t */ (\1 allocations) /; s/::h[0-9a-f]{16}$//' | cut -c1-140 | sed 's/^/bench:   /'
 elif [ "$PROFILE" = sleeps ]; then
   perf script -i "$out/sleeps.data" -F comm,pid,tid,event,ip,sym 2>/dev/null >"$out/sleeps.txt" || true
   python3 - "$out/sleeps.txt" "$out/summary.json" <<'PY'

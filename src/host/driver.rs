@@ -21,7 +21,7 @@
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -134,8 +134,13 @@ impl Cell {
     }
 }
 
-/// Timer entries, earliest first.
-struct Wake(Instant, Weak<Cell>);
+/// Every parked or running attempt by its id: what keeps a parked one alive (its
+/// routes know it weakly, the timer by id).
+type Cells = Mutex<HashMap<u64, Arc<Cell>>>;
+
+/// Timer entries, earliest first: when, and which attempt (by id, so that a wake
+/// outliving its attempt holds 24 bytes and not the attempt's cell).
+struct Wake(Instant, u64);
 
 impl PartialEq for Wake {
     fn eq(&self, other: &Wake) -> bool {
@@ -161,9 +166,7 @@ pub struct Driver {
     ready_tx: Sender<Ready>,
     ready_rx: Receiver<Ready>,
     timer: Arc<Timer>,
-    /// Every parked or running attempt: what keeps a parked one alive (its routes
-    /// and the timer only know it weakly).
-    cells: Mutex<HashMap<u64, Arc<Cell>>>,
+    cells: Arc<Cells>,
     next_id: AtomicU64,
     waiting: AtomicUsize,
     silent: AtomicUsize,
@@ -183,7 +186,8 @@ impl Driver {
     /// when the driver is dropped).
     pub fn new(seq: Arc<NodeSequence>, rpc: Arc<RpcClient>) -> std::io::Result<Arc<Driver>> {
         let (ready_tx, ready_rx) = unbounded();
-        let timer = Timer::start()?;
+        let cells = Arc::new(Cells::default());
+        let timer = Timer::start(Arc::clone(&cells))?;
         let max_waiting = seq.config().max_waiting_attempts;
         Ok(Arc::new(Driver {
             seq,
@@ -191,7 +195,7 @@ impl Driver {
             ready_tx,
             ready_rx,
             timer,
-            cells: Mutex::new(HashMap::new()),
+            cells,
             next_id: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             silent: AtomicUsize::new(0),
@@ -401,7 +405,7 @@ impl Driver {
                 if inbox.wake != Some(at) {
                     inbox.wake = Some(at);
                     drop(inbox);
-                    self.timer.schedule(at, Arc::downgrade(cell));
+                    self.timer.schedule(at, cell.id);
                 }
             }
         }
@@ -551,15 +555,17 @@ const TIMER_SLACK: Duration = Duration::from_millis(5);
 /// than every one it holds, so most wakes cost a heap push and no context switch.
 struct Timer {
     heap: Mutex<BinaryHeap<Wake>>,
+    cells: Arc<Cells>,
     thread: std::sync::OnceLock<std::thread::Thread>,
     stop: AtomicBool,
 }
 
 impl Timer {
     /// The timer and its thread, which ends when [`Timer::stop`] is called.
-    fn start() -> std::io::Result<Arc<Timer>> {
+    fn start(cells: Arc<Cells>) -> std::io::Result<Arc<Timer>> {
         let timer = Arc::new(Timer {
             heap: Mutex::new(BinaryHeap::new()),
+            cells,
             thread: std::sync::OnceLock::new(),
             stop: AtomicBool::new(false),
         });
@@ -571,11 +577,11 @@ impl Timer {
         Ok(timer)
     }
 
-    /// Wakes `cell` at `at`.
-    fn schedule(&self, at: Instant, cell: Weak<Cell>) {
+    /// Wakes the attempt `id` at `at`.
+    fn schedule(&self, at: Instant, id: u64) {
         let mut heap = self.heap.lock();
         let earlier = heap.peek().is_none_or(|w| at < w.0);
-        heap.push(Wake(at, cell));
+        heap.push(Wake(at, id));
         drop(heap);
         if earlier {
             self.unpark();
@@ -605,8 +611,13 @@ impl Timer {
                 }
                 heap.peek().map(|w| w.0)
             };
-            for Wake(at, weak) in due.drain(..) {
-                let Some(cell) = weak.upgrade() else { continue };
+            let woken: Vec<(Instant, Arc<Cell>)> = {
+                let cells = self.cells.lock();
+                due.drain(..)
+                    .filter_map(|Wake(at, id)| Some((at, Arc::clone(cells.get(&id)?))))
+                    .collect()
+            };
+            for (at, cell) in woken {
                 if cell.ended.load(Ordering::Relaxed) {
                     continue;
                 }

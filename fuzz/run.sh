@@ -13,7 +13,7 @@
 #                          nightly Rust or cargo-fuzz is missing.
 #
 # FUZZ_TARGETS="csr pem_decrypt" limits the run to those targets; FUZZ_NICE (15) is
-# the nice level. The target lists come from src/fuzzing.rs (NETWORK_TARGETS,
+# the nice level. The target lists come from fuzz/entries.rs (NETWORK_TARGETS,
 # OTHER_TARGETS). A summary is also written to target/fuzz-<mode>.tsv. Exits 1 when
 # any target found a crash (kept in fuzz/artifacts/<target>/).
 set -uo pipefail
@@ -25,7 +25,7 @@ mkdir -p "$root/target"
 nice_level="${FUZZ_NICE:-15}"
 
 targets_of() {
-  sed -n "/pub const $1: &\[&str\] = &\[/,/\];/p" "$root/src/fuzzing.rs" | grep -o '"[a-z0-9_]*"' | tr -d '"'
+  sed -n "/pub const $1: &\[&str\] = &\[/,/\];/p" "$root/fuzz/entries.rs" | grep -o '"[a-z0-9_]*"' | tr -d '"'
 }
 network="$(targets_of NETWORK_TARGETS)"
 others="$(targets_of OTHER_TARGETS)"

@@ -13,8 +13,12 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod crypto;
+// The fuzz targets' entry points: they live with the targets in `fuzz/`, and are
+// compiled into the library only with the `fuzzing` feature (never into the daemon
+// built for packages), so that they can reach items the library keeps to itself.
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
+#[path = "../fuzz/entries.rs"]
 pub mod fuzzing;
 pub mod host;
 pub mod hosts;

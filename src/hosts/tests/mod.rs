@@ -1,0 +1,449 @@
+//! Scheduler rules, exercised with an in-process provisioner whose outcomes the test
+//! controls (the network paths are covered by the integration tests).
+
+use super::*;
+use crate::choria::rpc::RpcError;
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::HashMap;
+
+fn id(text: &str) -> Identity {
+    Identity::parse(text).unwrap()
+}
+
+/// A provisioner whose attempts run to their end on the worker that begins them (no
+/// parking): the scheduler's rules do not depend on how an attempt waits.
+trait RunsToEnd: Send + Sync {
+    fn provision(&self, identity: &Identity, since: Instant, stopping: &AtomicBool) -> Outcome;
+
+    fn woken(&self) -> Vec<Identity> {
+        Vec::new()
+    }
+
+    fn pass_on_wakes(&self, _n: usize) {}
+}
+
+impl<T: RunsToEnd> Provision for T {
+    fn begin(&self, ticket: Ticket, stopping: &AtomicBool) -> Option<Finished> {
+        let outcome = self.provision(&ticket.identity, ticket.since, stopping);
+        Some(Finished {
+            ticket,
+            outcome,
+            silent: false,
+        })
+    }
+
+    fn ready(&self) -> Receiver<Ready> {
+        crossbeam_channel::never()
+    }
+
+    fn resume(&self, _ready: Ready, _stopping: &AtomicBool) -> Option<Finished> {
+        None
+    }
+
+    fn has_room(&self) -> bool {
+        true
+    }
+
+    fn abandon_all(&self) -> Vec<Finished> {
+        Vec::new()
+    }
+
+    fn waiting(&self) -> usize {
+        0
+    }
+
+    fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        Vec::new()
+    }
+
+    fn woken(&self) -> Vec<Identity> {
+        RunsToEnd::woken(self)
+    }
+
+    fn pass_on_wakes(&self, n: usize) {
+        RunsToEnd::pass_on_wakes(self, n)
+    }
+}
+
+/// Records every attempt; each identity's attempts wait for a go-ahead when gated.
+struct Recorder {
+    calls: Mutex<Vec<String>>,
+    outcomes: Mutex<HashMap<String, Outcome>>,
+    gate: Option<Receiver<()>>,
+    started: Sender<String>,
+    /// Upgrade turns, as `UpgradeSlots` keeps them: waiting in order, and woken.
+    waiting: Mutex<std::collections::VecDeque<Identity>>,
+    woken: Mutex<Vec<Identity>>,
+}
+
+impl RunsToEnd for Recorder {
+    fn provision(&self, identity: &Identity, _since: Instant, stopping: &AtomicBool) -> Outcome {
+        self.calls.lock().push(identity.to_string());
+        let _ = self.started.send(identity.to_string());
+        if let Some(gate) = &self.gate {
+            while !stopping.load(Ordering::Relaxed) {
+                if gate.recv_timeout(Duration::from_millis(10)).is_ok() {
+                    break;
+                }
+            }
+        }
+        self.outcomes
+            .lock()
+            .get(identity.as_str())
+            .cloned()
+            .unwrap_or(Outcome::Done)
+    }
+
+    fn woken(&self) -> Vec<Identity> {
+        std::mem::take(&mut *self.woken.lock())
+    }
+
+    fn pass_on_wakes(&self, n: usize) {
+        let mut waiting = self.waiting.lock();
+        let next = waiting.len().min(n);
+        self.woken.lock().extend(waiting.drain(..next));
+    }
+}
+
+struct Rig {
+    fleet: Arc<Fleet>,
+    recorder: Arc<Recorder>,
+    started: Receiver<String>,
+    release: Option<Sender<()>>,
+}
+
+fn rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig {
+    let rig = unstarted_rig(workers, capacity, cooldown, gated);
+    rig.fleet.start();
+    rig
+}
+
+/// A [`rig`] whose threads are not started: the test plays the worker and the
+/// finisher.
+fn unstarted_rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig {
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let (release, gate) = crossbeam_channel::unbounded();
+    let (started_tx, started) = crossbeam_channel::unbounded();
+    let recorder = Arc::new(Recorder {
+        calls: Mutex::new(Vec::new()),
+        outcomes: Mutex::new(HashMap::new()),
+        gate: gated.then_some(gate),
+        started: started_tx,
+        waiting: Mutex::new(Default::default()),
+        woken: Mutex::new(Vec::new()),
+    });
+    let fleet = Fleet::new(
+        FleetOptions {
+            workers,
+            capacity,
+            cooldown,
+            shutdown_timeout: Duration::from_secs(2),
+            lock_window: Duration::from_secs(1),
+            silent_cooldown: Duration::from_secs(1),
+        },
+        metrics,
+        pause,
+        Arc::clone(&recorder) as Arc<dyn Provision>,
+    );
+    Rig {
+        fleet,
+        recorder,
+        started,
+        release: gated.then_some(release),
+    }
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn an_identity_is_queued_at_most_once_until_finished() {
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    assert_eq!(r.fleet.add(&id("n1"), Source::Event), AddResult::Known);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        r.fleet.add(&id("n1"), Source::Discovery),
+        AddResult::Known,
+        "in progress"
+    );
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("provisioned", || r.fleet.metrics().provisioned.get() == 1);
+    assert_eq!(
+        r.fleet.add(&id("n1"), Source::Discovery),
+        AddResult::Known,
+        "cooling down"
+    );
+    assert_eq!(r.recorder.calls.lock().len(), 1);
+    assert_eq!(r.fleet.metrics().discovered.get(), 1);
+    assert_eq!(r.fleet.metrics().event_discovered.get(), 0);
+    r.fleet.stop();
+}
+
+#[test]
+fn the_cooldown_ends_and_the_node_can_come_back() {
+    let r = rig(1, 10, Duration::from_millis(100), false);
+    r.fleet.add(&id("n1"), Source::Discovery);
+    wait_until("provisioned", || r.fleet.metrics().provisioned.get() == 1);
+    assert!(r.fleet.is_known("n1"));
+    wait_until("forgotten after the cool-down", || !r.fleet.is_known("n1"));
+    assert_eq!(r.fleet.add(&id("n1"), Source::Event), AddResult::Added);
+    wait_until("provisioned again", || {
+        r.fleet.metrics().provisioned.get() == 2
+    });
+    assert_eq!(r.fleet.metrics().event_discovered.get(), 1);
+    r.fleet.stop();
+}
+
+/// A fleet whose threads are not started: the test plays the worker and the finisher.
+fn unstarted(cooldown: Duration) -> Arc<Fleet> {
+    unstarted_rig(1, 10, cooldown, false).fleet
+}
+
+#[test]
+fn a_cool_down_that_ran_out_is_over_before_the_finisher_forgets_it() {
+    let fleet = unstarted(Duration::from_millis(50));
+    assert_eq!(fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    let job = fleet.work_rx.try_recv().unwrap();
+    assert!(fleet.begin(&job).is_some());
+    fleet.finish(&job, &Outcome::Done, false);
+    assert_eq!(
+        fleet.add(&id("n1"), Source::Discovery),
+        AddResult::Known,
+        "cooling down"
+    );
+    std::thread::sleep(Duration::from_millis(60));
+    // No finisher runs here: the entry is still in the map, its cool-down over.
+    assert!(fleet.is_known("n1"));
+    assert_eq!(
+        fleet.add(&id("n1"), Source::Discovery),
+        AddResult::Added,
+        "queued again as soon as the cool-down ran out"
+    );
+    let again = fleet.work_rx.try_recv().unwrap();
+    assert_ne!(again.generation, job.generation);
+    // The finisher's late finish names the old generation: the new entry stays.
+    let finish = fleet.done_rx.try_recv().unwrap();
+    assert_eq!(finish.generation, job.generation);
+    let mut due = vec![(finish.generation, finish.identity, finish.then)];
+    fleet.cooled_down(&mut due);
+    assert!(due.is_empty());
+    assert!(fleet.is_known("n1"), "the new generation is not forgotten");
+    assert!(fleet.begin(&again).is_some(), "and is still queued");
+}
+
+#[test]
+fn one_batch_forgets_only_the_entries_at_their_generation_and_offers_the_locked_ones() {
+    let fleet = unstarted(Duration::from_secs(60));
+    for name in ["a", "b", "c"] {
+        assert_eq!(fleet.add(&id(name), Source::Discovery), AddResult::Added);
+    }
+    let jobs: Vec<Job> = fleet.work_rx.try_iter().collect();
+    let generation = |name: &str| {
+        jobs.iter()
+            .find(|j| j.identity.as_str() == name)
+            .unwrap()
+            .generation
+    };
+    let mut due = vec![
+        (generation("a"), id("a"), AfterCoolDown::Forget),
+        (generation("b") + 100, id("b"), AfterCoolDown::Forget),
+        (generation("c"), id("c"), AfterCoolDown::Offer),
+        (1_000, id("unknown"), AfterCoolDown::Offer),
+    ];
+    fleet.cooled_down(&mut due);
+    assert!(!fleet.is_known("a"), "forgotten");
+    assert!(fleet.is_known("b"), "another generation: kept");
+    assert!(fleet.is_known("c"), "offered again");
+    assert!(
+        !fleet.is_known("unknown"),
+        "nothing offered that was not there"
+    );
+    let offered: Vec<Job> = fleet.work_rx.try_iter().collect();
+    assert_eq!(offered.len(), 1);
+    assert_eq!(offered[0].identity.as_str(), "c");
+    assert_ne!(offered[0].generation, generation("c"));
+    assert_eq!(
+        fleet.metrics().waiting_nodes.get(),
+        2,
+        "gauges updated once for the batch"
+    );
+}
+
+#[test]
+fn the_finisher_wakes_at_most_four_times_a_second_at_the_default_cool_down() {
+    assert_eq!(
+        finisher::slack(COOLDOWN.min(LOCK_WINDOW)),
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        finisher::slack(Duration::from_secs(6400)),
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        finisher::slack(Duration::from_secs(32)),
+        Duration::from_millis(500) / 2
+    );
+    assert_eq!(
+        finisher::slack(Duration::from_secs(8)),
+        Duration::from_millis(125)
+    );
+    assert_eq!(
+        finisher::slack(Duration::from_millis(100)),
+        Duration::from_millis(10)
+    );
+    assert_eq!(finisher::slack(Duration::ZERO), Duration::from_millis(10));
+}
+
+#[test]
+fn failures_and_upgrades_are_forgotten_at_once() {
+    let r = rig(1, 10, Duration::from_secs(600), false);
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("bad".into(), Outcome::Failed("boom".into()));
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("up".into(), Outcome::Upgraded);
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("later".into(), Outcome::Deferred("cmdb".into()));
+    for id in ["bad", "up", "later"] {
+        r.fleet.add(&self::id(id), Source::Discovery);
+    }
+    wait_until("all attempted", || {
+        !r.fleet.is_known("bad") && !r.fleet.is_known("up") && !r.fleet.is_known("later")
+    });
+    let m = r.fleet.metrics();
+    assert_eq!(m.provision_errors.get(), 2, "failed and deferred");
+    assert_eq!(m.provisioned.get(), 1, "the upgrade counts as provisioned");
+    r.fleet.stop();
+}
+
+#[test]
+fn a_full_queue_refuses_without_losing_the_node() {
+    let r = rig(1, 2, Duration::from_millis(10), true);
+    r.fleet.add(&id("busy"), Source::Discovery);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(r.fleet.add(&id("a"), Source::Discovery), AddResult::Added);
+    assert_eq!(r.fleet.add(&id("b"), Source::Discovery), AddResult::Added);
+    assert_eq!(
+        r.fleet.add(&id("c"), Source::Discovery),
+        AddResult::QueueFull
+    );
+    assert!(
+        !r.fleet.is_known("c"),
+        "not kept, so the next discovery retries it"
+    );
+    assert_eq!(r.fleet.take_queue_full(), 1);
+    assert_eq!(r.fleet.take_queue_full(), 0);
+    assert_eq!(
+        r.fleet.metrics().discovered.get(),
+        3,
+        "the refused one is not counted"
+    );
+    assert_eq!(r.fleet.metrics().work_queue_entries.get(), 2);
+    assert_eq!(r.fleet.metrics().waiting_nodes.get(), 3);
+    for _ in 0..3 {
+        r.release.as_ref().unwrap().send(()).unwrap();
+    }
+    wait_until("queue drained", || r.fleet.queued() == 0);
+    assert_eq!(r.fleet.add(&id("c"), Source::Discovery), AddResult::Added);
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("all four provisioned", || {
+        r.fleet.metrics().provisioned.get() == 4
+    });
+    r.fleet.stop();
+}
+
+#[test]
+fn gauges_follow_the_queue_as_workers_take_from_it() {
+    let r = rig(1, 10, Duration::from_secs(60), true);
+    for id in ["a", "b", "c"] {
+        r.fleet.add(&self::id(id), Source::Discovery);
+    }
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    wait_until("one dequeued", || {
+        r.fleet.metrics().work_queue_entries.get() == 2
+    });
+    assert_eq!(r.fleet.metrics().busy_workers.get(), 1);
+    assert_eq!(r.fleet.metrics().waiting_nodes.get(), 3);
+    r.fleet.stop();
+}
+
+#[test]
+fn remove_all_forgets_everything_and_a_late_finish_keeps_the_new_entry() {
+    let r = rig(1, 10, Duration::from_millis(50), true);
+    r.fleet.add(&id("n1"), Source::Discovery);
+    r.fleet.add(&id("n2"), Source::Discovery);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    r.fleet.remove_all();
+    assert_eq!(r.fleet.known(), 0);
+    assert_eq!(r.fleet.queued(), 0);
+    assert_eq!(r.fleet.metrics().waiting_nodes.get(), 0);
+    // n1 is re-added while its old attempt is still running: a new generation.
+    assert_eq!(r.fleet.add(&id("n1"), Source::Event), AddResult::Added);
+    r.recorder
+        .outcomes
+        .lock()
+        .insert("n1".into(), Outcome::Failed("old attempt".into()));
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("old attempt finished", || {
+        r.fleet.metrics().provision_errors.get() == 1
+    });
+    assert!(
+        r.fleet.is_known("n1"),
+        "the old attempt's finish must not remove the new entry"
+    );
+    r.recorder.outcomes.lock().remove("n1");
+    r.release.as_ref().unwrap().send(()).unwrap();
+    wait_until("new attempt done", || {
+        r.fleet.metrics().provisioned.get() == 1
+    });
+    assert_eq!(
+        *r.recorder.calls.lock(),
+        ["n1", "n1"],
+        "n2 was dropped by remove_all"
+    );
+    r.fleet.stop();
+}
+
+#[test]
+fn stop_waits_for_in_flight_nodes_within_the_bound() {
+    let r = rig(2, 10, Duration::from_secs(60), true);
+    r.fleet.add(&id("n1"), Source::Discovery);
+    r.started.recv_timeout(Duration::from_secs(5)).unwrap();
+    let started = Instant::now();
+    assert!(
+        r.fleet.stop(),
+        "the provisioner sees `stopping` and returns"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        r.fleet.add(&id("n2"), Source::Discovery),
+        AddResult::Stopping
+    );
+}
+
+#[test]
+fn two_fleets_in_one_process_are_independent() {
+    let a = rig(1, 10, Duration::from_secs(60), false);
+    let b = rig(1, 10, Duration::from_secs(60), false);
+    a.fleet.add(&id("n1"), Source::Discovery);
+    wait_until("a provisioned", || a.fleet.metrics().provisioned.get() == 1);
+    assert_eq!(b.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
+    wait_until("b provisioned", || b.fleet.metrics().provisioned.get() == 1);
+    assert_eq!(a.fleet.metrics().provisioned.get(), 1);
+    a.fleet.stop();
+    b.fleet.stop();
+}
+
+mod discovery_and_instances;

@@ -583,7 +583,7 @@ fn server_keys() -> &'static Keys {
 }
 
 /// Helper output as the provisioner decodes it, then the server JWT built from it
-/// (`ed25519` feature) through the real [`Keys::server_jwt`]: the token verifies
+/// (`ed25519` feature) through the real `Keys::server_jwt`: the token verifies
 /// with our key, names the node, has collectives and lives more than an hour.
 pub fn helper_output(data: &[u8]) {
     assert!(

@@ -23,7 +23,7 @@ pub fn unix_seconds() -> i64 {
 }
 
 /// Formats Unix seconds as RFC 3339 in UTC (`2026-12-03T06:02:56Z`).
-pub fn rfc3339(unix: f64) -> String {
+pub(crate) fn rfc3339(unix: f64) -> String {
     let secs = unix.floor() as i64;
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);

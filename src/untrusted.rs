@@ -3,12 +3,12 @@
 //! Imports nothing of the crate.
 
 /// How much of a hostile string a log line shows.
-pub const SHOWN_CHARS: usize = 200;
+pub(crate) const SHOWN_CHARS: usize = 200;
 
 /// `text` fit for a log line: at most [`SHOWN_CHARS`] characters, control
 /// characters, quotes and non-ASCII escaped, and a marker with the full length when
 /// it was cut. For strings that failed validation (a valid identity is shown as is).
-pub fn shown(text: &str) -> String {
+pub(crate) fn shown(text: &str) -> String {
     let mut out = String::with_capacity(text.len().min(SHOWN_CHARS) + 16);
     for (n, c) in text.chars().enumerate() {
         if n == SHOWN_CHARS {

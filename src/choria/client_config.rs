@@ -18,15 +18,15 @@ use crate::config::{parse_duration, Problem, Secret};
 /// The longest `discovery_timeout` accepted. It is added to every RPC's timeout and
 /// to the discovery deadline, so it is bounded where it is read: no sum of timeouts
 /// can overflow a `Duration` or an `Instant`.
-pub const MAX_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_DISCOVERY_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The longest `plugin.choria.network.connect_timeout` accepted (go-choria: "must not
 /// exceed 120 seconds").
-pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The longest request `ttl` accepted, in seconds (a day). Requests carry it as a
 /// signed 64-bit number and nodes add and subtract it from Unix times.
-pub const MAX_TTL: u64 = 86_400;
+pub(crate) const MAX_TTL: u64 = 86_400;
 
 /// Security providers go-choria knows; this provisioner implements `file`, `choria`
 /// and `puppet` (as fixed file locations).
@@ -155,7 +155,7 @@ impl std::fmt::Debug for ClientConfig {
 
 /// The client configuration could not be read or is unusable: the same shape (file
 /// and every problem) as a provisioner YAML error.
-pub type ClientConfigError = crate::config::ConfigError;
+pub(crate) type ClientConfigError = crate::config::ConfigError;
 
 /// The default `--choria-config`: the first of Go's candidates that exists, else the
 /// last one (which must then exist).
@@ -177,7 +177,11 @@ pub fn default_path() -> PathBuf {
 
 /// Parses `key = value` lines, adding them to `into` with `prefix`; returns the
 /// numbers of lines that were neither comments nor settings.
-pub fn parse_lines(text: &str, prefix: &str, into: &mut BTreeMap<String, String>) -> Vec<usize> {
+pub(crate) fn parse_lines(
+    text: &str,
+    prefix: &str,
+    into: &mut BTreeMap<String, String>,
+) -> Vec<usize> {
     let mut unparsed = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -265,7 +269,7 @@ impl ClientConfig {
     }
 
     /// Builds the typed configuration from raw settings.
-    pub fn from_raw(
+    pub(crate) fn from_raw(
         path: &Path,
         raw: BTreeMap<String, String>,
         parsed_files: Vec<PathBuf>,
@@ -433,7 +437,7 @@ impl ClientConfig {
     }
 
     /// The broker URLs without credentials, to connect to and to show.
-    pub fn broker_addresses(&self) -> Vec<String> {
+    pub(crate) fn broker_addresses(&self) -> Vec<String> {
         self.middleware_hosts
             .iter()
             .map(|u| split_broker_url(u).0)
@@ -661,7 +665,7 @@ pub enum UrlCredentials {
 
 /// Splits a broker URL into the URL without user information and the credentials
 /// it carried: `nats://u:p@h:4222` → (`nats://h:4222`, user `u` and password `p`).
-pub fn split_broker_url(url: &str) -> (String, Option<UrlCredentials>) {
+pub(crate) fn split_broker_url(url: &str) -> (String, Option<UrlCredentials>) {
     let (scheme, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
         None => (None, url),
@@ -706,7 +710,7 @@ pub fn broker_host_port(url: &str) -> Option<(String, u16)> {
 
 /// go-choria's identity rule: the hostname if it has at least two dots, else the
 /// DNS FQDN, else the short hostname.
-pub fn default_identity() -> Option<String> {
+pub(crate) fn default_identity() -> Option<String> {
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())

@@ -59,7 +59,7 @@ impl fmt::Display for CredentialError {
 impl std::error::Error for CredentialError {}
 
 impl CredentialError {
-    /// The same error as a configuration [`Problem`] of its setting.
+    /// The same error as a configuration `Problem` of its setting.
     pub fn to_problem(&self) -> Problem {
         Problem::with_value(self.key, &self.path, &self.problem)
     }

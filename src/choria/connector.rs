@@ -42,7 +42,7 @@ use super::client_config::{
 };
 use super::client_jwt::{self, ClientJwt, CredentialError, Seed, PROVISIONER_USER};
 
-pub use super::broker_tls::BrokerTlsError;
+pub(crate) use super::broker_tls::BrokerTlsError;
 
 /// Why the client configuration cannot produce a connection, found before any
 /// broker is dialled. No variant holds a credential: the file is named, not quoted.

@@ -19,7 +19,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The longest identity accepted, in bytes (a DNS name's limit).
-pub const MAX_IDENTITY_LEN: usize = 253;
+pub(crate) const MAX_IDENTITY_LEN: usize = 253;
 
 /// A validated Choria identity. A clone shares the text rather than copying it: the
 /// fleet's map, the queued job, the finisher's due time and a discovery's set each
@@ -33,7 +33,7 @@ pub struct Identity(Arc<str>);
 pub enum IdentityError {
     /// Nothing at all.
     Empty,
-    /// Longer than [`MAX_IDENTITY_LEN`] bytes (the length).
+    /// Longer than `MAX_IDENTITY_LEN` bytes (the length).
     TooLong(usize),
     /// A byte that is not a letter, digit, `_`, `-` or `.` (its offset and value).
     Character {

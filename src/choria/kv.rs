@@ -21,7 +21,7 @@ const WRONG_LAST_SEQUENCE: u64 = 10071;
 
 /// Why a bucket or key operation failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KvError {
+pub(crate) enum KvError {
     /// The key's revision is not the one expected; the current one when the server
     /// said it. Someone else wrote the key.
     WrongRevision(Option<u64>),
@@ -64,7 +64,7 @@ struct PubAck {
 }
 
 /// The revision a PubAck reports, or why the write failed.
-pub fn parse_pub_ack(bytes: &[u8]) -> Result<u64, KvError> {
+pub(crate) fn parse_pub_ack(bytes: &[u8]) -> Result<u64, KvError> {
     let ack: PubAck = serde_json::from_slice(bytes)
         .map_err(|e| KvError::Invalid(format!("invalid PubAck: {e}")))?;
     if let Some(err) = ack.error {
@@ -102,7 +102,7 @@ struct StreamInfo {
 }
 
 /// The TTL (`max_age`) of `bucket` from its stream info, checked as nats.go does.
-pub fn parse_bucket_ttl(bytes: &[u8], bucket: &str) -> Result<Duration, KvError> {
+pub(crate) fn parse_bucket_ttl(bytes: &[u8], bucket: &str) -> Result<Duration, KvError> {
     let info: StreamInfo = serde_json::from_slice(bytes).map_err(|e| {
         KvError::Invalid(format!(
             "cannot access KV Bucket {bucket}: invalid stream info: {e}"

@@ -84,7 +84,7 @@ pub fn subscribe_resignations(
 /// What an active-active instance says about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum PeerState {
+pub(crate) enum PeerState {
     /// Alive and taking its share.
     Alive,
     /// Stopping cleanly: its share belongs to the others from now on.
@@ -93,7 +93,7 @@ pub enum PeerState {
 
 /// One heartbeat of an active-active instance, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     /// The instance (its Choria identity).
     pub identity: Identity,
     /// Its `site`.
@@ -113,7 +113,7 @@ pub struct Heartbeat {
 }
 
 /// The shortest and longest heartbeat periods accepted, in milliseconds.
-pub const HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
+pub(crate) const HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
 
 /// The wire form of [`Heartbeat`] and [`Handoff`] before validation.
 #[derive(Serialize, Deserialize)]
@@ -131,7 +131,7 @@ struct HeartbeatWire {
 /// A startup event read by an instance that does not own the node, handed to the
 /// owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Handoff {
+pub(crate) struct Handoff {
     /// The instance handing the node over.
     pub from: Identity,
     /// The node.
@@ -147,7 +147,7 @@ struct HandoffWire {
 
 /// Why a peer message was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerMessageError {
+pub(crate) enum PeerMessageError {
     /// Larger than the 4 KiB a peer message may be.
     TooLarge(usize),
     /// Not the expected JSON document.
@@ -163,7 +163,7 @@ pub enum PeerMessageError {
 impl PeerMessageError {
     /// `too_large`, `undecodable`, `identity`, `foreign_site` or `period`: the
     /// metric label.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             PeerMessageError::TooLarge(_) => "too_large",
             PeerMessageError::Undecodable => "undecodable",
@@ -200,7 +200,7 @@ impl std::error::Error for PeerMessageError {}
 
 /// Every [`PeerMessageError::reason`]: the metrics layer's list, whose series start
 /// at 0 (a test checks every reason is in it).
-pub const PEER_REFUSALS: [&str; 5] = crate::metrics::PEER_REFUSALS;
+pub(crate) const PEER_REFUSALS: [&str; 5] = crate::metrics::PEER_REFUSALS;
 
 /// `provisioning.provisioner.peers.<site>`; `site` must be one subject token.
 pub fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {
@@ -220,7 +220,7 @@ pub fn handoff_subject(site: &str, owner: &Identity) -> Result<Subject, SubjectE
 
 impl Heartbeat {
     /// The JSON body.
-    pub fn to_json(&self) -> Vec<u8> {
+    pub(crate) fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(&HeartbeatWire {
             identity: self.identity.to_string(),
             site: self.site.clone(),
@@ -261,7 +261,7 @@ impl Heartbeat {
 
 impl Handoff {
     /// The JSON body.
-    pub fn to_json(&self) -> Vec<u8> {
+    pub(crate) fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(&HandoffWire {
             from: self.from.to_string(),
             node: self.node.to_string(),

@@ -3,7 +3,7 @@
 //! A request goes to `provisioning.node.<identity>` with the reply subject
 //! `provisioning.reply.<md5(callerid)>.<requestid>` both in the Choria transport
 //! header (where servers reply) and as the NATS reply subject, registered with the
-//! [`Router`] before publishing. The NATS reply subject makes nats-server answer "no
+//! `Router` before publishing. The NATS reply subject makes nats-server answer "no
 //! responders" at once when no server subscribes to the node's subject, so a made-up
 //! identity costs one round trip instead of a worker's timeouts.
 //!
@@ -15,7 +15,7 @@
 //! trusts what the node said, asks whether a second, different reply came in the
 //! same name ([`Watch::settle`]). A request keeps at most 8 replies for its caller;
 //! one dropped unread because more came may have been the node's own, pushed out by
-//! a forger's copies, so any drop contests the request too ([`Contest::Flooded`]).
+//! a forger's copies, so any drop contests the request too (`Contest::Flooded`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -68,8 +68,7 @@ const PROBE_REPLIES: usize = 4;
 
 mod contested;
 mod discovery;
-pub use contested::{Contest, Contested};
-pub use discovery::{Discovered, MAX_DISCOVERY_SENDERS};
+pub(crate) use contested::{Contest, Contested};
 
 /// A decoded RPC reply from one node.
 #[derive(Debug, Clone, PartialEq)]

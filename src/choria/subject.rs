@@ -11,7 +11,7 @@
 use std::fmt;
 
 /// Longest subject or filter we send (nats-server's control line limit is 4 KiB).
-pub const MAX_SUBJECT_LEN: usize = 512;
+pub(crate) const MAX_SUBJECT_LEN: usize = 512;
 
 /// Longest header value we send.
 pub const MAX_HEADER_VALUE_LEN: usize = 1024;
@@ -21,7 +21,7 @@ pub const MAX_HEADER_VALUE_LEN: usize = 1024;
 pub enum SubjectError {
     /// Empty.
     Empty,
-    /// Longer than [`MAX_SUBJECT_LEN`] (the length).
+    /// Longer than `MAX_SUBJECT_LEN` (the length).
     TooLong(usize),
     /// A space, control character or non-ASCII byte at this offset.
     Byte(usize),
@@ -112,7 +112,7 @@ impl Subject {
     }
 
     /// `self` followed by `.token`, checked as a whole.
-    pub fn child(&self, token: &str) -> Result<Subject, SubjectError> {
+    pub(crate) fn child(&self, token: &str) -> Result<Subject, SubjectError> {
         // `self` is checked already: only the new token is, with the errors and
         // offsets a check of the whole would give.
         let len = self.0.len() + 1 + token.len();

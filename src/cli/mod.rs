@@ -1,7 +1,7 @@
 //! Process start-up: the command line, loading and checking configuration, the pid
 //! file and signals. Everything here runs before (or around) the daemon proper.
 
-pub mod args;
+pub(crate) mod args;
 mod check;
 mod control;
 mod nodes;
@@ -12,8 +12,8 @@ mod run;
 mod signals;
 
 pub use overrides::apply_provisioner_overrides;
-pub use pidfile::PidFile;
-pub use prepare::{prepare, Prepared};
+pub(crate) use pidfile::PidFile;
+pub(crate) use prepare::prepare;
 
 use args::Action;
 

@@ -2,8 +2,8 @@
 //! validation Go never did.
 //!
 //! Keys are matched case-insensitively as Go's `encoding/json` does. A value of the
-//! wrong type, a broken rule or an unreadable file is a [`Problem`]; all problems of a
-//! file are reported together in one [`ConfigError`]. Unknown keys are warnings that
+//! wrong type, a broken rule or an unreadable file is a `Problem`; all problems of a
+//! file are reported together in one `ConfigError`. Unknown keys are warnings that
 //! name the closest known key. This module imports nothing else of the crate: it is
 //! the bottom layer that everything else reads.
 
@@ -11,7 +11,7 @@ mod duration;
 mod pause;
 mod problem;
 mod secret;
-pub mod shell_words;
+pub(crate) mod shell_words;
 mod validate;
 mod yaml_keys;
 
@@ -20,12 +20,12 @@ use std::time::Duration;
 
 pub use duration::{format_duration, parse_duration, DurationError, MAX_DURATION};
 pub use pause::{OperatorPause, Pause};
-pub use problem::{closest, ConfigError, Problem};
-pub use secret::Secret;
+pub(crate) use problem::{closest, ConfigError, Problem};
+pub(crate) use secret::Secret;
 
 /// The `cert_deny_list` used when the key is absent or empty: client and privileged
 /// certificate names that must never be signed for a server.
-pub const DEFAULT_CERT_DENY_LIST: [&str; 4] = [
+pub(crate) const DEFAULT_CERT_DENY_LIST: [&str; 4] = [
     r"\.privileged.mcollective$",
     r"\.privileged.choria$",
     r"\.mcollective$",
@@ -33,31 +33,31 @@ pub const DEFAULT_CERT_DENY_LIST: [&str; 4] = [
 ];
 
 /// The lifecycle component provisioning-mode servers announce themselves with.
-pub const DEFAULT_LIFECYCLE_COMPONENT: &str = "provision_mode_server";
+pub(crate) const DEFAULT_LIFECYCLE_COMPONENT: &str = "provision_mode_server";
 
 /// The default `csr_reply_grace`: longer than go-choria takes to make an RSA 2048 key
 /// on ordinary hardware, short enough that a pki node's attempt is not much slower
 /// (the grace overlaps the helper run).
-pub const DEFAULT_CSR_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const DEFAULT_CSR_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The default `reply_grace`: a real node answers its requests within this time even
 /// in its first, busy boot, so that its reply still contests one someone else sent
 /// first. It costs each node that much latency and the fleet no throughput.
-pub const DEFAULT_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const DEFAULT_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The default `max_waiting_attempts`: at 68,000 nodes a minute (a 100,000-node fleet
 /// at full rate) with the 2 s reply grace about 2,400 attempts are under way at
 /// once; twice that leaves room for slow nodes and retries.
-pub const DEFAULT_MAX_WAITING_ATTEMPTS: usize = 5_000;
+pub(crate) const DEFAULT_MAX_WAITING_ATTEMPTS: usize = 5_000;
 
 /// The most `max_waiting_attempts` accepted: each waiting attempt holds a few
 /// kilobytes.
-pub const MAX_WAITING_ATTEMPTS: usize = 1_000_000;
+pub(crate) const MAX_WAITING_ATTEMPTS: usize = 1_000_000;
 
 /// The longest `csr_reply_grace` accepted: a twin later than this is past any node's
 /// `gencsr` timeout in practice, and a longer wait only delays every node. The same
 /// bound holds for `reply_grace`.
-pub const MAX_CSR_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const MAX_CSR_REPLY_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Optional provisioning features (the `features` map).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -213,7 +213,7 @@ pub struct Loaded {
 
 impl Config {
     /// The configuration an empty file produces, before validation.
-    pub fn defaults(file: &Path) -> Config {
+    pub(crate) fn defaults(file: &Path) -> Config {
         Config {
             file: file.to_path_buf(),
             workers: default_workers(),
@@ -274,7 +274,7 @@ impl Config {
     }
 
     /// Defaults and validates YAML text as if it had been read from `path`.
-    pub fn from_yaml(path: &Path, bytes: &[u8]) -> Result<Loaded, ConfigError> {
+    pub(crate) fn from_yaml(path: &Path, bytes: &[u8]) -> Result<Loaded, ConfigError> {
         let mut config = Config::defaults(path);
         let mut problems = Vec::new();
         let mut warnings = Vec::new();
@@ -293,7 +293,7 @@ impl Config {
     }
 
     /// The effective configuration as YAML, secrets shown as `***`, for `check`.
-    pub fn effective_yaml(&self) -> String {
+    pub(crate) fn effective_yaml(&self) -> String {
         yaml_keys::effective_yaml(self)
     }
 

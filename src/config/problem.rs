@@ -27,7 +27,7 @@ impl Problem {
     }
 
     /// A problem with `key` whose value `value` is shown in the message.
-    pub fn with_value(
+    pub(crate) fn with_value(
         key: impl Into<String>,
         value: impl Into<String>,
         message: impl Into<String>,
@@ -87,7 +87,10 @@ impl std::error::Error for ConfigError {}
 
 /// The closest of `candidates` to `word`, when it is close enough to be a likely
 /// typo (`upgrade_repository` → `upgrades_repository`).
-pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn closest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let limit = (word.chars().count() / 3).max(2);
     candidates
         .into_iter()

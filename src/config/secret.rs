@@ -18,7 +18,7 @@ impl Secret {
     }
 
     /// True when no value was configured.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }

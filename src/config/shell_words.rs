@@ -10,7 +10,7 @@ use std::fmt;
 
 /// Why a command line could not be split.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SplitError {
+pub(crate) enum SplitError {
     /// A `'` or `"` was opened and never closed.
     UnterminatedQuote(char),
     /// The line ends with a lone backslash.
@@ -32,7 +32,7 @@ impl fmt::Display for SplitError {
 impl std::error::Error for SplitError {}
 
 /// Splits `line` into words as a POSIX shell would, without any expansion.
-pub fn split(line: &str) -> Result<Vec<String>, SplitError> {
+pub(crate) fn split(line: &str) -> Result<Vec<String>, SplitError> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;
@@ -100,7 +100,7 @@ pub fn split(line: &str) -> Result<Vec<String>, SplitError> {
 /// Finds the program a command line's first word names, as `execve` via a shell
 /// would: a word with a `/` is a path, anything else is looked up in `PATH`. The
 /// program must be a regular file with an execute bit.
-pub fn find_program(word: &str) -> Result<std::path::PathBuf, String> {
+pub(crate) fn find_program(word: &str) -> Result<std::path::PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
     let check = |path: &std::path::Path| -> Result<(), String> {
         let meta = std::fs::metadata(path).map_err(|e| match e.kind() {

@@ -22,7 +22,7 @@ use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::request::{CertReq, ExtensionReq};
 
 /// `cert_deny_list` patterns used when the configuration gives none.
-pub const DEFAULT_DENY_PATTERNS: &[&str] = &[
+pub(crate) const DEFAULT_DENY_PATTERNS: &[&str] = &[
     r"\.privileged.mcollective$",
     r"\.privileged.choria$",
     r"\.mcollective$",
@@ -30,7 +30,7 @@ pub const DEFAULT_DENY_PATTERNS: &[&str] = &[
 ];
 
 /// Largest CSR text accepted; the real one is about 1 KB.
-pub const MAX_CSR_LEN: usize = 64 * 1024;
+pub(crate) const MAX_CSR_LEN: usize = 64 * 1024;
 
 const OID_COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 const OID_SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
@@ -63,7 +63,7 @@ pub struct DenyList {
 }
 
 impl DenyList {
-    /// Compiles the configured patterns; an empty list means [`DEFAULT_DENY_PATTERNS`].
+    /// Compiles the configured patterns; an empty list means `DEFAULT_DENY_PATTERNS`.
     ///
     /// A pattern written `/re/` (matching `^/.+/$`) has all its leading and trailing `/`
     /// stripped, as Go does. Patterns are matched unanchored (a search anywhere in the name).
@@ -92,7 +92,7 @@ impl DenyList {
     }
 
     /// The first configured pattern (as written) that matches `name`, if any.
-    pub fn matching_pattern(&self, name: &str) -> Option<&str> {
+    pub(crate) fn matching_pattern(&self, name: &str) -> Option<&str> {
         self.patterns
             .iter()
             .find(|(_, re)| re.is_match(name))
@@ -100,7 +100,7 @@ impl DenyList {
     }
 
     /// True when any pattern matches `name`.
-    pub fn is_denied(&self, name: &str) -> bool {
+    pub(crate) fn is_denied(&self, name: &str) -> bool {
         self.matching_pattern(name).is_some()
     }
 
@@ -122,7 +122,7 @@ impl Default for DenyList {
 pub enum CsrError {
     /// No CSR in the reply.
     NoCsr,
-    /// Larger than [`MAX_CSR_LEN`].
+    /// Larger than `MAX_CSR_LEN`.
     TooLarge(usize),
     /// No PEM block in the text (Go would crash here).
     NotPem,

@@ -90,13 +90,13 @@ pub fn uuid_v4() -> String {
 }
 
 /// The KSUID epoch (2014-05-13T16:53:20Z).
-pub const KSUID_EPOCH: u64 = 1_400_000_000;
+pub(crate) const KSUID_EPOCH: u64 = 1_400_000_000;
 
 const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /// A KSUID for Unix time `unix_seconds` with the given 16 payload bytes: 4-byte
 /// big-endian `(seconds - 1400000000)` then the payload, base62, 27 characters.
-pub fn ksuid_from(unix_seconds: u64, payload: [u8; 16]) -> String {
+pub(crate) fn ksuid_from(unix_seconds: u64, payload: [u8; 16]) -> String {
     let mut bytes = [0u8; 20];
     let ts = unix_seconds.saturating_sub(KSUID_EPOCH) as u32;
     bytes[..4].copy_from_slice(&ts.to_be_bytes());

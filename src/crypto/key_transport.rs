@@ -17,7 +17,7 @@ type Dec = cbc::Decryptor<aes::Aes256>;
 
 /// OpenSSL's `EVP_BytesToKey` (MD5, one round) for a 32-byte key: `D1 = MD5(pw‖salt)`,
 /// `D2 = MD5(D1‖pw‖salt)`, key = `D1‖D2`.
-pub fn evp_bytes_to_key(password: &[u8], salt: &[u8]) -> [u8; 32] {
+pub(crate) fn evp_bytes_to_key(password: &[u8], salt: &[u8]) -> [u8; 32] {
     let d1 = Md5::new()
         .chain_update(password)
         .chain_update(salt)

@@ -29,7 +29,7 @@ impl std::fmt::Debug for Block {
 
 impl Block {
     /// The value of header `name`.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)

@@ -145,13 +145,7 @@ impl std::error::Error for AttemptError {}
 
 impl From<CallError> for AttemptError {
     fn from(e: CallError) -> AttemptError {
-        match e {
-            CallError::Contested(contested) => AttemptError::Contested {
-                identity: contested.identity.clone(),
-                contested,
-            },
-            e => AttemptError::Call(e),
-        }
+        AttemptError::Call(e)
     }
 }
 

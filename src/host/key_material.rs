@@ -255,7 +255,7 @@ impl KeyMaterial {
     /// Signs the server JWT for the node (ed25519 feature), with the chain-issuer data
     /// when `jwt_signing_token` is set (loaded at start and on SIGHUP; Go reads it for
     /// every node). Returns the token with its claims (for the audit trail).
-    pub fn server_jwt(
+    pub(crate) fn server_jwt(
         &self,
         identity: &str,
         ed25519: Option<&Ed25519Info>,

@@ -2,20 +2,20 @@
 
 mod attempt;
 pub mod driver;
-pub mod failure;
+pub(crate) mod failure;
 mod folded_keys;
 pub mod helper;
-pub mod key_material;
+pub(crate) mod key_material;
 pub mod loop_check;
 pub mod outcome;
-pub mod pipes;
+pub(crate) mod pipes;
 mod proctree;
-pub mod progress;
+pub(crate) mod progress;
 mod redact;
 mod replies;
 mod requests;
-pub mod retry;
-pub mod sequence;
+pub(crate) mod retry;
+pub(crate) mod sequence;
 mod spawn;
-pub mod upgrade_slots;
-pub mod version;
+pub(crate) mod upgrade_slots;
+pub(crate) mod version;

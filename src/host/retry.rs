@@ -8,8 +8,6 @@
 //! exhausted call names the action, the node, the number of tries and the last real
 //! reason (Go said `context canceled`).
 
-use crate::choria::rpc::Contested;
-
 /// Status messages of go-choria's provision agent that no retry can change
 /// (`providers/agent/mcorpc/golang/provision`).
 pub const FATAL_REFUSALS: [&str; 6] = [
@@ -41,9 +39,6 @@ pub enum CallError {
     /// The node's provisioning lock is held by another caller (another provisioner):
     /// not retried here.
     Locked(String),
-    /// Someone else answers in the node's name (a try's replies were flooded): not
-    /// retried here, no try's reply can be trusted.
-    Contested(Contested),
 }
 
 impl std::fmt::Display for CallError {
@@ -52,7 +47,6 @@ impl std::fmt::Display for CallError {
             CallError::Failed(why) | CallError::Unreachable(why) | CallError::Locked(why) => {
                 f.write_str(why)
             }
-            CallError::Contested(contested) => contested.fmt(f),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::cmp::Ordering;
 
 /// A parsed `[epoch:]version[-release]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RpmVersion<'a> {
+pub(crate) struct RpmVersion<'a> {
     /// Epoch (0 when absent or not a number).
     pub epoch: i64,
     /// Version.
@@ -32,7 +32,7 @@ pub fn parse(text: &str) -> RpmVersion<'_> {
 }
 
 /// Compares `a` with `b`: `Less` when `a` is older.
-pub fn compare(a: &str, b: &str) -> Ordering {
+pub(crate) fn compare(a: &str, b: &str) -> Ordering {
     if a == b {
         return Ordering::Equal;
     }

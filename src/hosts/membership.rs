@@ -1,7 +1,7 @@
 //! Active-active membership: the live instances of one `site` and which nodes this
 //! one owns.
 //!
-//! Each instance publishes a [`Heartbeat`] every `heartbeat` on
+//! Each instance publishes a `Heartbeat` every `heartbeat` on
 //! `provisioning.provisioner.peers.<site>` (`choria::peers`), a subject
 //! provisioning-mode nodes can neither publish to nor read, so no node can fake a
 //! peer or silence one. A peer silent for [`SILENT_BEATS`] heartbeats is dropped; a

@@ -8,16 +8,16 @@
 //! reported as such (not as "added"), the gauges are exact, and shutdown waits for
 //! in-flight nodes within a bound.
 
-pub mod audit;
+pub(crate) mod audit;
 pub(crate) mod control;
 pub mod daemon;
 pub mod discovery;
 pub mod election;
-pub mod events;
+pub(crate) mod events;
 mod finisher;
 pub mod membership;
 pub mod rendezvous;
-pub mod status;
+pub(crate) mod status;
 mod workers;
 
 use std::collections::HashMap;

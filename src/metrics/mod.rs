@@ -18,7 +18,7 @@ pub use server::{
     Health, HealthSource, LateNodes, MetricsServer, NodeLookup, NodeSource, NodeStatus, Readiness,
     Role, ServeError,
 };
-pub use summary::SumCountVec;
+pub(crate) use summary::SumCountVec;
 
 /// The metric families of one provisioner, all labelled `site`.
 #[derive(Debug)]
@@ -110,7 +110,7 @@ pub struct Metrics {
     /// active-active set; 0 when active-active is off, joining or leaving).
     pub share: prometheus::Gauge,
     /// Messages from other provisioners refused, by `reason` (one of
-    /// [`PEER_REFUSALS`]).
+    /// `PEER_REFUSALS`).
     pub peer_messages_refused: IntCounterVec,
     /// Valid messages from other provisioners dropped because their inbox was full,
     /// by `kind` (`heartbeat`, `handoff`): each kind has its own bounded inbox.
@@ -180,7 +180,7 @@ pub const OUTCOMES: [&str; 11] = [
 
 /// The `reason` label values of `choria_provisioner_peer_messages_refused`, each
 /// created at 0 (the same words as `choria::peers::PeerMessageError::reason`).
-pub const PEER_REFUSALS: [&str; 5] = [
+pub(crate) const PEER_REFUSALS: [&str; 5] = [
     "too_large",
     "undecodable",
     "identity",

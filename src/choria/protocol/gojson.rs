@@ -66,14 +66,14 @@ impl Formatter for GoFormatter {
 }
 
 /// Serialises `value` as Go would.
-pub fn to_vec<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+pub(crate) fn to_vec<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     write(&mut out, value);
     out
 }
 
 /// Appends `value` to `out` as Go would write it.
-pub fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+pub(crate) fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     let mut ser = serde_json::Serializer::with_formatter(out, GoFormatter);
     // Serialising plain structs, strings and maps into a Vec cannot fail.
     value
@@ -108,7 +108,7 @@ const ESCAPES: [u8; 256] = {
 /// close together (a nested message's quotes); a run of more than eight plain bytes
 /// (PEM lines, base64, the values of a nested message) is scanned eight bytes at a
 /// time (`scan::escape_special`) and copied whole.
-pub fn write_str(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     write_utf8(out, text.as_bytes())
 }
 
@@ -188,7 +188,7 @@ fn write_int(out: &mut Vec<u8>, value: i64) {
 /// Appends `value` as Go would write it, every object's keys sorted when `sorted`
 /// (Go's maps) or in their order otherwise: the bytes [`write()`] gives, with strings
 /// through [`write_str`].
-pub fn write_value(out: &mut Vec<u8>, value: &serde_json::Value, sorted: bool) {
+pub(crate) fn write_value(out: &mut Vec<u8>, value: &serde_json::Value, sorted: bool) {
     use serde_json::Value;
     match value {
         Value::String(text) => write_str(out, text),
@@ -460,14 +460,14 @@ impl<'de> serde::de::Visitor<'de> for GoMap<'_, 'de> {
 /// A JSON object written field by field, as Go writes a struct: for the envelopes,
 /// whose big fields (a nested message, base64 data) are written without serde.
 /// Fields must be added in the struct's declaration order.
-pub struct Object<'a> {
+pub(crate) struct Object<'a> {
     out: &'a mut Vec<u8>,
     first: bool,
 }
 
 impl<'a> Object<'a> {
     /// Starts an object at the end of `out`.
-    pub fn start(out: &'a mut Vec<u8>) -> Object<'a> {
+    pub(crate) fn start(out: &'a mut Vec<u8>) -> Object<'a> {
         out.push(b'{');
         Object { out, first: true }
     }
@@ -482,7 +482,7 @@ impl<'a> Object<'a> {
     }
 
     /// A string field.
-    pub fn str(mut self, key: &str, value: &str) -> Self {
+    pub(crate) fn str(mut self, key: &str, value: &str) -> Self {
         self.key(key);
         write_str(self.out, value);
         self
@@ -491,7 +491,7 @@ impl<'a> Object<'a> {
     /// A string field holding `json`, text written by this module's writers (so
     /// UTF-8 by construction, checked in debug builds): a nested message, escaped
     /// without validating it again. Anything else goes through [`Object::str`].
-    pub fn nested_json(mut self, key: &str, json: &[u8]) -> Self {
+    pub(crate) fn nested_json(mut self, key: &str, json: &[u8]) -> Self {
         debug_assert!(std::str::from_utf8(json).is_ok(), "nested JSON is UTF-8");
         self.key(key);
         write_utf8(self.out, json);
@@ -500,7 +500,7 @@ impl<'a> Object<'a> {
 
     /// A field holding `bytes` as standard base64 (Go's `[]byte`, or base64 made by
     /// hand), which never needs an escape.
-    pub fn base64(mut self, key: &str, bytes: &[u8]) -> Self {
+    pub(crate) fn base64(mut self, key: &str, bytes: &[u8]) -> Self {
         use base64::engine::general_purpose::STANDARD;
         use base64::Engine as _;
         self.key(key);
@@ -517,14 +517,14 @@ impl<'a> Object<'a> {
     }
 
     /// An integer field.
-    pub fn int(mut self, key: &str, value: i64) -> Self {
+    pub(crate) fn int(mut self, key: &str, value: i64) -> Self {
         self.key(key);
         write_int(self.out, value);
         self
     }
 
     /// A field holding an array of strings.
-    pub fn strs(mut self, key: &str, values: &[impl AsRef<str>]) -> Self {
+    pub(crate) fn strs(mut self, key: &str, values: &[impl AsRef<str>]) -> Self {
         self.key(key);
         self.out.push(b'[');
         for (n, value) in values.iter().enumerate() {
@@ -555,7 +555,7 @@ impl<'a> Object<'a> {
     }
 
     /// A field holding an array of JSON values, written in their order.
-    pub fn values(mut self, key: &str, values: &[serde_json::Value]) -> Self {
+    pub(crate) fn values(mut self, key: &str, values: &[serde_json::Value]) -> Self {
         self.key(key);
         self.out.push(b'[');
         for (n, value) in values.iter().enumerate() {
@@ -569,21 +569,21 @@ impl<'a> Object<'a> {
     }
 
     /// A field whose value `f` appends.
-    pub fn raw(mut self, key: &str, f: impl FnOnce(&mut Vec<u8>)) -> Self {
+    pub(crate) fn raw(mut self, key: &str, f: impl FnOnce(&mut Vec<u8>)) -> Self {
         self.key(key);
         f(self.out);
         self
     }
 
     /// A field of any serialisable value.
-    pub fn value<T: Serialize + ?Sized>(mut self, key: &str, value: &T) -> Self {
+    pub(crate) fn value<T: Serialize + ?Sized>(mut self, key: &str, value: &T) -> Self {
         self.key(key);
         write(self.out, value);
         self
     }
 
     /// Closes the object.
-    pub fn end(self) {
+    pub(crate) fn end(self) {
         self.out.push(b'}');
     }
 }

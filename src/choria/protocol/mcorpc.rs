@@ -223,7 +223,7 @@ impl ReplyData {
     }
 
     /// The object's JSON text.
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.0
     }
 

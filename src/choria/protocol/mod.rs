@@ -11,7 +11,7 @@
 mod credentials;
 mod debug;
 mod flat;
-pub mod gojson;
+pub(crate) mod gojson;
 pub mod mcorpc;
 mod scan;
 pub(crate) mod scratch;
@@ -30,7 +30,7 @@ use crate::untrusted::shown;
 pub use credentials::{certname, client_identity, Credentials};
 
 /// Largest payload any decoder accepts (NATS' own default limit is 1 MiB).
-pub const MAX_PAYLOAD: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_PAYLOAD: usize = 8 * 1024 * 1024;
 
 /// The discovery request body: base64 of `ping`, sent as text.
 pub const DISCOVERY_REQUEST: &[u8] = b"cGluZw==";
@@ -97,7 +97,7 @@ impl ProtocolError {
 
     /// JSON that did not decode in `layer`, described without quoting the bytes
     /// received (a node could make us log anything, the token it was sent included).
-    pub fn json(layer: Layer, e: &serde_json::Error) -> ProtocolError {
+    pub(crate) fn json(layer: Layer, e: &serde_json::Error) -> ProtocolError {
         ProtocolError::new(layer, crate::json_text::describe(e))
     }
 }
@@ -314,7 +314,7 @@ impl DecodedRequest {
 }
 
 /// A new request id for `protocol`.
-pub fn new_request_id(protocol: Protocol) -> String {
+pub(crate) fn new_request_id(protocol: Protocol) -> String {
     match protocol {
         Protocol::V1 => ids::v1_request_id(),
         Protocol::V2 => ids::ksuid(),
@@ -347,7 +347,7 @@ pub fn encode_request(
 
 /// [`encode_request`] into `out` (appended), so a caller can reuse its buffer; returns
 /// the request's id (the spec's own when it has one).
-pub fn encode_request_into<'a>(
+pub(crate) fn encode_request_into<'a>(
     spec: &RequestSpec<'a>,
     reply_to: &str,
     credentials: &Credentials,
@@ -486,7 +486,7 @@ fn expect_protocol(layer: Layer, actual: &str, expected: &str) -> Result<(), Pro
 }
 
 /// base64 (standard, padded) of `bytes`.
-pub fn b64(bytes: &[u8]) -> String {
+pub(crate) fn b64(bytes: &[u8]) -> String {
     B64.encode(bytes)
 }
 

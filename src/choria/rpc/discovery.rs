@@ -55,7 +55,7 @@ impl RpcClient {
     /// `initial` passes without any, or `limit` is reached, whatever keeps arriving.
     /// The reader thread only hands each reply's bytes over (at most 65,536 replies
     /// and 32 MiB wait); this thread decodes and validates the senders: invalid ones
-    /// are counted and dropped, and at most [`MAX_DISCOVERY_SENDERS`] are kept.
+    /// are counted and dropped, and at most `MAX_DISCOVERY_SENDERS` are kept.
     pub fn discover(
         &self,
         initial: Duration,

@@ -17,7 +17,7 @@ pub(super) fn is_false(b: &bool) -> bool {
 pub(super) mod numeric_date {
     use super::*;
 
-    pub fn serialize<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(n) => s.serialize_i64(*n),
             None => s.serialize_none(),
@@ -52,7 +52,7 @@ pub(super) mod numeric_date {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
         d.deserialize_option(V)
     }
 }
@@ -61,7 +61,7 @@ pub(super) mod numeric_date {
 pub(super) mod audience {
     use super::*;
 
-    pub fn serialize<S: Serializer>(v: &[String], s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &[String], s: S) -> Result<S::Ok, S::Error> {
         if v.len() == 1 {
             s.serialize_str(&v[0])
         } else {
@@ -77,7 +77,7 @@ pub(super) mod audience {
         None(()),
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
         Ok(match Aud::deserialize(d)? {
             Aud::One(s) => vec![s],
             Aud::Many(v) => v,

@@ -25,7 +25,7 @@ pub enum TokenError {
     RsaKeyTooSmall(usize),
     /// The node sent no JWT.
     NoJwt,
-    /// Token longer than [`MAX_TOKEN_LEN`].
+    /// Token longer than `MAX_TOKEN_LEN`.
     TooLarge(usize),
     /// Not three base64url segments, bad JSON header or claims.
     Malformed(String),

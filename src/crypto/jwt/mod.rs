@@ -48,13 +48,13 @@ pub(crate) const B64URL: GeneralPurpose = GeneralPurpose::new(
 );
 
 /// Largest JWT accepted from a node or a file; real ones are 0.5–2 KB.
-pub const MAX_TOKEN_LEN: usize = 64 * 1024;
+pub(crate) const MAX_TOKEN_LEN: usize = 64 * 1024;
 
 /// Largest key or token file read.
-pub const MAX_KEY_FILE_LEN: u64 = 1024 * 1024;
+pub(crate) const MAX_KEY_FILE_LEN: u64 = 1024 * 1024;
 
 /// The `purpose` (or, for old tokens, `sub`) of a provisioning JWT.
-pub const PROVISIONING_PURPOSE: &str = "choria_provisioning";
+pub(crate) const PROVISIONING_PURPOSE: &str = "choria_provisioning";
 
 /// The `purpose` of a server JWT.
 pub const SERVER_PURPOSE: &str = "choria_server";
@@ -63,20 +63,20 @@ pub const SERVER_PURPOSE: &str = "choria_server";
 pub const CLIENT_ID_PURPOSE: &str = "choria_client_id";
 
 /// The `iss` of server JWTs signed without a chain.
-pub const SERVER_TOKEN_ISSUER: &str = "Choria Provisioner";
+pub(crate) const SERVER_TOKEN_ISSUER: &str = "Choria Provisioner";
 
 /// Organisation used when a token or the helper gives none.
-pub const DEFAULT_ORG: &str = "choria";
+pub(crate) const DEFAULT_ORG: &str = "choria";
 
 /// Prefix of a chain issuer's `iss`.
-pub const CHAIN_ISSUER_PREFIX: &str = "C-";
+pub(crate) const CHAIN_ISSUER_PREFIX: &str = "C-";
 
 /// A requested `server_claims.exp` below this many seconds (10 years) is taken as a duration
 /// ("seconds from now"); at or above it, as an absolute Unix time. See [`build_server_claims`].
-pub const EXP_DURATION_THRESHOLD: i64 = 315_360_000;
+pub(crate) const EXP_DURATION_THRESHOLD: i64 = 315_360_000;
 
 /// Server JWT lifetimes at or below this (seconds) are replaced by the configured default.
-pub const MIN_SERVER_VALIDITY: i64 = 3600;
+pub(crate) const MIN_SERVER_VALIDITY: i64 = 3600;
 
 pub(super) const OID_RSA_ENCRYPTION: der::oid::ObjectIdentifier =
     der::oid::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");

@@ -30,7 +30,7 @@ pub struct ServerClaimsInput<'a> {
 /// Server claims plus the warning to log when the requested validity was replaced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltServerClaims {
-    /// The claims, ready for [`add_chain_issuer_data`] and [`SigningKey::sign_jwt`].
+    /// The claims, ready for `add_chain_issuer_data` and [`SigningKey::sign_jwt`].
     pub claims: ServerClaims,
     /// `Server validity <v> is too short, setting to default <d>` when that rule fired.
     pub warning: Option<String>,
@@ -45,7 +45,7 @@ pub struct BuiltServerClaims {
 ///   by non-empty requested `collectives`;
 /// * `exp`: Go reads the helper's `server_claims.exp` as an absolute Unix time, while its docs and
 ///   sample helpers send a duration (`5*365*24*3600`) that Go then silently ignores. Here a
-///   non-zero value below [`EXP_DURATION_THRESHOLD`] (10 years of seconds; no real absolute time
+///   non-zero value below `EXP_DURATION_THRESHOLD` (10 years of seconds; no real absolute time
 ///   is that small, it would be before 1980) is a duration in seconds from `now`; a larger one is
 ///   an absolute Unix time, validity = `exp - now`.
 ///

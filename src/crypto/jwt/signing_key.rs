@@ -247,7 +247,7 @@ impl SigningToken {
 /// `iss = C-<token jti>.<token public_key>`, `issexp = token exp`, `exp` lowered to the token's
 /// expiry if later (or absent), `tcs = <token tcs>.<hex ed25519 sig over "<jti>.<token tcs>">`.
 /// `key` must be the ed25519 seed matching the token's `public_key`.
-pub fn add_chain_issuer_data(
+pub(crate) fn add_chain_issuer_data(
     claims: &mut ServerClaims,
     token: &SigningToken,
     key: &SigningKey,

@@ -104,7 +104,7 @@ pub fn verify_provisioning_token(
 /// may keep its result for the same bytes and key (a fleet often shares one token),
 /// but must pass it through [`check_provisioning_claims`] on every use (or, once
 /// [`fill_default_org`] was applied to the kept claims, [`check_signed_claims`]).
-pub fn signed_provisioning_claims(
+pub(crate) fn signed_provisioning_claims(
     token: &str,
     key: &VerifyKey,
 ) -> Result<ProvisioningClaims, TokenError> {
@@ -119,7 +119,7 @@ pub fn signed_provisioning_claims(
 
 /// The second half of [`verify_provisioning_token`]: the checks of decoded, signed
 /// claims at time `now` (times, purpose, chain issuer), and `ou` filled in.
-pub fn check_provisioning_claims(
+pub(crate) fn check_provisioning_claims(
     mut claims: ProvisioningClaims,
     now: i64,
 ) -> Result<ProvisioningClaims, TokenError> {
@@ -131,7 +131,7 @@ pub fn check_provisioning_claims(
 /// The time-dependent checks of [`check_provisioning_claims`] (times, purpose, chain
 /// issuer), which change nothing: claims checked once and kept are checked again
 /// with this on every use, without a copy.
-pub fn check_signed_claims(claims: &ProvisioningClaims, now: i64) -> Result<(), TokenError> {
+pub(crate) fn check_signed_claims(claims: &ProvisioningClaims, now: i64) -> Result<(), TokenError> {
     check_times(&claims.standard, now)?;
     let s = &claims.standard;
     if s.sub != PROVISIONING_PURPOSE && s.purpose != PROVISIONING_PURPOSE {
@@ -153,7 +153,7 @@ pub fn check_signed_claims(claims: &ProvisioningClaims, now: i64) -> Result<(), 
 }
 
 /// What verification fills in: the default organisation when `ou` is empty.
-pub fn fill_default_org(claims: &mut ProvisioningClaims) {
+pub(crate) fn fill_default_org(claims: &mut ProvisioningClaims) {
     if claims.ou.is_empty() {
         claims.ou = DEFAULT_ORG.to_string();
     }

@@ -107,7 +107,7 @@ impl VerifyKey {
     }
 
     /// An RSA public key from SubjectPublicKeyInfo, certificate or PKCS#1 DER.
-    pub fn from_der(der_bytes: &[u8]) -> Result<VerifyKey, TokenError> {
+    pub(crate) fn from_der(der_bytes: &[u8]) -> Result<VerifyKey, TokenError> {
         let spki = if let Ok(spki) = x509_cert::spki::SubjectPublicKeyInfoOwned::from_der(der_bytes)
         {
             Some(spki)

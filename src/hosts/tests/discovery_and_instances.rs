@@ -377,9 +377,11 @@ fn a_locked_node_is_left_alone_for_the_lock_window_then_offered_again_without_an
         "n1".into(),
         Outcome::Locked("n1: Could not obtain provisioning lock".into()),
     );
+    // Before the attempt, so before its end: the window counts from the end, and a
+    // clock read after `started` may already be later than that under load.
+    let first = Instant::now();
     assert_eq!(r.fleet.add(&id("n1"), Source::Discovery), AddResult::Added);
     r.started.recv_timeout(Duration::from_secs(5)).unwrap();
-    let first = Instant::now();
     let m = Arc::clone(r.fleet.metrics());
     wait_until("locked outcome", || {
         m.outcomes.with_label_values(&["locked"]).get() == 1

@@ -252,11 +252,26 @@ fn attacker_decrypts(secret: &[u8; 32], data: &serde_json::Value, key_der: &[u8]
         .is_ok_and(|der| der == key_der)
 }
 
+/// What the attacker of [`contested_then_provisioned`] sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Garbage {
+    /// Valid replies in the node's name, or anything else that must stop every attempt.
+    ForgesValidReplies,
+    /// Undecodable replies only.
+    MayBeReadInTime,
+}
+
 /// Waits until `rpc` was contested for each of the 10 nodes of `fleet` while
 /// `attacker` races it, checks that nothing was configured or sent (nor seen by
 /// `readers`) and that `nothing_issued` holds, then stops the race and waits until every
-/// node is provisioned exactly once.
+/// node is provisioned exactly once. With `Garbage::MayBeReadInTime`, a node may be
+/// configured meanwhile: a flood of undecodable replies that the workers happen to
+/// read as fast as it comes (a loaded machine delivers it in trickles) overflows no
+/// mailbox, every forgery is read and refused, and the node's own reply is rightly
+/// accepted; only a flood that overflowed stops an attempt.
+#[allow(clippy::too_many_arguments)] // one scenario's parts, each named at the call
 fn contested_then_provisioned(
+    garbage: Garbage,
     prov: &Provisioner,
     fleet: &Sim,
     attacker: &Hostile,
@@ -268,11 +283,13 @@ fn contested_then_provisioned(
     wait_until("every node contested", Duration::from_secs(30), || {
         prov.counter("contested_replies", &[rpc]) >= 10
     });
-    assert_eq!(
-        fleet.progress().configured,
-        0,
-        "nothing configured under attack"
-    );
+    if garbage == Garbage::ForgesValidReplies {
+        assert_eq!(
+            fleet.progress().configured,
+            0,
+            "nothing configured under attack"
+        );
+    }
     for hostile in std::iter::once(attacker).chain(readers.iter().copied()) {
         assert!(
             hostile.loot.configures.lock().is_empty(),
@@ -391,6 +408,7 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
     });
     let prov = Provisioner::start(&server.url(), "p1.test", &thief.config(&dir), fast());
     contested_then_provisioned(
+        Garbage::ForgesValidReplies,
         &prov,
         &fleet,
         &attacker,
@@ -430,6 +448,7 @@ fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
     // once, but on a loaded machine either thread can be late by more than 50 ms.
     let prov = Provisioner::start(&server.url(), "p1.test", "reply_grace: 500ms\n", fast());
     contested_then_provisioned(
+        Garbage::ForgesValidReplies,
         &prov,
         &fleet,
         &attacker,
@@ -490,6 +509,7 @@ fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed
     });
     let prov = Provisioner::start(&server.url(), "p1.test", &thief.config(&dir), fast());
     contested_then_provisioned(
+        Garbage::ForgesValidReplies,
         &prov,
         &fleet,
         &attacker,
@@ -588,6 +608,7 @@ fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_pr
     // Provisioned under the choria security provider: each node booted with a server
     // JWT for its own seed, signed by the issuer.
     contested_then_provisioned(
+        Garbage::ForgesValidReplies,
         &prov,
         &fleet,
         &attacker,
@@ -706,6 +727,7 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
         fast(),
     );
     contested_then_provisioned(
+        Garbage::ForgesValidReplies,
         &prov,
         &fleet,
         &attacker,
@@ -849,6 +871,7 @@ fn flood_inventory_replies(jwt: bool) {
     };
     let prov = Provisioner::start(&server.url(), "p1.test", &config, fast());
     contested_then_provisioned(
+        Garbage::MayBeReadInTime,
         &prov,
         &fleet,
         &attacker,

@@ -177,7 +177,8 @@ pub struct Job {
 /// Where an entry is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    Queued,
+    /// Waiting in the queue since the instant (a stale node is not asked).
+    Queued(Instant),
     Working,
     /// Known until the instant, so that nobody queues it meanwhile.
     CoolingDown(Instant),
@@ -197,7 +198,6 @@ enum AfterCoolDown {
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     generation: u64,
-    since: Instant,
     state: State,
 }
 
@@ -302,7 +302,7 @@ impl Fleet {
         self.hosts
             .lock()
             .iter()
-            .filter(|(_, e)| e.state == State::Queued)
+            .filter(|(_, e)| matches!(e.state, State::Queued(_)))
             .map(|(id, _)| id.clone())
             .collect()
     }
@@ -357,8 +357,8 @@ impl Fleet {
             if let Some(entry) = hosts.get_mut(identity).filter(|e| !over(e)) {
                 // A node seen again while still queued is alive: restart its stale
                 // clock but keep its place (re-queuing would cost a second slot).
-                if entry.state == State::Queued {
-                    entry.since = now;
+                if let State::Queued(since) = &mut entry.state {
+                    *since = now;
                 }
                 AddResult::Known
             } else {
@@ -373,8 +373,7 @@ impl Fleet {
                             identity.clone(),
                             Entry {
                                 generation,
-                                since: now,
-                                state: State::Queued,
+                                state: State::Queued(now),
                             },
                         );
                         AddResult::Added
@@ -491,11 +490,14 @@ impl Fleet {
     fn begin(&self, job: &Job) -> Option<Instant> {
         let mut hosts = self.hosts.lock();
         let entry = hosts.get_mut(&job.identity)?;
-        if entry.generation != job.generation || entry.state != State::Queued {
+        let State::Queued(since) = entry.state else {
+            return None;
+        };
+        if entry.generation != job.generation {
             return None;
         }
         entry.state = State::Working;
-        Some(entry.since)
+        Some(since)
     }
 
     /// Routes an attempt's outcome: forget now, after the cool-down, or (a node
@@ -529,7 +531,6 @@ impl Fleet {
         if let Some(entry) = self.hosts.lock().get_mut(&job.identity) {
             if entry.generation == job.generation {
                 entry.state = State::CoolingDown(at);
-                entry.since = now;
             }
         }
         let _ = self.done_tx.send(Finish {

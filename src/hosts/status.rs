@@ -288,7 +288,7 @@ impl FleetStatus {
         let mut by_id = HashMap::new();
         for (identity, entry) in fleet.hosts.lock().iter() {
             match entry.state {
-                State::Queued => queued.push((entry.generation, identity.clone(), entry.since)),
+                State::Queued(since) => queued.push((entry.generation, identity.clone(), since)),
                 State::CoolingDown(until) => {
                     let v = json!({
                         "identity": identity.as_str(),

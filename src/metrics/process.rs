@@ -4,6 +4,8 @@
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Gauge, Metric, MetricFamily, MetricType};
 
+use crate::proc_self::{stat_field, stat_fields};
+
 /// Collects CPU time, memory, file descriptors, threads and start time of this process.
 #[derive(Debug)]
 pub struct ProcessCollector {
@@ -98,16 +100,14 @@ impl ProcessStats {
         let mut s = ProcessStats::default();
         let ticks = crate::proc_self::clock_ticks() as f64;
         if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-            // Fields after the command name, which may itself contain spaces.
-            if let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) {
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-                // Indices are field number - 3 (fields 1 and 2 precede the split).
-                s.cpu_seconds = (num(11) + num(12)) / ticks;
-                s.threads = num(17);
-                s.virtual_bytes = num(20);
-                s.start_time = boot_time() + num(19) / ticks;
-            }
+            let fields = stat_fields(&stat);
+            // Numbered as in proc(5): utime 14, stime 15, threads 20, starttime 22,
+            // vsize 23.
+            let num = |n: usize| stat_field::<f64>(&fields, n).unwrap_or(0.0);
+            s.cpu_seconds = (num(14) + num(15)) / ticks;
+            s.threads = num(20);
+            s.virtual_bytes = num(23);
+            s.start_time = boot_time() + num(22) / ticks;
         }
         if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
             for line in status.lines() {

@@ -307,8 +307,17 @@ mod tests {
     fn our_own_process_reads_back() {
         let me = stat(std::process::id() as libc::pid_t).unwrap();
         assert_eq!(me.ppid as u32, std::os::unix::process::parent_id());
-        assert!(me.pgid > 0 && me.sid > 0);
+        // 0 where the group or session was made outside our PID namespace, as in a
+        // container started from a shell.
+        assert!(me.pgid >= 0 && me.sid >= 0);
         assert!(pids().contains(&me.pid));
+        let mut child = sleeper(None, std::process::Stdio::null());
+        let them = stat(child.id() as libc::pid_t).unwrap();
+        assert_eq!(them.ppid, me.pid);
+        assert_eq!(them.pgid, them.pid, "a group of its own");
+        assert_eq!(them.sid, me.sid, "our session");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

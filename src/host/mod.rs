@@ -3,7 +3,6 @@
 mod attempt;
 pub mod driver;
 pub(crate) mod failure;
-mod folded_keys;
 pub mod helper;
 pub(crate) mod key_material;
 pub mod loop_check;

@@ -10,7 +10,6 @@
 
 mod credentials;
 mod debug;
-mod flat;
 pub(crate) mod gojson;
 pub mod mcorpc;
 mod scan;

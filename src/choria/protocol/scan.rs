@@ -1,9 +1,9 @@
-//! Finding the next byte a JSON string being read cares about eight bytes at a time,
-//! in safe code on plain `u64` words (no SIMD, no `unsafe`, the same on every
-//! target).
+//! Finding the next byte a JSON string being written must escape, eight bytes at a
+//! time, in safe code on plain `u64` words (no SIMD, no `unsafe`, the same on every
+//! target). It is part of the writer ([`super::gojson`]), not a second parser.
 //!
-//! Most strings of a reply have no escape at all, and some are long runs of base64 or
-//! PEM. Tested one at a time, each byte cost a load, three compares and their
+//! Most strings of a request have no escape at all, and some are long runs of base64
+//! or PEM. Tested one at a time, each byte cost a load, three compares and their
 //! branches; here a word of eight costs about as much as two did. The usual bit
 //! tricks: a lane is flagged where it equals a byte (`x ^ b` has a zero lane) or is
 //! below a bound. Only the lowest flagged lane of a word is certain (a borrow out of
@@ -23,22 +23,6 @@ fn below(v: u64, n: u8) -> u64 {
 #[inline(always)]
 fn equal(v: u64, b: u8) -> u64 {
     below(v ^ (ONES * u64::from(b)), 1)
-}
-
-/// The index of the first `"`, `\` or control character (below 0x20) of `bytes` at or
-/// after `from`, where a JSON string being read ends, has an escape, or is invalid;
-/// `bytes.len()` if there is none.
-pub(super) fn string_special(bytes: &[u8], from: usize) -> usize {
-    first(
-        bytes,
-        from,
-        |v| equal(v, b'"') | equal(v, b'\\') | below(v, 0x20),
-        is_string_special,
-    )
-}
-
-fn is_string_special(b: u8) -> bool {
-    b == b'"' || b == b'\\' || b < 0x20
 }
 
 /// The index of the first byte at or after `from` that Go's `encoding/json` escapes in
@@ -126,11 +110,6 @@ mod tests {
                         }
                         for from in [0, at.min(3), at] {
                             assert_eq!(
-                                string_special(&bytes, from),
-                                naive(&bytes, from, is_string_special),
-                                "{bytes:?} from {from}"
-                            );
-                            assert_eq!(
                                 escape_special(&bytes, from),
                                 naive(&bytes, from, is_escape_special),
                                 "escape: {bytes:?} from {from}"
@@ -158,10 +137,6 @@ mod tests {
                 .collect();
             let from = if len == 0 { 0 } else { (next() as usize) % len };
             assert_eq!(
-                string_special(&bytes, from),
-                naive(&bytes, from, is_string_special)
-            );
-            assert_eq!(
                 escape_special(&bytes, from),
                 naive(&bytes, from, is_escape_special)
             );
@@ -170,9 +145,6 @@ mod tests {
 
     #[test]
     fn a_start_past_the_end_finds_nothing() {
-        assert_eq!(string_special(b"abc", 3), 3);
-        assert_eq!(string_special(b"abc", 5), 3);
-        assert_eq!(string_special(b"", 0), 0);
         assert_eq!(escape_special(b"abc", 3), 3);
         assert_eq!(escape_special(b"abc", 5), 3);
         assert_eq!(escape_special(b"", 0), 0);

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use super::credentials::Credentials;
 use super::scratch;
 use super::{
-    expect_protocol, flat, gojson, hash, hash_is, server_body, unb64, unb64_into, DecodedReply,
+    expect_protocol, gojson, hash, hash_is, server_body, unb64, unb64_into, DecodedReply,
     DecodedRequest, Filter, Layer, Protocol, ProtocolError, RequestSpec,
 };
 
@@ -180,10 +180,9 @@ thread_local! {
     /// The request and secure layers of the request this thread is encoding (they
     /// are copied into the transport and never leave).
     static LAYERS: RefCell<[Vec<u8>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
-    /// The transport data of the reply this thread is reading, base64-decoded, and
-    /// its secure layer's message unescaped (what a decoded reply keeps is copied out
-    /// of them).
-    static REPLY_DATA: RefCell<[Vec<u8>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
+    /// The transport data of the reply this thread is reading, base64-decoded (what a
+    /// decoded reply keeps is copied out of it).
+    static REPLY_DATA: RefCell<[Vec<u8>; 1]> = const { RefCell::new([Vec::new()]) };
 }
 
 /// Appends the transport of `spec` to `out`.
@@ -272,7 +271,7 @@ pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
 /// [`transport_sender`] of a transport [`parse`]d already.
 pub(super) fn parsed_sender(t: Parsed) -> Result<String, ProtocolError> {
     // The data is decoded only to be judged, as `open_parsed` judges it.
-    with_data(&t.0, |_, _| Ok(()))?;
+    with_data(&t.0, |_| Ok(()))?;
     Ok(t.0
         .headers
         .mc_sender
@@ -282,16 +281,15 @@ pub(super) fn parsed_sender(t: Parsed) -> Result<String, ProtocolError> {
 
 /// Runs `read` on the transport's data, base64-decoded into this thread's buffer
 /// ([`open_parsed`] without a vector per reply: at three replies per node these were
-/// blocks of a KiB or more, glibc's slow path), with a second buffer of this thread's
-/// for the secure layer's message.
+/// blocks of a KiB or more, glibc's slow path).
 fn with_data<R>(
     t: &TransportIn<'_>,
-    read: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<R, ProtocolError>,
+    read: impl FnOnce(&[u8]) -> Result<R, ProtocolError>,
 ) -> Result<R, ProtocolError> {
     expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
-    scratch::with(&REPLY_DATA, |[data, message]| {
+    scratch::with(&REPLY_DATA, |[data]| {
         unb64_into(&t.data, Layer::Transport, "data", data)?;
-        read(data, message)
+        read(data)
     })
 }
 
@@ -304,10 +302,10 @@ pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolErr
     with_data(&t.0, decode_secure_reply)
 }
 
-/// The secure and reply layers of a v1 reply's decoded transport `data`, the secure
-/// message unescaped into `spare` when it has escapes.
-fn decode_secure_reply(data: &[u8], spare: &mut Vec<u8>) -> Result<DecodedReply, ProtocolError> {
-    let secure = secure_reply(data, spare)?;
+/// The secure and reply layers of a v1 reply's decoded transport `data`.
+fn decode_secure_reply(data: &[u8]) -> Result<DecodedReply, ProtocolError> {
+    let secure: SecureReplyIn =
+        serde_json::from_slice(data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
     if !hash_is(secure.message.as_bytes(), &secure.hash) {
         return Err(ProtocolError::new(
@@ -315,69 +313,17 @@ fn decode_secure_reply(data: &[u8], spare: &mut Vec<u8>) -> Result<DecodedReply,
             "the reply hash does not match the message",
         ));
     }
-    let reply = reply_layer(&secure.message)?;
+    let reply: Reply =
+        serde_json::from_str(&secure.message).map_err(|e| ProtocolError::json(Layer::Reply, &e))?;
     expect_protocol(Layer::Reply, &reply.protocol, REPLY)?;
     Ok(DecodedReply {
         protocol: Protocol::V1,
-        request_id: reply.requestid.into_owned(),
-        sender_id: reply.senderid.into_owned(),
-        agent: reply.agent.into_owned(),
-        time: reply.time,
-        body: reply.message.into_owned().into_bytes(),
-    })
-}
-
-/// The reply layer in `message`: Go's usual bytes in one pass ([`flat::reply`]),
-/// anything else through serde, which judges it as it always did.
-fn reply_layer(message: &str) -> Result<flat::ReplyFields<'_>, ProtocolError> {
-    if let Some(reply) = flat::reply(message.as_bytes()) {
-        return Ok(reply);
-    }
-    let reply: Reply =
-        serde_json::from_str(message).map_err(|e| ProtocolError::json(Layer::Reply, &e))?;
-    Ok(flat::ReplyFields {
-        protocol: reply.protocol.into(),
-        message: reply.message.into(),
-        requestid: reply.envelope.requestid.into(),
-        senderid: reply.envelope.senderid.into(),
-        agent: reply.envelope.agent.into(),
+        request_id: reply.envelope.requestid,
+        sender_id: reply.envelope.senderid,
+        agent: reply.envelope.agent,
         time: reply.envelope.time,
+        body: reply.message.into_bytes(),
     })
-}
-
-/// The secure reply in `data`: Go's usual bytes in one pass ([`flat::strings_with`],
-/// the message unescaped into `spare`), anything else through serde, which judges it
-/// as it always did.
-fn secure_reply<'a>(
-    data: &'a [u8],
-    spare: &'a mut Vec<u8>,
-) -> Result<SecureReplyIn<'a>, ProtocolError> {
-    let keys = ["protocol", "message", "hash"];
-    if let Some([protocol, message, hash]) = flat::strings_with(data, keys, Some(spare)) {
-        return Ok(SecureReplyIn {
-            protocol,
-            message,
-            hash,
-        });
-    }
-    serde_json::from_slice(data).map_err(|e| ProtocolError::json(Layer::Secure, &e))
-}
-
-/// The secure request in `data` (`protocol`, `message`, `signature`, `pubcert`): Go's
-/// usual bytes in one pass ([`flat::strings`]), anything else through serde, which
-/// judges it as it always did. (The simulator reads one per request.)
-fn secure_request(data: &[u8]) -> Result<[Cow<'_, str>; 4], ProtocolError> {
-    if let Some(fields) = flat::strings(data, ["protocol", "message", "signature", "pubcert"]) {
-        return Ok(fields);
-    }
-    let secure: SecureRequest =
-        serde_json::from_slice(data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
-    Ok([
-        secure.protocol.into(),
-        secure.message.into(),
-        secure.signature.into(),
-        secure.pubcert.into(),
-    ])
 }
 
 pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
@@ -387,7 +333,12 @@ pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolErr
 /// [`decode_request`] of a transport [`parse`]d already.
 pub(super) fn decode_parsed_request(t: Parsed) -> Result<DecodedRequest, ProtocolError> {
     let (data, headers) = open_parsed(t.0)?;
-    let [protocol, message, signature, pubcert] = secure_request(&data)?;
+    let SecureRequest {
+        protocol,
+        message,
+        signature,
+        pubcert,
+    } = serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
     expect_protocol(Layer::Secure, &protocol, SECURE_REQUEST)?;
     if signature.is_empty() || pubcert.is_empty() || message.is_empty() {
         return Err(ProtocolError::new(

@@ -29,6 +29,11 @@ pub(crate) mod proc_self;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod sys;
+// A real nats-server on 127.0.0.1 for the unit tests that need a broker: the file
+// the integration tests use, so that both start it alike.
+#[cfg(test)]
+#[path = "../tests/support/nats_server.rs"]
+mod test_nats;
 pub mod throttle;
 pub mod untrusted;
 

@@ -3,6 +3,7 @@
 //! only a real node can show (its provisioning lock, a pause between RPCs). The
 //! sequence's rules themselves are unit-tested in `src/host/attempt/tests/`.
 #![cfg(feature = "sim")]
+#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
 mod support;
 
@@ -10,7 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use choria_provisioner::choria::identity::Identity;
+use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody};
+use choria_provisioner::choria::protocol::{self, Credentials, Filter, Protocol, RequestSpec};
 use choria_provisioner::metrics::Metrics;
 use choria_provisioner::sim::{Phase, Summary};
 use support::rig::*;
@@ -357,25 +359,54 @@ fn upgrades_equal_older_failed_and_optional() {
         .all(|n| n.phase == Phase::Provisioned && n.version == "0.30.2"));
 }
 
+/// Another provisioner's `choria_provision#jwt` to `node`, sent as caller `caller`
+/// over a connection of its own: the node's status code.
+fn jwt_request_as(url: &str, caller: &str, node: &str) -> u64 {
+    let nc = nats::connect(url).unwrap();
+    let caller_id = format!("choria={caller}");
+    let id = "0123456789abcdef0123456789abcdef";
+    let reply_to = format!(
+        "{}.{id}",
+        protocol::reply_prefix("provisioning", &caller_id).unwrap()
+    );
+    let replies = nc.subscribe(&reply_to).unwrap();
+    let filter = Filter::agent("choria_provision");
+    let body =
+        RpcRequestBody::new("choria_provision", "jwt", serde_json::json!({"token": ""})).encode();
+    let spec = RequestSpec {
+        agent: "choria_provision",
+        collective: "provisioning",
+        caller_id: &caller_id,
+        sender_id: caller,
+        ttl: 60,
+        filter: &filter,
+        body: &body,
+        request_id: Some(id),
+        time_ns: None,
+        seen_by: None,
+    };
+    let (_, payload) =
+        protocol::encode_request(&spec, &reply_to, &Credentials::Insecure, Protocol::V1).unwrap();
+    nc.publish_request(&format!("provisioning.node.{node}"), &reply_to, payload)
+        .unwrap();
+    let reply = replies
+        .next_timeout(Duration::from_secs(5))
+        .expect("the node answers");
+    let reply = protocol::decode_reply(&reply.data).unwrap();
+    RpcReply::decode(&reply.body).unwrap().statuscode
+}
+
 #[test]
 fn a_node_locked_by_another_provisioner_is_left_to_it_at_once_without_an_error() {
     let server = NatsServer::start();
     let fleet = sim(&server.url(), 1, |_| {});
     // Another provisioner (another sender and caller) takes the node's lock.
-    let other = Provisioner::start_paused(&server.url(), "other.test", "", fast(), true);
-    let rpc = other.daemon().rpc();
-    let id = Identity::parse(&fleet.summary().nodes[0].identity).unwrap();
-    let reply = rpc
-        .call(
-            &id,
-            "choria_provision",
-            "jwt",
-            &serde_json::json!({"token": ""}),
-            Duration::from_secs(5),
-        )
-        .unwrap()
-        .reply;
-    assert_eq!(reply.statuscode, 0, "the other caller holds the lock now");
+    let status = jwt_request_as(
+        &server.url(),
+        "other.test",
+        &fleet.summary().nodes[0].identity,
+    );
+    assert_eq!(status, 0, "the other caller holds the lock now");
     let dir = TempDir::new("lock");
     let h = helper_answering(&dir, "h.sh", &format!("{{{CONFIG}}}"), "0");
     let started = Instant::now();

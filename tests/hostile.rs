@@ -189,11 +189,10 @@ fn thousands_of_ghosts_cost_a_round_trip_each_and_honest_nodes_keep_their_pace()
         "20 honest nodes took {took:?} behind the ghosts"
     );
     assert_all_provisioned_once(&fleet);
-    assert!(
-        prov.metrics.unreachable_nodes.get() >= 3000,
-        "ghosts recognised: {}",
-        prov.metrics.unreachable_nodes.get()
-    );
+    // The ghosts are still being recognised behind the honest nodes on a busy machine.
+    wait_until("3,000 ghosts recognised", Duration::from_secs(60), || {
+        prov.metrics.unreachable_nodes.get() >= 3000
+    });
     assert_eq!(
         prov.metrics.provision_errors.get(),
         0,
@@ -267,7 +266,7 @@ enum Garbage {
 /// node is provisioned exactly once. With `Garbage::MayBeReadInTime`, a node may be
 /// configured meanwhile: a flood of undecodable replies that the workers happen to
 /// read as fast as it comes (a loaded machine delivers it in trickles) overflows no
-/// mailbox, every forgery is read and refused, and the node's own reply is rightly
+/// inbox, every forgery is read and refused, and the node's own reply is rightly
 /// accepted; only a flood that overflowed stops an attempt.
 #[allow(clippy::too_many_arguments)] // one scenario's parts, each named at the call
 fn contested_then_provisioned(
@@ -283,20 +282,22 @@ fn contested_then_provisioned(
     wait_until("every node contested", Duration::from_secs(30), || {
         prov.counter("contested_replies", &[rpc]) >= 10
     });
+    // Garbage read in time is refused and the node's own reply accepted: such an
+    // attempt rightly goes on to configure its node, which every reader sees.
     if garbage == Garbage::ForgesValidReplies {
         assert_eq!(
             fleet.progress().configured,
             0,
             "nothing configured under attack"
         );
+        for hostile in std::iter::once(attacker).chain(readers.iter().copied()) {
+            assert!(
+                hostile.loot.configures.lock().is_empty(),
+                "no configure was sent while the {rpc} replies were contested"
+            );
+        }
+        assert!(nothing_issued(), "nothing issued while contested");
     }
-    for hostile in std::iter::once(attacker).chain(readers.iter().copied()) {
-        assert!(
-            hostile.loot.configures.lock().is_empty(),
-            "no configure was sent while the {rpc} replies were contested"
-        );
-    }
-    assert!(nothing_issued(), "nothing issued while contested");
     assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
     race.unsubscribe().unwrap();
     attacker.flush();
@@ -461,16 +462,16 @@ fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
 }
 
 /// Copies of its forgery a flooding attacker sends after the first: more than a
-/// request's mailbox keeps, so the node's own reply, which comes later, finds it full.
+/// request's inbox keeps, so the node's own reply, which comes later, finds it full.
 const FLOOD_COPIES: usize = 20;
 
 #[test]
 fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed() {
     // The attack: answer a node's `jwt` first with the attacker's ECDH key, then fill
-    // the request's bounded mailbox with identical copies (which alone are no
+    // the request's bounded inbox with identical copies (which alone are no
     // contest), so that the node's real, different reply is dropped when it comes and
     // the key is sent encrypted for the attacker. Any reply dropped from a request's
-    // mailbox must count as a contest: it may have been the real one.
+    // inbox must count as a contest: it may have been the real one.
     let server = NatsServer::start();
     let dir = TempDir::new("flood-jwt");
     let thief = KeyThief::new(&server, [43u8; 32]);
@@ -497,7 +498,7 @@ fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed
         None
     }));
     attacker.flush();
-    // The nodes answer 300 ms late: the flood has always filled the mailbox by then.
+    // The nodes answer 300 ms late: the flood has always filled the inbox by then.
     let fleet = sim(&server.url(), 10, |o| {
         o.issuer_seed = Some(ISSUER_SEED);
         o.token = "s3cret".into();
@@ -520,7 +521,7 @@ fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed
     );
     assert!(
         prov.counter("rejected_replies", &["overflow"]) >= 10,
-        "every reply dropped from a full mailbox is counted"
+        "every reply dropped from a full inbox is counted"
     );
     thief.assert_nothing_stolen(&reader);
     assert_connection_held(&prov);
@@ -769,7 +770,7 @@ fn replies_in_the_attacker_s_own_name_and_garbage_are_rejected_and_counted() {
     let publisher = attacker.nc().clone();
     // To every inventory request: a reply in the attacker's name, undecodable bytes, a
     // 10,000-deep JSON, bad base64 and an 8 MiB field: five, fewer than a request's
-    // mailbox keeps, so each is read, refused and counted, and the node's own reply
+    // inbox keeps, so each is read, refused and counted, and the node's own reply
     // is still accepted.
     let _race = attacker.race(Box::new(move |_, request, body| {
         if body.action != "inventory" {
@@ -827,12 +828,12 @@ fn a_flood_of_replies_in_a_node_s_name_stops_its_attempts_until_the_flood_ends()
 
 #[test]
 fn a_flood_of_replies_to_a_request_sent_ahead_stops_the_attempt_too() {
-    // With `jwt`, inventory goes out with jwt and waits in its mailbox while jwt's
+    // With `jwt`, inventory goes out with jwt and waits in its inbox while jwt's
     // reply (300 ms late) is awaited: the flood fills it unread.
     flood_inventory_replies(true);
 }
 
-/// 500 garbage replies to every inventory request: more than its mailbox keeps, so
+/// 500 garbage replies to every inventory request: more than its inbox keeps, so
 /// some are dropped unread, and the node's own reply could be among them while a
 /// forgery is accepted. The attempt stops (nothing is configured) and the node is
 /// tried again after the cool-down.
@@ -891,7 +892,7 @@ fn flood_inventory_replies(jwt: bool) {
     let counted = prov.counter("rejected_replies", &["overflow"]);
     assert!(
         (10..=overflow).contains(&counted),
-        "replies dropped from mailboxes are counted: {counted} of {overflow}"
+        "replies dropped from inboxes are counted: {counted} of {overflow}"
     );
     assert_connection_held(&prov);
 }

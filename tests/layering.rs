@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// The crate's layers, top first, and the bottom modules every layer may use.
 const LAYERS: [&str; 6] = ["cli", "hosts", "host", "choria", "crypto", "config"];
-const BOTTOM: [&str; 10] = [
+const BOTTOM: [&str; 11] = [
     "config",
     "metrics",
     "backoff",
@@ -17,6 +17,8 @@ const BOTTOM: [&str; 10] = [
     "logging",
     "proc_self",
     "sys",
+    // The unit tests' nats-server (`tests/support/nats_server.rs`), compiled for tests only.
+    "test_nats",
 ];
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {

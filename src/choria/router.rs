@@ -1,25 +1,19 @@
 //! Routed replies: one wildcard subscription on `provisioning.reply.<md5(caller)>.*`
 //! for the whole connection. The connection's reader thread looks up the last subject
-//! token (the request id) and hands the reply straight to whoever waits for it, so a
-//! reply wakes exactly one thread: its caller. Thousands of concurrent requests cost
-//! no subscribe/unsubscribe round trips (Go opened two NATS connections per RPC try).
+//! token (the request id) and hands the reply to the [`Sink`] registered for it, so
+//! thousands of concurrent requests cost no subscribe/unsubscribe round trips (Go
+//! opened two NATS connections per RPC try).
 //!
 //! Nothing is decoded on the reader thread: a reply is handed over as bytes and
-//! checked by its caller, and every route is a bounded [`Mailbox`] that never blocks
-//! the reader, so a flood of replies (forged or not) can neither stall the reader nor
-//! grow memory: what does not fit is counted and dropped, and the mailbox remembers
-//! how many it dropped, since one of them may have been the node's own reply (its
-//! caller treats any drop as a contest: `rpc.rs`). A caller waits on its
-//! mailbox without spinning: one futex wake per reply, no `sched_yield` loop (a
-//! crossbeam channel spins and yields before it parks, which cost more CPU than the
-//! reply itself with a few dozen workers waiting).
+//! checked by whoever registered its route. A sink must return at once and never
+//! block the reader (the attempts' driver puts the bytes in a bounded queue, and
+//! discovery in a bounded buffer); what it refuses is counted here.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::bus::{Bus, Delivered, Subscription};
 use super::subject::{Subject, SubjectError, SubjectFilter};
@@ -50,94 +44,8 @@ pub struct RouterStats {
 /// false for a reply it dropped (a full bounded inbox), which the router counts.
 pub type Sink = Arc<dyn Fn(Routed) -> bool + Send + Sync>;
 
-/// The replies to one request, for its caller: at most `capacity` wait; the reader
-/// thread adds without blocking, the caller waits without spinning. What does not fit
-/// is dropped unread and counted, for the caller to see ([`Mailbox::take_dropped`]).
-pub struct Mailbox {
-    inbox: Mutex<Inbox>,
-    capacity: usize,
-    arrived: Condvar,
-}
-
-/// A mailbox's contents, under its lock.
-struct Inbox {
-    queue: VecDeque<Routed>,
-    /// Replies dropped because the queue was full, since the caller last asked.
-    dropped: u64,
-}
-
-impl Mailbox {
-    fn new(capacity: usize) -> Mailbox {
-        Mailbox {
-            // Made here, on the caller's thread, which also frees it: left to the first
-            // push it was allocated on the reader thread and freed by the caller, the
-            // pattern that sends glibc's malloc down its slow path.
-            inbox: Mutex::new(Inbox {
-                queue: VecDeque::with_capacity(capacity.clamp(1, 4)),
-                dropped: 0,
-            }),
-            capacity: capacity.max(1),
-            arrived: Condvar::new(),
-        }
-    }
-
-    /// Adds `routed` unless the mailbox is full (then it is dropped and counted); wakes
-    /// the caller if it waits.
-    fn offer(&self, routed: Routed) -> bool {
-        let mut inbox = self.inbox.lock();
-        if inbox.queue.len() >= self.capacity {
-            inbox.dropped += 1;
-            return false;
-        }
-        inbox.queue.push_back(routed);
-        drop(inbox);
-        self.arrived.notify_one();
-        true
-    }
-
-    /// How many replies were dropped unread since the last call: each may have been
-    /// the one that mattered.
-    pub fn take_dropped(&self) -> u64 {
-        std::mem::take(&mut self.inbox.lock().dropped)
-    }
-
-    /// The next reply, waiting at most `timeout` for one.
-    pub fn recv_timeout(&self, timeout: Duration) -> Option<Routed> {
-        let deadline = Instant::now().checked_add(timeout);
-        let mut inbox = self.inbox.lock();
-        loop {
-            if let Some(routed) = inbox.queue.pop_front() {
-                return Some(routed);
-            }
-            let timed_out = match deadline {
-                Some(deadline) => self.arrived.wait_until(&mut inbox, deadline).timed_out(),
-                None => {
-                    self.arrived.wait(&mut inbox);
-                    false
-                }
-            };
-            if timed_out {
-                return inbox.queue.pop_front();
-            }
-        }
-    }
-
-    /// The next reply if one is there.
-    pub fn try_recv(&self) -> Option<Routed> {
-        self.inbox.lock().queue.pop_front()
-    }
-}
-
-/// Where the replies to one request id go.
-#[derive(Clone)]
-enum Target {
-    /// A mailbox a caller waits on.
-    Mailbox(Arc<Mailbox>),
-    /// A function run on the reader thread.
-    Sink(Sink),
-}
-
-type Routes = Mutex<HashMap<RouteKey, Target>>;
+/// Where the replies to each request id go.
+type Routes = Mutex<HashMap<RouteKey, Sink>>;
 
 /// Most bytes of a request id the router registers: v1's ids are 32 hex digits and
 /// v2's 27-character KSUIDs.
@@ -205,21 +113,8 @@ impl std::fmt::Debug for Router {
     }
 }
 
-/// A request id registered with a [`Sink`]; unregisters itself when dropped.
-pub struct Collecting<'a> {
-    router: &'a Router,
-    key: Option<RouteKey>,
-}
-
-impl Drop for Collecting<'_> {
-    fn drop(&mut self) {
-        self.router.unregister(self.key.as_ref());
-    }
-}
-
-/// A request id registered with a [`Sink`] that owns its share of the routes, so
-/// that it can live with a parked attempt rather than on a caller's stack;
-/// unregisters itself when dropped.
+/// A request id registered with a [`Sink`]; it owns its share of the routes, so
+/// that it can live with a parked attempt, and unregisters itself when dropped.
 pub struct Route {
     routes: Arc<Routes>,
     key: Option<RouteKey>,
@@ -238,29 +133,6 @@ impl Drop for Route {
         if let Some(key) = &self.key {
             self.routes.lock().remove(key);
         }
-    }
-}
-
-/// A registered request id; unregisters itself when dropped.
-pub struct Pending<'a> {
-    router: &'a Router,
-    /// `None` for an id too long to register (never one of ours): nothing is routed.
-    key: Option<RouteKey>,
-    /// Replies as they arrive (at most the capacity given when registering; later
-    /// ones are dropped and counted).
-    pub replies: Arc<Mailbox>,
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        self.router.unregister(self.key.as_ref());
-    }
-}
-
-impl Pending<'_> {
-    /// The request id (empty for one too long to register).
-    pub fn id(&self) -> &str {
-        self.key.as_ref().map_or("", RouteKey::as_str)
     }
 }
 
@@ -286,51 +158,19 @@ impl Router {
         self.prefix.child(id)
     }
 
-    /// Registers `id`; up to `capacity` replies wait for the caller, later ones are
-    /// dropped until it reads some.
-    pub fn expect(&self, id: &str, capacity: usize) -> Pending<'_> {
-        let mailbox = Arc::new(Mailbox::new(capacity));
-        let key = self.register(id, Target::Mailbox(Arc::clone(&mailbox)));
-        Pending {
-            router: self,
-            key,
-            replies: mailbox,
-        }
-    }
-
-    /// Registers `id` with `sink`, which takes every reply on the reader thread until
-    /// the returned value is dropped. `sink` must return at once.
-    pub fn collect(&self, id: &str, sink: Sink) -> Collecting<'_> {
-        let key = self.register(id, Target::Sink(sink));
-        Collecting { router: self, key }
-    }
-
     /// Registers `id` with `sink` until the returned [`Route`] is dropped; `sink` runs
     /// on the reader thread and must return at once.
     pub fn route(&self, id: &str, sink: Sink) -> Route {
-        let key = self.register(id, Target::Sink(sink));
-        Route {
-            routes: Arc::clone(&self.routes),
-            key,
-        }
-    }
-
-    /// Routes `id`'s replies to `route`; its key, or `None` (and nothing routed) for an
-    /// id longer than any this crate makes.
-    fn register(&self, id: &str, route: Target) -> Option<RouteKey> {
         let key = RouteKey::new(id);
         match key {
             Some(key) => {
-                self.routes.lock().insert(key, route);
+                self.routes.lock().insert(key, sink);
             }
             None => log::error!("Request id {id:?} is too long to route its replies"),
         }
-        key
-    }
-
-    fn unregister(&self, key: Option<&RouteKey>) {
-        if let Some(key) = key {
-            self.routes.lock().remove(key);
+        Route {
+            routes: Arc::clone(&self.routes),
+            key,
         }
     }
 
@@ -356,14 +196,7 @@ fn route(routes: &Routes, stats: &RouterStats, msg: Delivered) {
     // Cloned out so that the lock is not held while handing over or sinking.
     let route = RouteKey::new(id).and_then(|key| routes.lock().get(&key).cloned());
     match route {
-        Some(Target::Mailbox(mailbox)) => {
-            if mailbox.offer(routed) {
-                stats.routed.fetch_add(1, Ordering::Relaxed);
-            } else {
-                stats.overflow.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        Some(Target::Sink(sink)) => {
+        Some(sink) => {
             if sink(routed) {
                 stats.routed.fetch_add(1, Ordering::Relaxed);
             } else {
@@ -390,23 +223,6 @@ mod tests {
                 assert_eq!(key.as_str(), id);
             }
         }
-    }
-
-    #[test]
-    fn a_full_mailbox_drops_what_does_not_fit_and_says_how_many_once() {
-        let mailbox = Mailbox::new(2);
-        for n in 0..5u8 {
-            mailbox.offer(Routed::Reply(vec![n]));
-        }
-        assert_eq!(mailbox.take_dropped(), 3);
-        assert_eq!(mailbox.take_dropped(), 0, "told once");
-        // The first two are kept, in order; the dropped are gone.
-        for n in 0..2u8 {
-            assert!(matches!(mailbox.try_recv(), Some(Routed::Reply(b)) if b == [n]));
-        }
-        assert!(mailbox.try_recv().is_none());
-        assert!(mailbox.offer(Routed::NoResponders), "room again once read");
-        assert_eq!(mailbox.take_dropped(), 0);
     }
 
     #[test]

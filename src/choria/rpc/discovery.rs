@@ -88,7 +88,7 @@ impl RpcClient {
                 true
             })
         };
-        let registration = self.router.collect(&id, sink);
+        let registration = self.router.route(&id, sink);
         let started = Instant::now();
         let spec = self.spec(
             "discovery",

@@ -1,0 +1,357 @@
+//! Direct requests, probes and broadcast discovery through the daemon's own path
+//! (`send_routed`, `probe`, `accept`, `discover`) against a real nats-server, with
+//! responders written here that decode requests with the server side of our codec.
+#![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use crossbeam_channel::{bounded, Receiver};
+
+use super::*;
+use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
+use crate::test_nats::{NatsServer, TempDir};
+
+/// How a responder misbehaves.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Good,
+    WrongSender,
+    WrongHash,
+    Silent,
+}
+
+/// Answers every request for `identity` (or every identity under `provisioning.node.>`
+/// when `identity` is `*`) as a provisioning-mode node would.
+fn responder(server: &NatsServer, identity: &str, mode: Mode) -> nats::Connection {
+    let nc = nats::connect(server.url()).unwrap();
+    let subject = match identity {
+        "*" => "provisioning.node.>".to_string(),
+        _ => format!("provisioning.node.{identity}"),
+    };
+    let publisher = nc.clone();
+    nc.subscribe(&subject).unwrap().with_handler(move |msg| {
+        let me = msg.subject.trim_start_matches("provisioning.node.");
+        let Ok(request) = protocol::decode_request(&msg.data) else {
+            return Ok(()); // a probe, or not ours
+        };
+        let now = crate::clock::unix_now() as i64;
+        if request
+            .validate_for_provisioning(Protocol::V1, now)
+            .is_err()
+            || mode == Mode::Silent
+        {
+            return Ok(());
+        }
+        let body = RpcRequestBody::decode(&request.body).unwrap();
+        let reply = RpcReply::new(
+            &body.action,
+            StatusCode::Ok,
+            "OK",
+            serde_json::json!({"echo": body.data, "me": me}),
+        );
+        let sender = match mode {
+            Mode::WrongSender => "impostor.example.net",
+            _ => me,
+        };
+        let nanos = crate::clock::unix_nanos();
+        let mut payload = protocol::encode_reply(&request, sender, &reply.encode(), nanos, None);
+        if mode == Mode::WrongHash {
+            payload = forge_hash(&payload);
+        }
+        publisher.publish(&request.reply_to, &payload)
+    });
+    nc.flush().unwrap();
+    nc
+}
+
+/// Changes the reply message but keeps the old hash.
+fn forge_hash(payload: &[u8]) -> Vec<u8> {
+    let mut t: serde_json::Value = serde_json::from_slice(payload).unwrap();
+    let secure = STANDARD.decode(t["data"].as_str().unwrap()).unwrap();
+    let secure = String::from_utf8(secure).unwrap().replace("OK", "KO");
+    t["data"] = STANDARD.encode(secure).into();
+    t.to_string().into_bytes()
+}
+
+/// Answers discovery broadcasts for `count` identities `node-<n>`.
+fn discovery_responders(server: &NatsServer, count: usize) -> nats::Connection {
+    let nc = nats::connect(server.url()).unwrap();
+    let publisher = nc.clone();
+    nc.subscribe("provisioning.broadcast.agent.discovery")
+        .unwrap()
+        .with_handler(move |msg| {
+            let Ok(request) = protocol::decode_request(&msg.data) else {
+                return Ok(());
+            };
+            if request.body != b"ping" || request.filter.agent != ["choria_provision"] {
+                return Ok(());
+            }
+            for n in 0..count {
+                let sender = format!("node-{n}");
+                let nanos = crate::clock::unix_nanos();
+                let payload = protocol::encode_reply(&request, &sender, b"pong", nanos, None);
+                publisher.publish(&request.reply_to, payload)?;
+            }
+            Ok(())
+        });
+    nc.flush().unwrap();
+    nc
+}
+
+fn id(text: &str) -> Identity {
+    Identity::parse(text).unwrap()
+}
+
+/// An insecure client of `server`, as the daemon builds it.
+fn client(server: &NatsServer, dir: &TempDir) -> RpcClient {
+    let cfg = dir.write(
+        "choria.cfg",
+        &format!(
+            "identity = provisioner.test.local\nplugin.choria.middleware_hosts = {}\n",
+            server.url()
+        ),
+    );
+    let mut c = ClientConfig::load(&cfg).unwrap();
+    c.insecure = true;
+    let metrics = Arc::new(Metrics::new("t").unwrap());
+    let (_stop, shutdown) = bounded::<()>(0);
+    let conn = Connector::connect(&c, &metrics, &shutdown).unwrap();
+    RpcClient::new(&conn, &c, metrics).unwrap()
+}
+
+/// `agent#action` to `node`: the request id, its route, and what is routed to it.
+fn send(
+    rpc: &RpcClient,
+    node: &str,
+    agent: &'static str,
+    data: serde_json::Value,
+) -> (String, Route, Receiver<Routed>) {
+    let (tx, rx) = bounded(16);
+    let sink: Sink = Arc::new(move |routed| tx.try_send(routed).is_ok());
+    let action = if agent == RPCUTIL_AGENT {
+        "inventory"
+    } else {
+        "jwt"
+    };
+    let (request, route) = rpc
+        .send_routed(&id(node), agent, action, &data, Flush::Now, sink)
+        .unwrap();
+    (request, route, rx)
+}
+
+/// The first reply routed within `within`, judged by `accept`.
+fn judged(
+    rpc: &RpcClient,
+    node: &str,
+    request: &str,
+    rx: &Receiver<Routed>,
+    within: Duration,
+) -> Option<Result<Reply, Rejection>> {
+    match rx.recv_timeout(within).ok()? {
+        Routed::Reply(bytes) => Some(rpc.accept(&bytes, request, &id(node)).map(|(r, _)| r)),
+        Routed::NoResponders => panic!("no responders for {node}"),
+    }
+}
+
+#[test]
+fn a_request_reaches_its_node_and_the_reply_is_routed_back_and_accepted() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _node = responder(&server, "n1.example.net", Mode::Good);
+    let rpc = client(&server, &dir);
+    let data = serde_json::json!({"token": "t"});
+    let (request, route, rx) = send(&rpc, "n1.example.net", PROVISION_AGENT, data);
+    assert_eq!(rpc.router().pending(), 1, "routed while the route is kept");
+    let reply = judged(
+        &rpc,
+        "n1.example.net",
+        &request,
+        &rx,
+        Duration::from_secs(5),
+    )
+    .expect("a reply")
+    .expect("accepted");
+    assert_eq!(reply.sender, "n1.example.net");
+    assert_eq!((reply.statuscode, reply.statusmsg.as_str()), (0, "OK"));
+    assert_eq!(reply.data.to_value().unwrap()["echo"]["token"], "t");
+    drop(route);
+    assert_eq!(rpc.router().pending(), 0, "the route goes with its owner");
+    // Accepted only for its own request.
+    let (_, _route, rx) = send(
+        &rpc,
+        "n1.example.net",
+        PROVISION_AGENT,
+        serde_json::json!({}),
+    );
+    let other = judged(&rpc, "n1.example.net", "0123", &rx, Duration::from_secs(5)).unwrap();
+    assert_eq!(other.unwrap_err().reason, "wrong_request");
+}
+
+#[test]
+fn a_reply_from_another_sender_or_with_a_wrong_hash_is_rejected_with_its_reason() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _impostor = responder(&server, "n1.example.net", Mode::WrongSender);
+    let _forger = responder(&server, "n2.example.net", Mode::WrongHash);
+    let rpc = client(&server, &dir);
+    let within = Duration::from_secs(5);
+    let (request, _route, rx) = send(&rpc, "n1.example.net", RPCUTIL_AGENT, serde_json::json!({}));
+    let why = judged(&rpc, "n1.example.net", &request, &rx, within)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(why.reason, "wrong_sender");
+    assert_eq!(why.detail, "reply comes from impostor.example.net");
+    let (request, _route, rx) = send(&rpc, "n2.example.net", RPCUTIL_AGENT, serde_json::json!({}));
+    let why = judged(&rpc, "n2.example.net", &request, &rx, within)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(why.reason, "undecodable");
+    assert!(why.detail.contains("hash does not match"), "{}", why.detail);
+}
+
+/// What a probe of `node` is told: whether the broker said nobody listens.
+fn probed(rpc: &RpcClient, node: &str) -> bool {
+    let (tx, rx) = bounded(1);
+    let _route = rpc
+        .probe(
+            &id(node),
+            Box::new(move |nobody| {
+                let _ = tx.try_send(nobody);
+            }),
+        )
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the fence came back")
+}
+
+#[test]
+fn no_responders_comes_at_once_and_a_probe_tells_the_broker_s_status_from_a_forged_one() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let rpc = client(&server, &dir);
+    // Nobody subscribes: nats-server's status, at once.
+    let (_, _route, rx) = send(
+        &rpc,
+        "gone.example.net",
+        RPCUTIL_AGENT,
+        serde_json::json!({}),
+    );
+    let started = Instant::now();
+    let routed = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(matches!(routed, Routed::NoResponders));
+    assert!(started.elapsed() < Duration::from_secs(2), "not a timeout");
+    assert!(probed(&rpc, "gone.example.net"), "the broker says so again");
+    // A silent node is there, and another connection answers whatever it is sent
+    // with a forged status: the probe's fence comes first.
+    let _node = responder(&server, "n1.example.net", Mode::Silent);
+    let forger = nats::connect(server.url()).unwrap();
+    let (to_forge, reply_tos) = bounded::<String>(4);
+    let _forging = forger
+        .subscribe("provisioning.node.n1.example.net")
+        .unwrap()
+        .with_handler(move |msg| {
+            if let Some(reply) = msg.reply {
+                let _ = to_forge.try_send(reply);
+            }
+            Ok(())
+        });
+    forger.flush().unwrap();
+    let mut raw = crate::test_nats::RawPublisher::connect(&server.url());
+    let forging = std::thread::spawn(move || {
+        let mut forged = 0;
+        while let Ok(reply) = reply_tos.recv_timeout(Duration::from_secs(2)) {
+            raw.hpub(&reply, b"NATS/1.0 503\r\n\r\n", b"");
+            raw.flush();
+            forged += 1;
+        }
+        forged
+    });
+    assert!(!probed(&rpc, "n1.example.net"), "the node is there");
+    // The request itself gets the forged status: the attempt asks the probe.
+    let (_, _route, rx) = send(&rpc, "n1.example.net", RPCUTIL_AGENT, serde_json::json!({}));
+    let routed = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(matches!(routed, Routed::NoResponders), "forged");
+    assert_eq!(forging.join().unwrap(), 2, "the probe and the request");
+}
+
+#[test]
+fn a_thousand_concurrent_requests_from_sixteen_threads_are_each_answered_by_their_node() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _nodes = responder(&server, "*", Mode::Good);
+    let rpc = client(&server, &dir);
+    std::thread::scope(|s| {
+        for t in 0..16 {
+            let rpc = &rpc;
+            s.spawn(move || {
+                for i in 0..63 {
+                    let node = format!("node-{t}-{i}.example.net");
+                    let data = serde_json::json!({"n": i});
+                    let (request, _route, rx) = send(rpc, &node, RPCUTIL_AGENT, data);
+                    let reply = judged(rpc, &node, &request, &rx, Duration::from_secs(10))
+                        .expect("a reply")
+                        .expect("accepted");
+                    let data = reply.data.to_value().unwrap();
+                    assert_eq!(data["me"], node.as_str(), "each caller gets its own reply");
+                    assert_eq!(data["echo"]["n"], i);
+                }
+            });
+        }
+    });
+    let stats = rpc.router().stats();
+    let routed = stats.routed.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(routed, 16 * 63);
+    assert_eq!(
+        stats.unexpected.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert_eq!(rpc.router().pending(), 0);
+}
+
+#[test]
+fn discovery_of_two_hundred_nodes_closes_its_window_early() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let _fleet = discovery_responders(&server, 200);
+    let rpc = client(&server, &dir);
+    let started = Instant::now();
+    let found = rpc
+        .discover(
+            Duration::from_secs(2),
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(found.identities.len(), 200);
+    assert_eq!(found.replies, 200);
+    assert!(found.identities.iter().all(|id| id.starts_with("node-")));
+    assert!(
+        took < Duration::from_millis(1500),
+        "closed 300 ms after the last reply: {took:?}"
+    );
+}
+
+#[test]
+fn discovery_with_nobody_listening_ends_at_the_initial_wait() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let rpc = client(&server, &dir);
+    let started = Instant::now();
+    let found = rpc
+        .discover(
+            Duration::from_millis(400),
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    assert!(found.identities.is_empty());
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}

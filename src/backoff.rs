@@ -9,19 +9,19 @@ use std::time::Duration;
 
 /// A back-off policy: step *n* is `steps[min(n, len - 1)]` milliseconds, jittered.
 #[derive(Debug, Clone, Copy)]
-pub struct Policy {
+pub(crate) struct Policy {
     steps: &'static [u64],
 }
 
 /// 500 ms rising to 5 s (11 steps).
-pub const FIVE_SEC: Policy = Policy {
+pub(crate) const FIVE_SEC: Policy = Policy {
     steps: &[
         500, 750, 1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000,
     ],
 };
 
 /// 500 ms rising to 20 s (44 steps).
-pub const TWENTY_SEC: Policy = Policy {
+pub(crate) const TWENTY_SEC: Policy = Policy {
     steps: &[
         500, 750, 1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500, 5750, 6000, 6500,
         7000, 7500, 8000, 8500, 9000, 9500, 10000, 10500, 10750, 11000, 11500, 12000, 12500, 13000,
@@ -32,13 +32,13 @@ pub const TWENTY_SEC: Policy = Policy {
 
 impl Policy {
     /// The un-jittered step for attempt `n` (0-based; past the end the last step).
-    pub fn step(&self, n: usize) -> Duration {
+    pub(crate) fn step(&self, n: usize) -> Duration {
         let ms = self.steps[n.min(self.steps.len() - 1)];
         Duration::from_millis(ms)
     }
 
     /// The jittered delay for attempt `n`: uniform in `[step/2, step·3/2)`.
-    pub fn duration(&self, n: usize) -> Duration {
+    pub(crate) fn duration(&self, n: usize) -> Duration {
         let step = self.step(n).as_millis() as u64;
         let jitter = random_u64() % step.max(1);
         Duration::from_millis(step / 2 + jitter)
@@ -47,7 +47,7 @@ impl Policy {
 
 /// A random number from the standard library's per-hasher random keys; good enough for
 /// jitter, which needs spread, not secrecy.
-pub fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(
         std::time::SystemTime::now()

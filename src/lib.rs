@@ -7,7 +7,7 @@
 //! API for.
 #![deny(unsafe_code)]
 
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod choria;
 pub mod cli;
 pub mod clock;
@@ -23,7 +23,7 @@ pub mod fuzzing;
 pub mod host;
 pub mod hosts;
 mod json_text;
-pub mod logging;
+pub(crate) mod logging;
 pub mod metrics;
 pub(crate) mod proc_self;
 #[cfg(feature = "sim")]
@@ -34,9 +34,9 @@ mod sys;
 #[cfg(test)]
 #[path = "../tests/support/nats_server.rs"]
 mod test_nats;
-pub mod throttle;
-pub mod untrusted;
+pub(crate) mod throttle;
+pub(crate) mod untrusted;
 
 /// The version printed by `--version` and sent in the startup event; it comes from
 /// `Cargo.toml` only, and the RPM spec reads the same value.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -18,13 +18,13 @@ use crate::config::{LogLevel, LogTarget};
 
 /// Lets the signal handler reopen the log file.
 #[derive(Debug, Clone, Default)]
-pub struct LogHandle {
+pub(crate) struct LogHandle {
     file: Option<(PathBuf, Arc<Mutex<File>>)>,
 }
 
 impl LogHandle {
     /// Reopens the log file by name (after rotation); a no-op for stdout/stderr.
-    pub fn reopen(&self) -> io::Result<()> {
+    pub(crate) fn reopen(&self) -> io::Result<()> {
         if let Some((path, file)) = &self.file {
             let fresh = open_append(path)?;
             *file.lock() = fresh;
@@ -51,7 +51,7 @@ impl Write for SharedFile {
 
 /// Installs the process logger. `debug` (from `--debug`) wins over `level`.
 /// Fails if the log file cannot be opened or a logger is already installed.
-pub fn init(target: &LogTarget, level: LogLevel, debug: bool) -> io::Result<LogHandle> {
+pub(crate) fn init(target: &LogTarget, level: LogLevel, debug: bool) -> io::Result<LogHandle> {
     let level = if debug { LogLevel::Debug } else { level };
     let filter = match (target, level) {
         (LogTarget::Discard, _) => log::LevelFilter::Off,
@@ -121,7 +121,7 @@ fn component(record: &log::Record) -> String {
 }
 
 /// One JSON log line: `{"component":…,"level":…,"msg":…,"time":…}`.
-pub fn json_line(record: &log::Record, unix: f64) -> String {
+pub(crate) fn json_line(record: &log::Record, unix: f64) -> String {
     serde_json::json!({
         "component": component(record),
         "level": level_name(record.level()),
@@ -132,7 +132,7 @@ pub fn json_line(record: &log::Record, unix: f64) -> String {
 }
 
 /// One logrus-style text line: `time="…" level=info msg="…" component=…`.
-pub fn text_line(record: &log::Record, unix: f64) -> String {
+pub(crate) fn text_line(record: &log::Record, unix: f64) -> String {
     format!(
         "time=\"{}\" level={} msg={} component={}",
         crate::clock::rfc3339(unix),

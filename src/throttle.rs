@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 /// How often a throttled warning may be logged by default.
-pub const WARN_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// One kind of repeated warning.
 #[derive(Debug)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     period: Duration,
     last: Mutex<Option<Instant>>,
     held_back: AtomicU64,
@@ -25,7 +25,7 @@ impl Default for Throttle {
 
 impl Throttle {
     /// A throttle letting one warning through per `period`.
-    pub fn new(period: Duration) -> Throttle {
+    pub(crate) fn new(period: Duration) -> Throttle {
         Throttle {
             period,
             last: Mutex::new(None),
@@ -35,7 +35,7 @@ impl Throttle {
 
     /// `Some(n)` when a warning may be logged now, `n` being how many were held back
     /// since the last one; `None` (and one more held back) otherwise.
-    pub fn ready(&self) -> Option<u64> {
+    pub(crate) fn ready(&self) -> Option<u64> {
         let now = Instant::now();
         let mut last = self.last.lock();
         if last.is_some_and(|t| now.duration_since(t) < self.period) {

@@ -1,6 +1,6 @@
 //! The only door to the NATS connection: every publish, request and subscription of
 //! the daemon goes through a [`Bus`], which takes validated [`Subject`]s,
-//! [`SubjectFilter`]s and [`Headers`] only. Code that holds a `Bus` cannot write a
+//! [`SubjectFilter`]s and `Headers` only. Code that holds a `Bus` cannot write a
 //! string it did not check into the connection's control lines.
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
@@ -68,7 +68,7 @@ impl Bus {
 
     /// Publishes `data` on `subject` with a NATS reply subject (so that nats-server
     /// answers "no responders" at once when nobody listens) and optional headers.
-    pub fn publish_request(
+    pub(crate) fn publish_request(
         &self,
         subject: &Subject,
         reply: &Subject,
@@ -84,7 +84,7 @@ impl Bus {
     }
 
     /// A request with a fresh inbox, waiting at most `timeout` for the first reply.
-    pub fn request(
+    pub(crate) fn request(
         &self,
         subject: &Subject,
         headers: Option<&Headers>,

@@ -57,7 +57,7 @@ impl SecurityProvider {
     }
 
     /// The name used in configuration files.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SecurityProvider::Puppet => "puppet",
             SecurityProvider::File => "file",
@@ -159,7 +159,7 @@ pub(crate) type ClientConfigError = crate::config::ConfigError;
 
 /// The default `--choria-config`: the first of Go's candidates that exists, else the
 /// last one (which must then exist).
-pub fn default_path() -> PathBuf {
+pub(crate) fn default_path() -> PathBuf {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(h) = &home {
@@ -419,20 +419,20 @@ impl ClientConfig {
     }
 
     /// A raw setting as written (after `plugin.d` merging), e.g. `plugin.choria.ssldir`.
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.raw.get(key).map(|s| s.as_str())
     }
 
     /// The per-try RPC timeout for an agent whose DDL timeout is `agent_timeout`
     /// (`discovery_timeout` + DDL timeout: 22 s for `choria_provision`, 4 s for `rpcutil`).
     /// Saturates instead of overflowing (`discovery_timeout` is also bounded when read).
-    pub fn rpc_timeout(&self, agent_timeout: Duration) -> Duration {
+    pub(crate) fn rpc_timeout(&self, agent_timeout: Duration) -> Duration {
         self.discovery_timeout.saturating_add(agent_timeout)
     }
 
     /// True when the connection presents the `choria` provider's client JWT and signs
     /// the broker's nonce with its seed.
-    pub fn uses_client_jwt(&self) -> bool {
+    pub(crate) fn uses_client_jwt(&self) -> bool {
         !self.insecure && self.security_provider == SecurityProvider::Choria
     }
 
@@ -492,7 +492,7 @@ impl ClientConfig {
     /// The credentials the broker URLs carry (validation makes sure they all carry
     /// the same), which take the place of `plugin.nats.user`/`pass` as they did in the
     /// NATS client.
-    pub fn url_credentials(&self) -> Option<UrlCredentials> {
+    pub(crate) fn url_credentials(&self) -> Option<UrlCredentials> {
         self.middleware_hosts
             .iter()
             .find_map(|u| split_broker_url(u).1)
@@ -500,7 +500,7 @@ impl ClientConfig {
 
     /// The user name the broker sees: the URLs' or `plugin.nats.user` (`provisioner`
     /// with `broker_provisioning_password`), when a password goes with it.
-    pub fn broker_user(&self) -> Option<String> {
+    pub(crate) fn broker_user(&self) -> Option<String> {
         match self.url_credentials() {
             Some(UrlCredentials::UserPass { user, .. }) => Some(user),
             Some(UrlCredentials::Token(_)) => None,
@@ -651,7 +651,7 @@ fn require_readable(path: Option<&str>, key: &str, problems: &mut Vec<Problem>) 
 /// Credentials written into a broker URL: `nats://user:pass@host:port` or
 /// `nats://token@host:port` (kept as written, as the NATS client took them).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UrlCredentials {
+pub(crate) enum UrlCredentials {
     /// `user:pass@`.
     UserPass {
         /// The user name.
@@ -782,5 +782,7 @@ impl Brokers {
     }
 }
 
+#[cfg(test)]
+mod file_tests;
 #[cfg(test)]
 mod tests;

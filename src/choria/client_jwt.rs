@@ -22,19 +22,19 @@ use crate::crypto::ids;
 use crate::crypto::jwt::{unverified_claims, CLIENT_ID_PURPOSE};
 
 /// The broker user whose connections land in the provisioning account.
-pub const PROVISIONER_USER: &str = "provisioner";
+pub(crate) const PROVISIONER_USER: &str = "provisioner";
 /// Client permission a broker with an organisation issuer requires of the
 /// `provisioner` user (choria-io/tokens `ServerProvisioner`).
-pub const PROVISIONER_PERMISSION: &str = "provisioner";
+pub(crate) const PROVISIONER_PERMISSION: &str = "provisioner";
 /// Client permission for Choria Streams (tokens `StreamsUser`).
-pub const STREAMS_PERMISSION: &str = "streams_user";
+pub(crate) const STREAMS_PERMISSION: &str = "streams_user";
 /// Client permission for leader elections (tokens `ElectionUser`).
-pub const ELECTION_PERMISSION: &str = "election_user";
+pub(crate) const ELECTION_PERMISSION: &str = "election_user";
 
 /// The settings that name the two files.
-pub const TOKEN_FILE_KEY: &str = "plugin.security.choria.token_file";
+pub(crate) const TOKEN_FILE_KEY: &str = "plugin.security.choria.token_file";
 /// See [`TOKEN_FILE_KEY`].
-pub const SEED_FILE_KEY: &str = "plugin.security.choria.seed_file";
+pub(crate) const SEED_FILE_KEY: &str = "plugin.security.choria.seed_file";
 
 /// Token and seed files are small; anything larger is not one.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -42,7 +42,7 @@ const MAX_FILE_BYTES: u64 = 64 * 1024;
 /// The client JWT or the seed cannot be used: which setting, which file, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CredentialError {
-    /// [`TOKEN_FILE_KEY`] or [`SEED_FILE_KEY`].
+    /// `TOKEN_FILE_KEY` or `SEED_FILE_KEY`.
     pub key: &'static str,
     /// The file named by the setting.
     pub path: String,
@@ -60,7 +60,7 @@ impl std::error::Error for CredentialError {}
 
 impl CredentialError {
     /// The same error as a configuration `Problem` of its setting.
-    pub fn to_problem(&self) -> Problem {
+    pub(crate) fn to_problem(&self) -> Problem {
         Problem::with_value(self.key, &self.path, &self.problem)
     }
 }
@@ -103,7 +103,7 @@ fn numeric_date<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D
 
 impl ClientClaims {
     /// The names of the permissions set to `true`, in the token's order.
-    pub fn granted(&self) -> Vec<&str> {
+    pub(crate) fn granted(&self) -> Vec<&str> {
         self.permissions
             .iter()
             .flatten()
@@ -120,7 +120,7 @@ impl ClientClaims {
 
 /// The client JWT of `plugin.security.choria.token_file`.
 #[derive(Clone)]
-pub struct ClientJwt {
+pub(crate) struct ClientJwt {
     path: String,
     token: String,
     claims: ClientClaims,
@@ -161,13 +161,13 @@ impl ClientJwt {
     /// Reads the JWT in `path` as go-choria's client does: surrounding white space is
     /// dropped, the claims are read unverified, and the token must be a client token
     /// (`purpose` `choria_client_id`) with a caller id.
-    pub fn load(path: &str) -> Result<ClientJwt, CredentialError> {
+    pub(crate) fn load(path: &str) -> Result<ClientJwt, CredentialError> {
         let data = read_small(TOKEN_FILE_KEY, path)?;
         ClientJwt::parse(path, &data)
     }
 
     /// [`ClientJwt::load`] on bytes already read from `path`.
-    pub fn parse(path: &str, data: &[u8]) -> Result<ClientJwt, CredentialError> {
+    pub(crate) fn parse(path: &str, data: &[u8]) -> Result<ClientJwt, CredentialError> {
         let err = |problem: String| CredentialError {
             key: TOKEN_FILE_KEY,
             path: path.to_string(),
@@ -197,33 +197,33 @@ impl ClientJwt {
     }
 
     /// The token as sent in CONNECT `auth_token` and `jwt`.
-    pub fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &str {
         &self.token
     }
 
     /// The file it was read from.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         &self.path
     }
 
     /// The claims read from it.
-    pub fn claims(&self) -> &ClientClaims {
+    pub(crate) fn claims(&self) -> &ClientClaims {
         &self.claims
     }
 
     /// The caller id (`callerid`).
-    pub fn caller_id(&self) -> &str {
+    pub(crate) fn caller_id(&self) -> &str {
         &self.claims.callerid
     }
 
     /// True at and after its `exp` (golang-jwt's rule: valid while now < exp).
-    pub fn expired(&self, now: i64) -> bool {
+    pub(crate) fn expired(&self, now: i64) -> bool {
         self.claims.exp.is_some_and(|exp| now >= exp)
     }
 }
 
 /// The ed25519 seed of `plugin.security.choria.seed_file`.
-pub struct Seed {
+pub(crate) struct Seed {
     key: Ed25519KeyPair,
     padded: bool,
 }
@@ -241,13 +241,13 @@ impl Seed {
     /// go-choria refuses a file with anything else in it, a trailing newline
     /// included; here white space around the digits is accepted and reported by
     /// [`Seed::padded`].
-    pub fn load(path: &str) -> Result<Seed, CredentialError> {
+    pub(crate) fn load(path: &str) -> Result<Seed, CredentialError> {
         let data = read_small(SEED_FILE_KEY, path)?;
         Seed::parse(path, &data)
     }
 
     /// [`Seed::load`] on bytes already read from `path`.
-    pub fn parse(path: &str, data: &[u8]) -> Result<Seed, CredentialError> {
+    pub(crate) fn parse(path: &str, data: &[u8]) -> Result<Seed, CredentialError> {
         let err = |problem: &str| CredentialError {
             key: SEED_FILE_KEY,
             path: path.to_string(),
@@ -275,24 +275,24 @@ impl Seed {
     }
 
     /// The public key as lowercase hex, as JWTs carry it.
-    pub fn public_hex(&self) -> String {
+    pub(crate) fn public_hex(&self) -> String {
         ids::hex(self.key.public_key().as_ref())
     }
 
     /// The server's nonce signed, base64url without padding: CONNECT `sig`.
-    pub fn sign_nonce(&self, nonce: &[u8]) -> String {
+    pub(crate) fn sign_nonce(&self, nonce: &[u8]) -> String {
         URL_SAFE_NO_PAD.encode(self.key.sign(nonce).as_ref())
     }
 
     /// True when the file had white space around the hex digits.
-    pub fn padded(&self) -> bool {
+    pub(crate) fn padded(&self) -> bool {
         self.padded
     }
 }
 
 /// What the connection will present to a broker, for [`inspect`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Presented {
+pub(crate) struct Presented {
     /// The CONNECT carries user `provisioner` and a password.
     pub provisioner_user: bool,
     /// A TLS client certificate and key are configured.
@@ -305,7 +305,7 @@ pub struct Presented {
 /// `(errors, warnings)`. An error is a refusal by every broker (or a connection
 /// go-choria's client would not even attempt); a warning is a refusal by some
 /// brokers only.
-pub fn inspect(
+pub(crate) fn inspect(
     jwt: &ClientJwt,
     seed: &Seed,
     presented: Presented,
@@ -422,7 +422,7 @@ pub fn inspect(
 
 /// The client JWT of a configuration that uses one, and what a broker would make of it.
 #[derive(Debug)]
-pub struct Checked {
+pub(crate) struct Checked {
     /// The token, when it could be read.
     pub jwt: Option<ClientJwt>,
     /// Problems every broker refuses.
@@ -434,7 +434,7 @@ pub struct Checked {
 /// Reads and inspects the client JWT and seed of `client` at Unix time `now`; `None`
 /// when the configuration presents no client JWT (not the `choria` provider, or
 /// insecure).
-pub fn check(client: &ClientConfig, leader_election: bool, now: i64) -> Option<Checked> {
+pub(crate) fn check(client: &ClientConfig, leader_election: bool, now: i64) -> Option<Checked> {
     if !client.uses_client_jwt() {
         return None;
     }

@@ -148,7 +148,7 @@ impl fmt::Debug for Connector {
 }
 
 /// `nats://user:pass@host:4222` → `nats://host:4222`, for log lines and `check`.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     split_broker_url(url).0
 }
 
@@ -544,16 +544,6 @@ impl Connector {
     /// True while connected to a broker.
     pub fn is_connected(&self) -> bool {
         self.state.is_connected()
-    }
-
-    /// The identity this connection was named after.
-    pub fn identity(&self) -> &str {
-        &self.identity
-    }
-
-    /// Flushes pending publishes, waiting at most `timeout`.
-    pub fn flush(&self, timeout: Duration) -> std::io::Result<()> {
-        self.nc.flush_timeout(timeout)
     }
 
     /// Closes the connection after flushing what is pending, waiting at most

@@ -28,7 +28,7 @@ pub(crate) const MAX_IDENTITY_LEN: usize = 253;
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Identity(Arc<str>);
 
-/// Why a string is not an identity. [`IdentityError::reason`] is the metric label.
+/// Why a string is not an identity. `IdentityError::reason` is the metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdentityError {
     /// Nothing at all.
@@ -51,7 +51,7 @@ pub enum IdentityError {
 impl IdentityError {
     /// A short, fixed label for metrics: `empty`, `too_long`, `character`,
     /// `empty_label` or `hyphen`.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             IdentityError::Empty => "empty",
             IdentityError::TooLong(_) => "too_long",

@@ -154,7 +154,7 @@ pub(crate) fn parse_bucket_ttl(bytes: &[u8], bucket: &str) -> Result<Duration, K
 
 /// One key of one bucket.
 #[derive(Debug, Clone)]
-pub struct KvKey {
+pub(crate) struct KvKey {
     bus: Bus,
     bucket: String,
     info: Subject,
@@ -166,7 +166,7 @@ impl KvKey {
     /// The key `key` of `bucket` under the JetStream API prefix `api_prefix` (with
     /// its trailing dot, e.g. `choria.streams.`), each request waiting at most
     /// `timeout`.
-    pub fn new(
+    pub(crate) fn new(
         bus: Bus,
         api_prefix: &str,
         bucket: &str,
@@ -183,7 +183,7 @@ impl KvKey {
     }
 
     /// The bucket's TTL, checked.
-    pub fn ttl(&self) -> Result<Duration, KvError> {
+    pub(crate) fn ttl(&self) -> Result<Duration, KvError> {
         let reply = self
             .bus
             .request(&self.info, None, b"", self.timeout)
@@ -195,7 +195,7 @@ impl KvKey {
 
     /// Writes `value` if the key's last revision is `expected` (0: the key must not
     /// exist); returns the new revision.
-    pub fn write(&self, expected: u64, value: &[u8]) -> Result<u64, KvError> {
+    pub(crate) fn write(&self, expected: u64, value: &[u8]) -> Result<u64, KvError> {
         let mut headers = Headers::new();
         headers
             .insert("Nats-Expected-Last-Subject-Sequence", &expected.to_string())

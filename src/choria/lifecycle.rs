@@ -49,7 +49,7 @@ impl Event {
     }
 
     /// A new event of `kind` for `identity`/`component` stamped now.
-    pub fn new(kind: &str, identity: &str, component: &str, version: &str) -> Event {
+    pub(crate) fn new(kind: &str, identity: &str, component: &str, version: &str) -> Event {
         Event {
             protocol: format!("io.choria.lifecycle.v1.{kind}"),
             id: ids::uuid_v4(),
@@ -62,14 +62,14 @@ impl Event {
     }
 
     /// The flat Choria format (the provisioner's own events).
-    pub fn to_choria_json(&self) -> Vec<u8> {
+    pub(crate) fn to_choria_json(&self) -> Vec<u8> {
         gojson::to_vec(self)
     }
 
     /// The CloudEvents 1.0 envelope servers publish by default, written field by
     /// field (no `serde_json::Value` made first: the simulator publishes one per node
     /// start).
-    pub fn to_cloudevent_json(&self) -> Vec<u8> {
+    pub(crate) fn to_cloudevent_json(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(512);
         gojson::Object::start(&mut out)
             .str("specversion", "1.0")
@@ -85,13 +85,13 @@ impl Event {
     }
 
     /// The subject this event is published on (the component must be a valid token).
-    pub fn subject(&self) -> Result<Subject, SubjectError> {
+    pub(crate) fn subject(&self) -> Result<Subject, SubjectError> {
         subject(self.kind(), &self.component)
     }
 }
 
 /// `choria.lifecycle.event.<kind>.<component>`.
-pub fn subject(kind: &str, component: &str) -> Result<Subject, SubjectError> {
+pub(crate) fn subject(kind: &str, component: &str) -> Result<Subject, SubjectError> {
     Subject::new(format!("choria.lifecycle.event.{kind}.{component}"))
 }
 
@@ -104,10 +104,10 @@ pub fn publish(bus: &Bus, event: &Event) -> std::io::Result<()> {
 }
 
 /// The largest startup event read; real ones are a few hundred bytes.
-pub const MAX_EVENT_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_EVENT_BYTES: usize = 64 * 1024;
 
 /// Startup events waiting for the listener; a fleet of 50,000 booting at once fits.
-pub const EVENT_BACKLOG: usize = 65_536;
+pub(crate) const EVENT_BACKLOG: usize = 65_536;
 
 /// Startup events waiting to be decoded: the decoder takes a real one in
 /// microseconds, so a booting fleet's events never pile up this high.
@@ -115,7 +115,7 @@ const RAW_EVENT_BACKLOG: usize = 8192;
 
 /// The most bytes of startup events waiting to be decoded: 50,000 real events of a
 /// few hundred bytes fit; 64 KiB floods are dropped past it, not buffered.
-pub const EVENT_BYTES_BACKLOG: usize = 32 * 1024 * 1024;
+pub(crate) const EVENT_BYTES_BACKLOG: usize = 32 * 1024 * 1024;
 
 /// Subscribes to startup events of `component` (in `queue` when given). The NATS
 /// reader thread only checks an event's size and hands its bytes to a decoder thread
@@ -126,7 +126,7 @@ pub const EVENT_BYTES_BACKLOG: usize = 32 * 1024 * 1024;
 /// waiting. What is dropped is counted in `dropped_events` (and
 /// `refused_identities`), and warned about at most once a minute. The decoder ends
 /// when the subscription is dropped.
-pub fn subscribe_startups(
+pub(crate) fn subscribe_startups(
     bus: &Bus,
     component: &str,
     queue: Option<&QueueGroup>,
@@ -259,7 +259,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, ProtocolError> {
 
 /// Why a startup event was not used.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartupError {
+pub(crate) enum StartupError {
     /// Not a lifecycle event.
     Decode(ProtocolError),
     /// The identity is not valid; the value is escaped and cut for logs.
@@ -278,7 +278,7 @@ impl std::fmt::Display for StartupError {
 impl std::error::Error for StartupError {}
 
 /// The identity a startup event announces, `None` for other event types.
-pub fn startup_identity(bytes: &[u8]) -> Result<Option<Identity>, StartupError> {
+pub(crate) fn startup_identity(bytes: &[u8]) -> Result<Option<Identity>, StartupError> {
     let event = decode(bytes).map_err(StartupError::Decode)?;
     if event.kind() != "startup" {
         return Ok(None);

@@ -15,6 +15,6 @@ pub mod lifecycle;
 pub(crate) mod peers;
 pub mod protocol;
 pub(crate) mod router;
-pub mod rpc;
+pub(crate) mod rpc;
 pub mod srv;
 pub mod subject;

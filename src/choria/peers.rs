@@ -28,7 +28,7 @@ use super::subject::{Subject, SubjectError, SubjectFilter};
 use crate::crypto::ids;
 
 /// The subject space of provisioner-to-provisioner messages.
-pub const PEER_PREFIX: &str = "provisioning.provisioner";
+pub(crate) const PEER_PREFIX: &str = "provisioning.provisioner";
 
 /// The largest peer message read.
 const MAX_PEER_MESSAGE: usize = 4096;
@@ -37,7 +37,7 @@ const MAX_PEER_MESSAGE: usize = 4096;
 /// write to the election key, and a standby may take the key over by writing with
 /// that revision expected.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Resignation {
+pub(crate) struct Resignation {
     /// The instance that resigned.
     pub identity: String,
     /// The key's revision after its last write.
@@ -49,7 +49,7 @@ fn resignation_subject(election: &str) -> Result<Subject, SubjectError> {
 }
 
 /// Announces `resignation` from the election `election`.
-pub fn publish_resignation(
+pub(crate) fn publish_resignation(
     bus: &Bus,
     election: &str,
     resignation: &Resignation,
@@ -62,7 +62,7 @@ pub fn publish_resignation(
 
 /// Calls `deliver` (on the reader thread: it must return at once) for every
 /// resignation announced in the election `election`; malformed messages are ignored.
-pub fn subscribe_resignations(
+pub(crate) fn subscribe_resignations(
     bus: &Bus,
     election: &str,
     deliver: impl Fn(Resignation) + Send + Sync + 'static,
@@ -203,7 +203,7 @@ impl std::error::Error for PeerMessageError {}
 pub(crate) const PEER_REFUSALS: [&str; 5] = crate::metrics::PEER_REFUSALS;
 
 /// `provisioning.provisioner.peers.<site>`; `site` must be one subject token.
-pub fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {
+pub(crate) fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {
     if site.contains('.') {
         return Err(SubjectError::NotOneToken);
     }
@@ -212,7 +212,7 @@ pub fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {
 
 /// `provisioning.provisioner.peers.<site>.node.<md5hex(owner)>`: where nodes are
 /// handed to `owner`.
-pub fn handoff_subject(site: &str, owner: &Identity) -> Result<Subject, SubjectError> {
+pub(crate) fn handoff_subject(site: &str, owner: &Identity) -> Result<Subject, SubjectError> {
     heartbeat_subject(site)?
         .child("node")?
         .child(&ids::hex(&Md5::digest(owner.as_str().as_bytes())))
@@ -234,7 +234,7 @@ impl Heartbeat {
     }
 
     /// Reads and checks a heartbeat body for `site`.
-    pub fn parse(body: &[u8], site: &str) -> Result<Heartbeat, PeerMessageError> {
+    pub(crate) fn parse(body: &[u8], site: &str) -> Result<Heartbeat, PeerMessageError> {
         if body.len() > MAX_PEER_MESSAGE {
             return Err(PeerMessageError::TooLarge(body.len()));
         }
@@ -270,7 +270,7 @@ impl Handoff {
     }
 
     /// Reads and checks a handoff body.
-    pub fn parse(body: &[u8]) -> Result<Handoff, PeerMessageError> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Handoff, PeerMessageError> {
         if body.len() > MAX_PEER_MESSAGE {
             return Err(PeerMessageError::TooLarge(body.len()));
         }
@@ -288,14 +288,14 @@ fn invalid(e: SubjectError) -> std::io::Error {
 }
 
 /// Publishes `heartbeat` on its site's subject.
-pub fn publish_heartbeat(bus: &Bus, heartbeat: &Heartbeat) -> std::io::Result<()> {
+pub(crate) fn publish_heartbeat(bus: &Bus, heartbeat: &Heartbeat) -> std::io::Result<()> {
     let subject = heartbeat_subject(&heartbeat.site).map_err(invalid)?;
     bus.publish(&subject, &heartbeat.to_json())
 }
 
 /// Calls `deliver` (on the reader thread: it must return at once) with every
 /// heartbeat of `site`, or why one was refused.
-pub fn subscribe_heartbeats(
+pub(crate) fn subscribe_heartbeats(
     bus: &Bus,
     site: &str,
     deliver: impl Fn(Result<Heartbeat, PeerMessageError>) + Send + Sync + 'static,
@@ -308,7 +308,7 @@ pub fn subscribe_heartbeats(
 }
 
 /// Hands `node` from `from` to `owner` in `site`.
-pub fn publish_handoff(
+pub(crate) fn publish_handoff(
     bus: &Bus,
     site: &str,
     owner: &Identity,
@@ -319,7 +319,7 @@ pub fn publish_handoff(
 }
 
 /// Calls `deliver` (on the reader thread) with every node handed to `me` in `site`.
-pub fn subscribe_handoffs(
+pub(crate) fn subscribe_handoffs(
     bus: &Bus,
     site: &str,
     me: &Identity,

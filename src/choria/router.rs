@@ -20,7 +20,7 @@ use super::subject::{Subject, SubjectError, SubjectFilter};
 
 /// What the router hands to a waiting caller.
 #[derive(Debug)]
-pub enum Routed {
+pub(crate) enum Routed {
     /// A reply's payload, unchecked.
     Reply(Vec<u8>),
     /// nats-server's "no responders": nobody subscribes to the request's subject, so no
@@ -42,7 +42,7 @@ pub struct RouterStats {
 /// A function that takes a request's replies on the reader thread (discovery uses
 /// one, so that its thousands of replies need no channel of their size); it returns
 /// false for a reply it dropped (a full bounded inbox), which the router counts.
-pub type Sink = Arc<dyn Fn(Routed) -> bool + Send + Sync>;
+pub(crate) type Sink = Arc<dyn Fn(Routed) -> bool + Send + Sync>;
 
 /// Where the replies to each request id go.
 type Routes = Mutex<HashMap<RouteKey, Sink>>;
@@ -115,7 +115,7 @@ impl std::fmt::Debug for Router {
 
 /// A request id registered with a [`Sink`]; it owns its share of the routes, so
 /// that it can live with a parked attempt, and unregisters itself when dropped.
-pub struct Route {
+pub(crate) struct Route {
     routes: Arc<Routes>,
     key: Option<RouteKey>,
 }
@@ -138,7 +138,7 @@ impl Drop for Route {
 
 impl Router {
     /// Subscribes to `<prefix>.*` on `bus` and starts routing.
-    pub fn start(bus: &Bus, prefix: Subject) -> std::io::Result<Router> {
+    pub(crate) fn start(bus: &Bus, prefix: Subject) -> std::io::Result<Router> {
         let routes: Arc<Routes> = Arc::default();
         let stats: Arc<RouterStats> = Arc::default();
         let filter = SubjectFilter::new(format!("{prefix}.*"))
@@ -154,13 +154,13 @@ impl Router {
     }
 
     /// The reply subject for request `id`.
-    pub fn reply_subject(&self, id: &str) -> Result<Subject, SubjectError> {
+    pub(crate) fn reply_subject(&self, id: &str) -> Result<Subject, SubjectError> {
         self.prefix.child(id)
     }
 
     /// Registers `id` with `sink` until the returned [`Route`] is dropped; `sink` runs
     /// on the reader thread and must return at once.
-    pub fn route(&self, id: &str, sink: Sink) -> Route {
+    pub(crate) fn route(&self, id: &str, sink: Sink) -> Route {
         let key = RouteKey::new(id);
         match key {
             Some(key) => {
@@ -180,7 +180,7 @@ impl Router {
     }
 
     /// Requests currently waiting for replies.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.routes.lock().len()
     }
 }

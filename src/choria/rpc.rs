@@ -35,7 +35,7 @@ use crate::throttle::Throttle;
 use crate::untrusted::shown;
 
 /// The collective provisioning happens in.
-pub const COLLECTIVE: &str = "provisioning";
+pub(crate) const COLLECTIVE: &str = "provisioning";
 
 /// From this many requests in flight on, a request is not flushed on its own: each
 /// flush is a PING/PONG round trip that blocks the caller, while the nats flusher
@@ -66,7 +66,7 @@ pub(crate) use contested::{Contest, Contested};
 
 /// A decoded RPC reply from one node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The node that answered (envelope sender).
     pub sender: String,
     /// MCollective status code (0 OK).
@@ -138,7 +138,7 @@ impl std::error::Error for RpcError {}
 
 /// Whether a request is flushed to the broker as it is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flush {
+pub(crate) enum Flush {
     /// Flushed at once while few requests are in flight, so that a lone request
     /// leaves now rather than with the client's flusher.
     Now,
@@ -187,7 +187,7 @@ impl fmt::Debug for RpcClient {
 impl RpcClient {
     /// Builds the client for `connector` with the identity, caller id, protocol version
     /// and credentials that `client` selects.
-    pub fn new(
+    pub(crate) fn new(
         connector: &Connector,
         client: &ClientConfig,
         metrics: Arc<Metrics>,
@@ -220,11 +220,6 @@ impl RpcClient {
     /// The router, for its counters.
     pub fn router(&self) -> &Router {
         &self.router
-    }
-
-    /// The metrics replies and refusals are counted in.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
     }
 
     fn spec<'a>(

@@ -24,11 +24,11 @@ use simple_dns::rdata::RData;
 use simple_dns::{Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, RCODE, TYPE};
 
 /// The record names go-choria looks up for its brokers, in its order.
-pub const MIDDLEWARE_RECORDS: [&str; 2] =
+pub(crate) const MIDDLEWARE_RECORDS: [&str; 2] =
     ["_mcollective-server._tcp", "_x-puppet-mcollective._tcp"];
 
 /// The broker go-choria falls back to when nothing else names one.
-pub const FALLBACK_BROKER: &str = "nats://puppet:4222";
+pub(crate) const FALLBACK_BROKER: &str = "nats://puppet:4222";
 
 /// The most targets kept from one answer.
 const MAX_TARGETS: usize = 32;
@@ -38,7 +38,7 @@ const MAX_STRAY_DATAGRAMS: usize = 16;
 
 /// One broker an SRV record names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SrvTarget {
+pub(crate) struct SrvTarget {
     /// Lower is tried first.
     pub priority: u16,
     /// Within a priority, the share of first places.
@@ -93,14 +93,14 @@ pub struct Resolver {
 impl Resolver {
     /// The host's resolver, from `/etc/resolv.conf` (a missing file means a name
     /// server on 127.0.0.1, as in glibc).
-    pub fn system() -> Resolver {
+    pub(crate) fn system() -> Resolver {
         Resolver::from_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
     }
 
     /// The resolver `text` (a `resolv.conf`) describes: at most 3 name servers (port
     /// 53), `timeout` (5 s, at most 30) and `attempts` (2, at most 5), and the domain
     /// from `domain` or the first `search` entry.
-    pub fn from_resolv_conf(text: &str) -> Resolver {
+    pub(crate) fn from_resolv_conf(text: &str) -> Resolver {
         let mut servers = Vec::new();
         let mut timeout = Duration::from_secs(5);
         let mut attempts = 2;
@@ -161,13 +161,13 @@ impl Resolver {
     }
 
     /// The domain `/etc/resolv.conf` names (`domain`, else the first `search`).
-    pub fn domain(&self) -> Option<&str> {
+    pub(crate) fn domain(&self) -> Option<&str> {
         self.domain.as_deref()
     }
 
     /// The SRV records of `name`, in the order to try them. An empty list when the
     /// name does not exist or has none.
-    pub fn lookup_srv(&self, name: &str) -> Result<Vec<SrvTarget>, SrvError> {
+    pub(crate) fn lookup_srv(&self, name: &str) -> Result<Vec<SrvTarget>, SrvError> {
         let bad = || SrvError::BadName(name.to_string());
         if !valid_host(name.trim_end_matches('.')) {
             return Err(bad());
@@ -332,7 +332,7 @@ fn answer_targets(bytes: &[u8], id: u16, qname: &Name) -> Result<Answer, SrvErro
 
 /// A host name a URL may carry: 1 to 253 characters, labels of 1 to 63 letters,
 /// digits, `-` and `_`, not starting or ending with `-`.
-pub fn valid_host(name: &str) -> bool {
+pub(crate) fn valid_host(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {
@@ -349,7 +349,10 @@ pub fn valid_host(name: &str) -> bool {
 /// RFC 2782's order: by priority; within one, repeatedly draw a target with a
 /// chance proportional to its weight (a weight of 0 has a small chance, put first
 /// as the RFC says), as Go's `net.LookupSRV` orders them. `random` gives the draws.
-pub fn order(mut targets: Vec<SrvTarget>, random: &mut dyn FnMut() -> u32) -> Vec<SrvTarget> {
+pub(crate) fn order(
+    mut targets: Vec<SrvTarget>,
+    random: &mut dyn FnMut() -> u32,
+) -> Vec<SrvTarget> {
     targets.sort_by_key(|t| (t.priority, t.weight != 0));
     let mut ordered = Vec::with_capacity(targets.len());
     let mut start = 0;
@@ -397,7 +400,7 @@ pub struct SrvSearch {
 }
 
 /// Looks up [`MIDDLEWARE_RECORDS`] in `domain` and keeps the first that has targets.
-pub fn find_brokers(resolver: &Resolver, domain: Option<&str>) -> SrvSearch {
+pub(crate) fn find_brokers(resolver: &Resolver, domain: Option<&str>) -> SrvSearch {
     let mut search = SrvSearch {
         lookups: Vec::new(),
         urls: Vec::new(),

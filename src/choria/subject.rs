@@ -14,7 +14,7 @@ use std::fmt;
 pub(crate) const MAX_SUBJECT_LEN: usize = 512;
 
 /// Longest header value we send.
-pub const MAX_HEADER_VALUE_LEN: usize = 1024;
+pub(crate) const MAX_HEADER_VALUE_LEN: usize = 1024;
 
 /// Why a string cannot be used on the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +137,7 @@ impl Subject {
     }
 
     /// The subject as text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -163,7 +163,7 @@ impl SubjectFilter {
     }
 
     /// The filter as text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -180,12 +180,12 @@ pub struct QueueGroup(String);
 
 impl QueueGroup {
     /// Checks `text`.
-    pub fn new(text: impl Into<String>) -> Result<QueueGroup, SubjectError> {
+    pub(crate) fn new(text: impl Into<String>) -> Result<QueueGroup, SubjectError> {
         Subject::new(text).map(|s| QueueGroup(s.0))
     }
 
     /// The name as text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -210,16 +210,16 @@ text_impls!(QueueGroup);
 
 /// Message headers with names and values that cannot break the header block.
 #[derive(Debug, Clone, Default)]
-pub struct Headers(pub(super) nats::header::HeaderMap);
+pub(crate) struct Headers(pub(super) nats::header::HeaderMap);
 
 impl Headers {
     /// No headers.
-    pub fn new() -> Headers {
+    pub(crate) fn new() -> Headers {
         Headers::default()
     }
 
     /// Adds `name: value` after checking both.
-    pub fn insert(&mut self, name: &str, value: &str) -> Result<(), SubjectError> {
+    pub(crate) fn insert(&mut self, name: &str, value: &str) -> Result<(), SubjectError> {
         if name.is_empty()
             || name
                 .bytes()

@@ -11,7 +11,7 @@ use argh::FromArgs;
 
 /// The Choria Provisioning Framework.
 #[derive(FromArgs, Debug, Default)]
-pub struct TopLevel {
+pub(crate) struct TopLevel {
     /// enable debug logging regardless of the configured loglevel
     #[argh(switch)]
     pub debug: bool,
@@ -35,7 +35,7 @@ pub struct TopLevel {
 /// Subcommands.
 #[derive(FromArgs, Debug)]
 #[argh(subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// run the provisioner
     Run(RunArgs),
     /// validate the configuration and print it
@@ -53,7 +53,7 @@ pub enum Command {
 /// pause holds across restarts when pause_file is set.
 #[derive(FromArgs, Debug, Default)]
 #[argh(subcommand, name = "pause")]
-pub struct PauseArgs {
+pub(crate) struct PauseArgs {
     /// the provisioner configuration file (for its control_socket)
     #[argh(option)]
     pub config: Option<String>,
@@ -65,7 +65,7 @@ pub struct PauseArgs {
 /// Ends an operator's pause through the control_socket and starts a discovery at once.
 #[derive(FromArgs, Debug, Default)]
 #[argh(subcommand, name = "resume")]
-pub struct ResumeArgs {
+pub(crate) struct ResumeArgs {
     /// the provisioner configuration file (for its control_socket)
     #[argh(option)]
     pub config: Option<String>,
@@ -74,7 +74,7 @@ pub struct ResumeArgs {
 /// Runs the provisioner (the default command).
 #[derive(FromArgs, Debug, Default)]
 #[argh(subcommand, name = "run")]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// enable debug logging regardless of the configured loglevel
     #[argh(switch)]
     pub debug: bool,
@@ -93,7 +93,7 @@ pub struct RunArgs {
 /// with secrets as `***`, and exits 0 when it is sound, 1 otherwise.
 #[derive(FromArgs, Debug, Default)]
 #[argh(subcommand, name = "check")]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// enable debug logging regardless of the configured loglevel
     #[argh(switch)]
     pub debug: bool,
@@ -111,7 +111,7 @@ pub struct CheckArgs {
 /// its recent attempts.
 #[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
 #[argh(subcommand, name = "nodes")]
-pub struct NodesArgs {
+pub(crate) struct NodesArgs {
     /// the monitoring address, http://host:port (default: from --config's
     /// monitor_host and monitor_port)
     #[argh(option)]
@@ -133,7 +133,7 @@ pub struct NodesArgs {
 
 /// What to do, with the top-level and subcommand flags merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invocation {
+pub(crate) struct Invocation {
     /// Which command.
     pub action: Action,
     /// `--debug`.
@@ -152,7 +152,7 @@ pub struct Invocation {
 
 /// The command chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Print the version.
     Version,
     /// Run the daemon.
@@ -177,7 +177,7 @@ const VALUE_FLAGS: [&str; 6] = [
 ];
 
 /// Splits `--config=x` into `--config x` for the flags that take a value.
-pub fn split_equals(args: &[String]) -> Vec<String> {
+pub(crate) fn split_equals(args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     for arg in args {
         match arg.split_once('=') {
@@ -192,7 +192,7 @@ pub fn split_equals(args: &[String]) -> Vec<String> {
 }
 
 /// Parses the arguments after the program name.
-pub fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::EarlyExit> {
+pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::EarlyExit> {
     let args = split_equals(args);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let top = TopLevel::from_args(&[program], &refs)?;

@@ -5,7 +5,7 @@ use super::{fail, prepare, usage};
 
 /// Prints the effective configuration (secrets as `***`) and returns 0, or lists
 /// every problem and returns 1.
-pub fn check(inv: &Invocation) -> i32 {
+pub(crate) fn check(inv: &Invocation) -> i32 {
     match prepare(inv) {
         Ok(p) => {
             for w in &p.warnings {

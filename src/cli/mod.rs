@@ -18,7 +18,7 @@ pub(crate) use prepare::prepare;
 use args::Action;
 
 /// The program name used in error lines.
-pub const PROGRAM: &str = "choria-provisioner";
+pub(crate) const PROGRAM: &str = "choria-provisioner";
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
@@ -53,7 +53,7 @@ pub fn main() -> i32 {
 }
 
 /// The usage text argh prints for `--help`.
-pub fn usage() -> String {
+pub(crate) fn usage() -> String {
     args::TopLevel::from_args_help().unwrap_or_default()
 }
 
@@ -67,7 +67,7 @@ impl args::TopLevel {
 }
 
 /// Prints `choria-provisioner: error: <message>` to standard error and returns 1.
-pub fn fail(message: impl std::fmt::Display) -> i32 {
+pub(crate) fn fail(message: impl std::fmt::Display) -> i32 {
     eprintln!("{PROGRAM}: error: {message}");
     1
 }

@@ -16,16 +16,16 @@ use super::fail;
 use crate::untrusted::shown;
 
 /// The largest `/nodes` answer read (a full history is about 1 MiB).
-pub const MAX_RESPONSE: u64 = 16 * 1024 * 1024;
+pub(crate) const MAX_RESPONSE: u64 = 16 * 1024 * 1024;
 
 /// How long connecting, and then each read or write, may take.
-pub const TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The states `--state` takes, in the order the table shows them.
-pub const STATES: [&str; 5] = ["queued", "in_flight", "cooling_down", "upgrading", "recent"];
+pub(crate) const STATES: [&str; 5] = ["queued", "in_flight", "cooling_down", "upgrading", "recent"];
 
 /// Runs `nodes`; returns the exit code.
-pub fn nodes(inv: &Invocation) -> i32 {
+pub(crate) fn nodes(inv: &Invocation) -> i32 {
     let args = inv.nodes.clone().unwrap_or_default();
     if let Some(state) = &args.state {
         if !STATES.contains(&state.as_str()) {
@@ -130,7 +130,7 @@ fn parse_url(url: &str) -> Result<(SocketAddr, String), String> {
 }
 
 /// One GET of `path` at `base`: the status and the body.
-pub fn get(base: &str, path: &str) -> Result<(u16, String), String> {
+pub(crate) fn get(base: &str, path: &str) -> Result<(u16, String), String> {
     let (addr, host) = parse_url(base)?;
     let what = format!("{base}{path}");
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)
@@ -297,7 +297,7 @@ const RECENT_HEADER: [&str; 7] = [
 ];
 
 /// The `/nodes` document as tables: nodes known now, then recent attempts.
-pub fn fleet_table(doc: &Value, state: Option<&str>) -> String {
+pub(crate) fn fleet_table(doc: &Value, state: Option<&str>) -> String {
     let wanted = |s: &str| state.is_none_or(|w| w == s);
     let mut out = String::new();
     let mut rows = Vec::new();
@@ -347,7 +347,7 @@ pub fn fleet_table(doc: &Value, state: Option<&str>) -> String {
 }
 
 /// One node's document: its state now and its recent attempts.
-pub fn node_table(doc: &Value) -> String {
+pub(crate) fn node_table(doc: &Value) -> String {
     let mut out = columns(&["STATE", "IDENTITY", "DETAIL"], &[current_row(doc)]);
     let recent: Vec<Value> = doc["recent"].as_array().cloned().unwrap_or_default();
     out.push_str(&format!(

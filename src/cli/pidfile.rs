@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 
 /// A written pid file, removed on drop.
 #[derive(Debug)]
-pub struct PidFile {
+pub(crate) struct PidFile {
     path: PathBuf,
 }
 
 impl PidFile {
     /// Writes this process' id to `path`.
-    pub fn write(path: &Path) -> std::io::Result<PidFile> {
+    pub(crate) fn write(path: &Path) -> std::io::Result<PidFile> {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .write(true)

@@ -11,7 +11,7 @@ use super::args::Invocation;
 
 /// Configuration that passed every check.
 #[derive(Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The provisioner YAML.
     pub config: Config,
     /// The Choria client configuration, with the provisioner's overrides applied.
@@ -25,7 +25,7 @@ pub struct Prepared {
 
 /// Why preparation failed: the error lines to print, Go-style.
 #[derive(Debug)]
-pub struct PrepareError {
+pub(crate) struct PrepareError {
     /// Each a complete message after `choria-provisioner: error: `.
     pub lines: Vec<String>,
     /// The problem was with the command line itself: print the usage too.
@@ -49,7 +49,7 @@ fn existing_file(flag: &str, value: Option<&str>) -> Result<PathBuf, PrepareErro
 }
 
 /// Loads and checks the provisioner YAML and the Choria client configuration.
-pub fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
+pub(crate) fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
     let config_path = existing_file("config", inv.config.as_deref())?;
     let choria_path = match inv.choria_config.as_deref() {
         Some(p) => existing_file("choria-config", Some(p))?,

@@ -19,7 +19,7 @@ use super::args::Invocation;
 use super::{fail, prepare, signals, usage, PidFile};
 
 /// Runs the daemon; returns the exit code.
-pub fn run(inv: &Invocation) -> i32 {
+pub(crate) fn run(inv: &Invocation) -> i32 {
     let prepared = match prepare(inv) {
         Ok(p) => p,
         Err(e) => {

@@ -15,7 +15,7 @@ use crate::logging::LogHandle;
 
 /// What SIGHUP reloads besides the log file, once the daemon has started.
 #[derive(Default)]
-pub struct Reloadable {
+pub(crate) struct Reloadable {
     /// The audit trail, when `audit_file` is set.
     pub audit: Option<Arc<AuditLog>>,
     /// The key files the features loaded.
@@ -23,11 +23,11 @@ pub struct Reloadable {
 }
 
 /// The daemon's [`Reloadable`], filled in once it has started.
-pub type ReloadSlot = Arc<Mutex<Reloadable>>;
+pub(crate) type ReloadSlot = Arc<Mutex<Reloadable>>;
 
 /// Installs the handlers and returns a receiver that disconnects (every `recv`
 /// returns `Err`) when the daemon should stop.
-pub fn install(log: LogHandle, reload: ReloadSlot) -> std::io::Result<Receiver<()>> {
+pub(crate) fn install(log: LogHandle, reload: ReloadSlot) -> std::io::Result<Receiver<()>> {
     let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let (tx, rx) = bounded::<()>(0);
     std::thread::Builder::new()

@@ -89,7 +89,7 @@ pub enum LogLevel {
 
 impl LogLevel {
     /// Parses `debug`, `info`, `warn` (or `warning`), `error` or `fatal`.
-    pub fn parse(text: &str) -> Option<LogLevel> {
+    pub(crate) fn parse(text: &str) -> Option<LogLevel> {
         match text.to_ascii_lowercase().as_str() {
             "debug" => Some(LogLevel::Debug),
             "info" => Some(LogLevel::Info),
@@ -101,7 +101,7 @@ impl LogLevel {
     }
 
     /// The name used in config files and JSON log lines.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             LogLevel::Debug => "debug",
             LogLevel::Info => "info",
@@ -298,7 +298,7 @@ impl Config {
     }
 
     /// The discovery stale limit: entries waiting longer than this are given up.
-    pub fn stale_after(&self) -> Duration {
+    pub(crate) fn stale_after(&self) -> Duration {
         self.interval * 2
     }
 }

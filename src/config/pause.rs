@@ -76,12 +76,12 @@ impl Pause {
     }
 
     /// The operator's hold, if any.
-    pub fn operator(&self) -> Option<OperatorPause> {
+    pub(crate) fn operator(&self) -> Option<OperatorPause> {
         self.holds.lock().operator.clone()
     }
 
     /// True while provisioning is paused (by either hold).
-    pub fn paused(&self) -> bool {
+    pub(crate) fn paused(&self) -> bool {
         *self.paused.read()
     }
 

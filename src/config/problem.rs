@@ -18,7 +18,7 @@ pub struct Problem {
 
 impl Problem {
     /// A problem with `key` that does not quote the value (secrets, long values).
-    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Problem {
+    pub(crate) fn new(key: impl Into<String>, message: impl Into<String>) -> Problem {
         Problem {
             key: key.into(),
             value: None,
@@ -60,7 +60,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     /// An error with a single problem.
-    pub fn single(file: &Path, problem: Problem) -> ConfigError {
+    pub(crate) fn single(file: &Path, problem: Problem) -> ConfigError {
         ConfigError {
             file: file.to_path_buf(),
             problems: vec![problem],

@@ -8,12 +8,12 @@ pub struct Secret(String);
 
 impl Secret {
     /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Secret {
+    pub(crate) fn new(value: impl Into<String>) -> Secret {
         Secret(value.into())
     }
 
     /// The secret itself, for the one place that sends it.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 

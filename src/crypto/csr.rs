@@ -58,7 +58,7 @@ impl std::error::Error for DenyListError {}
 
 /// The compiled `cert_deny_list`: built once from the configuration, shared read-only.
 #[derive(Debug, Clone)]
-pub struct DenyList {
+pub(crate) struct DenyList {
     patterns: Vec<(String, Regex)>,
 }
 
@@ -69,7 +69,7 @@ impl DenyList {
     /// stripped, as Go does. Patterns are matched unanchored (a search anywhere in the name).
     /// The syntax is the `regex` crate's, which is RE2's for practical purposes (one difference:
     /// `\d`, `\w`, `\s` and `\b` are Unicode-aware here, ASCII-only in Go).
-    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<DenyList, DenyListError> {
+    pub(crate) fn new<S: AsRef<str>>(patterns: &[S]) -> Result<DenyList, DenyListError> {
         let list: Vec<&str> = if patterns.is_empty() {
             DEFAULT_DENY_PATTERNS.to_vec()
         } else {
@@ -102,11 +102,6 @@ impl DenyList {
     /// True when any pattern matches `name`.
     pub(crate) fn is_denied(&self, name: &str) -> bool {
         self.matching_pattern(name).is_some()
-    }
-
-    /// The patterns as written (after defaulting).
-    pub fn patterns(&self) -> impl Iterator<Item = &str> {
-        self.patterns.iter().map(|(p, _)| p.as_str())
     }
 }
 
@@ -269,7 +264,11 @@ pub fn parse_csr(csr_pem: &str) -> Result<CsrNames, CsrError> {
 
 /// The provisioner's CSR check (go-choria's provision agent, `providers/agent/mcorpc/golang/provision`): parse, CN must equal `identity`
 /// exactly (case-sensitive), then the CN and every DNS SAN against the deny list, first hit wins.
-pub fn validate_csr(csr_pem: &str, identity: &str, deny: &DenyList) -> Result<CsrNames, CsrError> {
+pub(crate) fn validate_csr(
+    csr_pem: &str,
+    identity: &str,
+    deny: &DenyList,
+) -> Result<CsrNames, CsrError> {
     let names = parse_csr(csr_pem)?;
     if names.common_name != identity {
         return Err(CsrError::CommonNameMismatch {
@@ -284,6 +283,9 @@ pub fn validate_csr(csr_pem: &str, identity: &str, deny: &DenyList) -> Result<Cs
     }
     Ok(names)
 }
+
+#[cfg(test)]
+mod spec_tests;
 
 #[cfg(test)]
 mod tests {

@@ -171,6 +171,9 @@ pub fn encrypt_key_for_node(
 }
 
 #[cfg(test)]
+mod openssl_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

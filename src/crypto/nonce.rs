@@ -4,7 +4,7 @@
 use super::ids::{unhex as hexdec, v1_request_id};
 
 /// A `gen25519` nonce: 32 lowercase hex characters, new for every try.
-pub fn new_nonce() -> String {
+pub(crate) fn new_nonce() -> String {
     v1_request_id()
 }
 

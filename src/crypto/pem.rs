@@ -73,7 +73,7 @@ pub fn decode(text: &str) -> Option<Block> {
 
 /// Encodes a block as Go's `pem.Encode` does: headers, a blank line when there are
 /// headers, base64 wrapped at 64 columns.
-pub fn encode(block: &Block) -> String {
+pub(crate) fn encode(block: &Block) -> String {
     let mut out = format!("-----BEGIN {}-----\n", block.label);
     for (k, v) in &block.headers {
         out.push_str(&format!("{k}: {v}\n"));

@@ -63,7 +63,7 @@ pub struct Finished {
     pub silent: bool,
 }
 
-/// A parked attempt with something to do, for a worker to [`Driver::resume`].
+/// A parked attempt with something to do, for a worker to `Driver::resume`.
 pub struct Ready(Arc<Cell>);
 
 /// One attempt, shared with its routes and the timer.
@@ -160,7 +160,7 @@ impl Ord for Wake {
 }
 
 /// Runs attempts for one provisioner.
-pub struct Driver {
+pub(crate) struct Driver {
     seq: Arc<NodeSequence>,
     rpc: Arc<RpcClient>,
     ready_tx: Sender<Ready>,
@@ -184,7 +184,7 @@ impl std::fmt::Debug for Driver {
 impl Driver {
     /// A driver of `seq`'s attempts over `rpc`, with its timer thread (which ends
     /// when the driver is dropped).
-    pub fn new(seq: Arc<NodeSequence>, rpc: Arc<RpcClient>) -> std::io::Result<Arc<Driver>> {
+    pub(crate) fn new(seq: Arc<NodeSequence>, rpc: Arc<RpcClient>) -> std::io::Result<Arc<Driver>> {
         let (ready_tx, ready_rx) = unbounded();
         let cells = Arc::new(Cells::default());
         let timer = Timer::start(Arc::clone(&cells))?;
@@ -204,27 +204,27 @@ impl Driver {
     }
 
     /// The shared part of every attempt.
-    pub fn sequence(&self) -> &Arc<NodeSequence> {
+    pub(crate) fn sequence(&self) -> &Arc<NodeSequence> {
         &self.seq
     }
 
     /// Parked attempts with something to do.
-    pub fn ready(&self) -> Receiver<Ready> {
+    pub(crate) fn ready(&self) -> Receiver<Ready> {
         self.ready_rx.clone()
     }
 
     /// Whether another attempt may begin: fewer than `max_waiting_attempts` wait.
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         self.waiting.load(Ordering::Relaxed) < self.max_waiting
     }
 
     /// Attempts parked or running now.
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
 
     /// Begins an attempt; `Some` when it ended without waiting on the node.
-    pub fn begin(&self, ticket: Ticket, stopping: &AtomicBool) -> Option<Finished> {
+    pub(crate) fn begin(&self, ticket: Ticket, stopping: &AtomicBool) -> Option<Finished> {
         let attempt = Attempt::new(
             ticket.identity.clone(),
             ticket.since,
@@ -255,7 +255,7 @@ impl Driver {
     }
 
     /// Runs a parked attempt that has something to do.
-    pub fn resume(&self, ready: Ready, stopping: &AtomicBool) -> Option<Finished> {
+    pub(crate) fn resume(&self, ready: Ready, stopping: &AtomicBool) -> Option<Finished> {
         let cell = ready.0;
         let parked = cell.parked.lock().take()?;
         self.turns(&cell, parked, Vec::new(), stopping)
@@ -263,7 +263,7 @@ impl Driver {
 
     /// Ends every parked attempt (the daemon is stopping); running ones end at their
     /// next turn.
-    pub fn abandon_all(&self) -> Vec<Finished> {
+    pub(crate) fn abandon_all(&self) -> Vec<Finished> {
         let cells: Vec<Arc<Cell>> = self.cells.lock().drain().map(|(_, c)| c).collect();
         let stopping = AtomicBool::new(true);
         cells

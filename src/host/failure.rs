@@ -16,7 +16,7 @@ use crate::crypto::key_transport::KeyTransportError;
 
 /// The failure of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AttemptError {
+pub(crate) enum AttemptError {
     /// The node waited longer than twice the discovery interval (Go's stale rule).
     Stale {
         /// How long it waited.
@@ -151,7 +151,7 @@ impl From<CallError> for AttemptError {
 
 impl AttemptError {
     /// The outcome the scheduler routes.
-    pub fn into_outcome(self) -> Outcome {
+    pub(crate) fn into_outcome(self) -> Outcome {
         let text = self.to_string();
         match self {
             AttemptError::Call(CallError::Unreachable(_)) => Outcome::Unreachable(text),

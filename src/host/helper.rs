@@ -32,7 +32,7 @@ use crate::json_text;
 pub const MAX_OUTPUT: usize = 4 * 1024 * 1024;
 
 /// Most bytes of stderr kept for the log.
-pub const MAX_STDERR: usize = 16 * 1024;
+pub(crate) const MAX_STDERR: usize = 16 * 1024;
 
 /// What the helper gets on stdin, in Go's key order (§4.2). Every key is always
 /// present; features that are off give `null`. `Debug` shows neither the JWT claims
@@ -361,7 +361,7 @@ enum Unprepared {
 }
 
 /// Go's rendering of an exit status (`exit status 3`, `signal: killed`).
-pub fn exit_status_text(status: ExitStatus) -> String {
+pub(crate) fn exit_status_text(status: ExitStatus) -> String {
     if let Some(code) = status.code() {
         return format!("exit status {code}");
     }
@@ -389,11 +389,6 @@ impl Helper {
             timeout,
             prepared: Arc::new(prepared),
         }
-    }
-
-    /// The command line as configured.
-    pub fn command(&self) -> &str {
-        &self.command
     }
 
     /// Runs the helper with `input` on stdin for node `identity`. `paused` is checked

@@ -30,7 +30,7 @@ const SIGNED_TOKENS_KEPT: usize = 16;
 
 /// Keys and checks shared by every attempt.
 #[derive(Debug)]
-pub struct KeyMaterial {
+pub(crate) struct KeyMaterial {
     deny: DenyList,
     /// Where the keys come from (the settings, kept for reloads).
     sources: KeySources,
@@ -168,7 +168,7 @@ fn failed(msg: String) -> AttemptError {
 
 impl KeyMaterial {
     /// Loads everything the enabled features need.
-    pub fn load(config: &Config) -> Result<KeyMaterial, KeyLoadError> {
+    pub(crate) fn load(config: &Config) -> Result<KeyMaterial, KeyLoadError> {
         let deny = DenyList::new(&config.cert_deny_list).map_err(KeyLoadError::DenyList)?;
         let sources = KeySources {
             jwt: config.features.jwt,
@@ -190,7 +190,7 @@ impl KeyMaterial {
     /// Loads every key file again (on SIGHUP). When all load, they replace the old
     /// ones at once and the changes are returned, one line per key that changed;
     /// when one does not, the old material stays in use and the error says which.
-    pub fn reload(&self) -> Result<Vec<String>, KeyLoadError> {
+    pub(crate) fn reload(&self) -> Result<Vec<String>, KeyLoadError> {
         let new = self.sources.load()?;
         let mut loaded = self.loaded.write();
         let lines = changes(&loaded, &new, &self.sources);
@@ -208,7 +208,7 @@ impl KeyMaterial {
 
     /// Verifies the node's provisioning JWT; its claims, for the helper (shared with
     /// every node that presents the same token).
-    pub fn verify_provisioning_jwt(
+    pub(crate) fn verify_provisioning_jwt(
         &self,
         identity: &Identity,
         jwt: &str,
@@ -314,13 +314,13 @@ impl KeyMaterial {
     }
 
     /// The expiry (Unix seconds) of the `jwt_signing_token` in use; `None` without one.
-    pub fn signing_token_expiry(&self) -> Option<i64> {
+    pub(crate) fn signing_token_expiry(&self) -> Option<i64> {
         self.current().chain.as_ref().map(|t| t.exp)
     }
 
     /// Validates the node's CSR (pki feature): PKCS#10, CN equal to the identity,
     /// CN and every DNS SAN clear of the deny list.
-    pub fn check_csr(&self, identity: &Identity, csr: &str) -> Result<(), AttemptError> {
+    pub(crate) fn check_csr(&self, identity: &Identity, csr: &str) -> Result<(), AttemptError> {
         crate::crypto::csr::validate_csr(csr, identity, &self.deny)
             .map(|_| ())
             .map_err(|error| AttemptError::Csr {

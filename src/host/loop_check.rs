@@ -30,7 +30,8 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 /// The keys a finding can name (the `key` label of the metric), in the order checked.
-pub const LOOP_KEYS: [&str; 8] = [
+#[cfg(test)]
+pub(crate) const LOOP_KEYS: [&str; 8] = [
     "plugin.choria.server.provision",
     "plugin.choria.middleware_hosts",
     "identity",
@@ -43,7 +44,7 @@ pub const LOOP_KEYS: [&str; 8] = [
 
 /// One problem with a helper's configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
+pub(crate) struct Finding {
     /// The key (one of [`LOOP_KEYS`]).
     pub key: &'static str,
     /// What is wrong and what the node will do.
@@ -67,7 +68,7 @@ fn truthy(v: &str) -> bool {
 
 /// What in `config` (the helper's `configuration` for `identity`) will bring the
 /// node back into provisioning or leave it without a broker.
-pub fn findings(config: &BTreeMap<String, String>, identity: &str) -> Vec<Finding> {
+pub(crate) fn findings(config: &BTreeMap<String, String>, identity: &str) -> Vec<Finding> {
     let mut out = Vec::new();
     let has = |k: &str| lookup(config, k).is_some_and(|v| !v.is_empty());
     match lookup(config, "plugin.choria.server.provision") {
@@ -122,19 +123,20 @@ pub fn findings(config: &BTreeMap<String, String>, identity: &str) -> Vec<Findin
 
 /// The helper's version as this check sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct HelperStamp {
+pub(crate) struct HelperStamp {
     files: Vec<(PathBuf, u64, Option<SystemTime>)>,
 }
 
 impl HelperStamp {
     /// The stamp of one file now (an unreadable file still has its path).
-    pub fn of(program: &std::path::Path) -> HelperStamp {
+    #[cfg(test)]
+    pub(crate) fn of(program: &std::path::Path) -> HelperStamp {
         HelperStamp::of_files([program.to_path_buf()])
     }
 
     /// The stamp of the helper command line `command`: its program (looked up on
     /// `PATH` as it is run) and every other word that names a file.
-    pub fn of_command(command: &str) -> HelperStamp {
+    pub(crate) fn of_command(command: &str) -> HelperStamp {
         let words = crate::config::shell_words::split(command).unwrap_or_default();
         let mut files = Vec::new();
         for (n, word) in words.iter().enumerate() {
@@ -169,13 +171,13 @@ const REMEMBERED: usize = 1024;
 
 /// Which warnings were given.
 #[derive(Debug, Default)]
-pub struct LoopWarnings {
+pub(crate) struct LoopWarnings {
     given: Mutex<HashSet<(HelperStamp, &'static str)>>,
 }
 
 impl LoopWarnings {
     /// True the first time `key` is found for this helper version.
-    pub fn first(&self, stamp: &HelperStamp, key: &'static str) -> bool {
+    pub(crate) fn first(&self, stamp: &HelperStamp, key: &'static str) -> bool {
         let mut given = self.given.lock();
         if given.len() >= REMEMBERED {
             given.clear();

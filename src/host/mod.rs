@@ -5,7 +5,7 @@ pub mod driver;
 pub(crate) mod failure;
 pub mod helper;
 pub(crate) mod key_material;
-pub mod loop_check;
+pub(crate) mod loop_check;
 pub mod outcome;
 pub(crate) mod pipes;
 mod proctree;

@@ -41,12 +41,12 @@ pub enum Outcome {
 
 impl Outcome {
     /// True for the outcomes Go counts in `provisioned`.
-    pub fn is_success(&self) -> bool {
+    pub(crate) fn is_success(&self) -> bool {
         matches!(self, Outcome::Done | Outcome::ShutDown | Outcome::Upgraded)
     }
 
     /// True for the outcomes Go counts in `provision_errors`.
-    pub fn is_error(&self) -> bool {
+    pub(crate) fn is_error(&self) -> bool {
         matches!(
             self,
             Outcome::Deferred(_)
@@ -60,7 +60,7 @@ impl Outcome {
     /// The `outcome` label: `provisioned`, `shut_down`, `upgraded`, `deferred`,
     /// `failed`, `stale`, `refused_csr`, `unreachable`, `contested`, `locked` or
     /// `upgrade_waiting`.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Outcome::Done => "provisioned",
             Outcome::ShutDown => "shut_down",
@@ -77,7 +77,7 @@ impl Outcome {
     }
 
     /// The outcome with its text (if it has one) passed through `f`.
-    pub fn map_text(self, f: impl FnOnce(&str) -> String) -> Outcome {
+    pub(crate) fn map_text(self, f: impl FnOnce(&str) -> String) -> Outcome {
         match self {
             Outcome::Done | Outcome::ShutDown | Outcome::Upgraded => self,
             Outcome::Deferred(m) => Outcome::Deferred(f(&m)),
@@ -92,7 +92,7 @@ impl Outcome {
     }
 
     /// True when the identity should stay known for the cool-down period.
-    pub fn needs_cooldown(&self) -> bool {
+    pub(crate) fn needs_cooldown(&self) -> bool {
         matches!(
             self,
             Outcome::Done | Outcome::ShutDown | Outcome::Contested(_)

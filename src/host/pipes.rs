@@ -28,7 +28,7 @@ const SECOND_SWEEP: Duration = Duration::from_millis(300);
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     /// The helper exited by itself.
     Finished,
     /// It outlived its time limit and its processes were killed.
@@ -39,7 +39,7 @@ pub enum End {
 
 /// Everything a run produced. `Debug` shows sizes only: stdout holds the helper's
 /// answer (private keys) and stderr may echo its input (the token).
-pub struct Pumped {
+pub(crate) struct Pumped {
     /// How it ended.
     pub end: End,
     /// Standard output (at most the cap), or the error reading it.
@@ -74,7 +74,7 @@ impl std::fmt::Debug for Pumped {
 }
 
 /// The pipes and limits of one run.
-pub struct Run<'a> {
+pub(crate) struct Run<'a> {
     /// The helper's stdin, closed once `input` is written.
     pub stdin: File,
     /// Its stdout, borrowed: the caller's kill may look at it while the run goes on.

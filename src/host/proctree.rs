@@ -44,7 +44,7 @@ use crate::proc_self::{stat_field, stat_fields};
 use crate::sys;
 
 /// The environment variable that marks every process of one helper run.
-pub const MARKER_VAR: &str = "CHORIA_PROVISIONER_HELPER_RUN";
+pub(crate) const MARKER_VAR: &str = "CHORIA_PROVISIONER_HELPER_RUN";
 
 /// Most rounds of stop-and-look before the kill (a fork bomb cannot keep us busy).
 const MAX_ROUNDS: usize = 6;
@@ -96,7 +96,7 @@ fn environ_has(pid: libc::pid_t, entry: &[u8]) -> bool {
 }
 
 /// The inode of the pipe behind `file`, if it is one.
-pub fn pipe_inode(file: &std::fs::File) -> Option<u64> {
+pub(crate) fn pipe_inode(file: &std::fs::File) -> Option<u64> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let meta = file.metadata().ok()?;
     meta.file_type().is_fifo().then(|| meta.ino())
@@ -152,7 +152,7 @@ impl Handle {
 
 /// The processes of one helper run, for killing.
 #[derive(Debug, Clone)]
-pub struct HelperTree {
+pub(crate) struct HelperTree {
     helper: libc::pid_t,
     marker: Vec<u8>,
     pipes: Vec<u64>,
@@ -176,7 +176,7 @@ impl Own {
 }
 
 /// A fresh marker value for one run: 128 random bits in hex.
-pub fn new_marker() -> String {
+pub(crate) fn new_marker() -> String {
     crate::crypto::ids::hex(&crate::crypto::ids::id_bytes())
 }
 
@@ -184,7 +184,7 @@ impl HelperTree {
     /// The tree of the helper `helper` (started in its own process group, with
     /// [`MARKER_VAR`]` = marker` in its environment), whose pipes are `pipes`
     /// (inodes, from [`pipe_inode`]).
-    pub fn new(helper: u32, marker: &str, pipes: Vec<u64>) -> HelperTree {
+    pub(crate) fn new(helper: u32, marker: &str, pipes: Vec<u64>) -> HelperTree {
         HelperTree {
             helper: helper as libc::pid_t,
             marker: format!("{MARKER_VAR}={marker}").into_bytes(),
@@ -195,7 +195,7 @@ impl HelperTree {
     /// Stops and kills every process of the run that can be found (see the module
     /// documentation); returns how many were signalled. The helper itself is not
     /// reaped here.
-    pub fn kill(&self) -> usize {
+    pub(crate) fn kill(&self) -> usize {
         let own = Own::now();
         let mut found: HashMap<libc::pid_t, Handle> = HashMap::new();
         let mut looked: HashSet<(libc::pid_t, u64)> = HashSet::new();

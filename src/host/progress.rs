@@ -14,7 +14,7 @@ use serde::Serialize;
 /// The facts an auditor asks about one attempt. Every field is optional: an attempt
 /// records only what it got to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Facts {
+pub(crate) struct Facts {
     /// The provisioning JWT's `jti` (features.jwt).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provisioning_jwt_id: Option<String>,
@@ -49,14 +49,14 @@ pub struct Facts {
 }
 
 /// Most failed tries kept in [`Facts::retries`].
-pub const RETRIES_KEPT: usize = 10;
+pub(crate) const RETRIES_KEPT: usize = 10;
 
 /// Most characters of one [`Facts::retries`] entry.
 const RETRY_TEXT_MAX: usize = 300;
 
 impl Facts {
     /// Notes a failed try that is retried (bounded in count and length).
-    pub fn retried(&mut self, what: &str) {
+    pub(crate) fn retried(&mut self, what: &str) {
         if self.retries.len() < RETRIES_KEPT {
             self.retries
                 .push(what.chars().take(RETRY_TEXT_MAX).collect());
@@ -66,7 +66,7 @@ impl Facts {
 
 /// Where an attempt is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Position {
+pub(crate) struct Position {
     /// The step: an RPC's action (`inventory`, `configure` …) or `helper`,
     /// `server_jwt`, `key_transport`, `upgrade_slot`, `stale`, `start`.
     pub step: &'static str,
@@ -96,7 +96,7 @@ impl Default for Progress {
 
 impl Progress {
     /// An attempt at its `start`.
-    pub fn new() -> Progress {
+    pub(crate) fn new() -> Progress {
         Progress {
             state: Mutex::new(State {
                 position: Position {
@@ -110,7 +110,7 @@ impl Progress {
     }
 
     /// The attempt moved on to `step`.
-    pub fn step(&self, step: &'static str) {
+    pub(crate) fn step(&self, step: &'static str) {
         let mut s = self.state.lock();
         if s.position.step != step {
             s.position = Position {
@@ -122,30 +122,30 @@ impl Progress {
     }
 
     /// Try `n` of the RPC `step` is starting.
-    pub fn rpc_try(&self, step: &'static str, n: u32) {
+    pub(crate) fn rpc_try(&self, step: &'static str, n: u32) {
         self.step(step);
         self.state.lock().position.tries = n;
     }
 
     /// Records what the attempt learnt.
-    pub fn record(&self, f: impl FnOnce(&mut Facts)) {
+    pub(crate) fn record(&self, f: impl FnOnce(&mut Facts)) {
         f(&mut self.state.lock().facts)
     }
 
     /// Where the attempt is now.
-    pub fn position(&self) -> Position {
+    pub(crate) fn position(&self) -> Position {
         self.state.lock().position.clone()
     }
 
     /// What the attempt learnt so far.
-    pub fn facts(&self) -> Facts {
+    pub(crate) fn facts(&self) -> Facts {
         self.state.lock().facts.clone()
     }
 }
 
 /// The serial and SHA-256 fingerprint (both lower-case hex) of the first
 /// certificate in `pem`, or `None` when it holds no parseable certificate.
-pub fn certificate_facts(pem: &str) -> Option<(String, String)> {
+pub(crate) fn certificate_facts(pem: &str) -> Option<(String, String)> {
     use der::{DecodePem, Encode};
     let cert = x509_cert::Certificate::from_pem(pem.trim().as_bytes())
         .ok()

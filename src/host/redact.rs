@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 
 /// What a secret is replaced with.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// Shortest secret (and shortest cut-off prefix) that is redacted.
 const MIN_LEN: usize = 3;
@@ -111,7 +111,7 @@ fn trailing_prefix(text: &[u8], pattern: &[u8]) -> usize {
 
 /// `bytes` as text (invalid UTF-8 replaced) with every form of every secret
 /// replaced by [`MASK`], including a form cut off at the end of the text.
-pub fn redact(bytes: &[u8], secrets: &[&str]) -> String {
+pub(crate) fn redact(bytes: &[u8], secrets: &[&str]) -> String {
     let mut text = String::from_utf8_lossy(bytes).into_owned();
     // A character cut at the end (the capture stopped inside it) reads as U+FFFD:
     // drop it, so that a secret cut there still ends in a recognisable prefix.

@@ -10,7 +10,7 @@
 
 /// Status messages of go-choria's provision agent that no retry can change
 /// (`providers/agent/mcorpc/golang/provision`).
-pub const FATAL_REFUSALS: [&str; 6] = [
+pub(crate) const FATAL_REFUSALS: [&str; 6] = [
     "Incorrect provision token supplied",
     "Could not obtain provisioning lock",
     "Cannot reconfigure a server that is not in provisioning mode",
@@ -20,17 +20,17 @@ pub const FATAL_REFUSALS: [&str; 6] = [
 ];
 
 /// go-choria's abort when another caller holds the node's provisioning lock.
-pub const LOCK_REFUSAL: &str = "Could not obtain provisioning lock";
+pub(crate) const LOCK_REFUSAL: &str = "Could not obtain provisioning lock";
 
 /// True when `statusmsg` is a refusal retrying cannot change.
-pub fn is_fatal_refusal(statusmsg: &str) -> bool {
+pub(crate) fn is_fatal_refusal(statusmsg: &str) -> bool {
     FATAL_REFUSALS.iter().any(|m| statusmsg.starts_with(m))
         || statusmsg == "Version updates is not enabled in the configuration"
 }
 
 /// Why a call gave up.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// Tries exhausted, a fatal refusal, a pause or a stop: the message says which.
     Failed(String),
     /// No server subscribes to the node's subject (a made-up identity, or a node that

@@ -21,7 +21,7 @@ use crate::throttle::Throttle;
 
 /// Per-try timeouts: `discovery_timeout` + the agent's DDL timeout.
 #[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
+pub(crate) struct Timeouts {
     /// `choria_provision` actions (22 s by default).
     pub provision: Duration,
     /// `rpcutil` actions (4 s by default).
@@ -29,7 +29,7 @@ pub struct Timeouts {
 }
 
 /// What every attempt shares.
-pub struct NodeSequence {
+pub(crate) struct NodeSequence {
     config: Arc<Config>,
     metrics: Arc<Metrics>,
     pause: Arc<Pause>,
@@ -46,11 +46,11 @@ pub struct NodeSequence {
 }
 
 /// The first go-choria release whose provisioning agent has the provisioning lock.
-pub const LOCK_SINCE: &str = "0.29.0";
+pub(crate) const LOCK_SINCE: &str = "0.29.0";
 
 impl NodeSequence {
     /// The sequence for `config`, loading and checking every key it will need.
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         metrics: Arc<Metrics>,
         pause: Arc<Pause>,
@@ -187,24 +187,24 @@ impl NodeSequence {
 
     /// The nodes away upgrading now (holding an `upgrades_max_in_flight` slot), with
     /// when they were sent.
-    pub fn upgrading(&self) -> Vec<(Identity, Instant)> {
+    pub(crate) fn upgrading(&self) -> Vec<(Identity, Instant)> {
         self.slots.holders()
     }
 
     /// This instance's upgrade slots, shared with whatever splits the cap among
     /// several instances (the active-active membership sets its part).
-    pub fn upgrade_slots(&self) -> Arc<UpgradeSlots> {
+    pub(crate) fn upgrade_slots(&self) -> Arc<UpgradeSlots> {
         Arc::clone(&self.slots)
     }
 
     /// Nodes that waited for an upgrade slot and whose turn has come.
-    pub fn woken(&self) -> Vec<Identity> {
+    pub(crate) fn woken(&self) -> Vec<Identity> {
         self.slots.take_woken()
     }
 
     /// Wakes `n` more waiting nodes in place of woken ones that another instance owns
     /// now ([`UpgradeSlots::pass_on`]).
-    pub fn pass_on_wakes(&self, n: usize) {
+    pub(crate) fn pass_on_wakes(&self, n: usize) {
         self.slots.pass_on(n);
     }
 

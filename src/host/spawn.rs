@@ -62,7 +62,7 @@ impl Prepared {
     /// `words`: the program (looked up on `PATH` when it has no `/`) and its
     /// arguments. `_marker` names the variable each run sets (kept for the caller's
     /// symmetry with [`Prepared::spawn`]).
-    pub fn new(words: &[String], _marker: &str) -> io::Result<Prepared> {
+    pub(crate) fn new(words: &[String], _marker: &str) -> io::Result<Prepared> {
         let (program, args) = words
             .split_first()
             .ok_or_else(|| invalid("empty command"))?;
@@ -76,7 +76,7 @@ impl Prepared {
     }
 
     /// Starts the command with `marker` (name, value) added to its environment.
-    pub fn spawn(&self, marker: (&str, &str)) -> io::Result<Spawned> {
+    pub(crate) fn spawn(&self, marker: (&str, &str)) -> io::Result<Spawned> {
         let mut busy_waits = TEXT_BUSY_WAITS.iter();
         let mut child = loop {
             let started = Command::new(&self.program)
@@ -113,7 +113,7 @@ impl Prepared {
 
 impl Process {
     /// The child's process id.
-    pub fn id(&self) -> u32 {
+    pub(crate) fn id(&self) -> u32 {
         self.child.id()
     }
 
@@ -123,7 +123,7 @@ impl Process {
     /// has not been), so the pid cannot have been reused. Fails with the OS error
     /// (`ENOSYS` on older kernels, `EPERM` under some seccomp filters): the caller then
     /// falls back to [`Process::try_wait`].
-    pub fn exit_fd(&mut self) -> io::Result<OwnedFd> {
+    pub(crate) fn exit_fd(&mut self) -> io::Result<OwnedFd> {
         if self.child.try_wait()?.is_some() {
             return Err(io::Error::other("already reaped"));
         }
@@ -132,12 +132,12 @@ impl Process {
     }
 
     /// Waits for the child to exit.
-    pub fn wait(&mut self) -> io::Result<ExitStatus> {
+    pub(crate) fn wait(&mut self) -> io::Result<ExitStatus> {
         self.child.wait()
     }
 
     /// The child's status if it has exited.
-    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+    pub(crate) fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         self.child.try_wait()
     }
 }

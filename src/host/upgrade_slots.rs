@@ -36,11 +36,11 @@ use prometheus::IntGauge;
 use crate::choria::identity::Identity;
 
 /// How long a node that never comes back holds its slot.
-pub const SLOT_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const SLOT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Most nodes remembered as waiting for a slot (the work queue's capacity); beyond
 /// it a node is tried again only when it is found again.
-pub const WAITING_MAX: usize = 50_000;
+pub(crate) const WAITING_MAX: usize = 50_000;
 
 /// The part of a cap of `max` slots that the instance at `rank` (0-based) in the
 /// sorted list of `live` instances gets: `max / live`, one more for the first
@@ -48,7 +48,7 @@ pub const WAITING_MAX: usize = 50_000;
 /// when `max < live` (the site-wide total is then `live`). Every instance sorts the
 /// same live set the same way, so the parts add up to `max` when `max >= live`.
 /// With no live instance (never asked by the membership) the whole cap.
-pub fn split(max: usize, live: usize, rank: usize) -> usize {
+pub(crate) fn split(max: usize, live: usize, rank: usize) -> usize {
     if live == 0 {
         return max;
     }
@@ -57,7 +57,7 @@ pub fn split(max: usize, live: usize, rank: usize) -> usize {
 
 /// The slots of one provisioner instance.
 #[derive(Debug)]
-pub struct UpgradeSlots {
+pub(crate) struct UpgradeSlots {
     max: Option<usize>,
     timeout: Duration,
     held: Mutex<Holders>,
@@ -117,7 +117,7 @@ struct Held {
 impl UpgradeSlots {
     /// `max` slots (`None`: unlimited, as Go), each held at most `timeout`; the part
     /// starts as the whole cap.
-    pub fn new(max: Option<usize>, timeout: Duration) -> UpgradeSlots {
+    pub(crate) fn new(max: Option<usize>, timeout: Duration) -> UpgradeSlots {
         UpgradeSlots {
             max,
             timeout,
@@ -131,7 +131,11 @@ impl UpgradeSlots {
     }
 
     /// The same, showing the part in `gauge` (0 when unlimited).
-    pub fn with_gauge(max: Option<usize>, timeout: Duration, gauge: IntGauge) -> UpgradeSlots {
+    pub(crate) fn with_gauge(
+        max: Option<usize>,
+        timeout: Duration,
+        gauge: IntGauge,
+    ) -> UpgradeSlots {
         gauge.set(gauge_value(max.unwrap_or(0)));
         UpgradeSlots {
             gauge: Some(gauge),
@@ -140,12 +144,12 @@ impl UpgradeSlots {
     }
 
     /// The configured cap (`upgrades_max_in_flight`); `None` when unlimited.
-    pub fn cap(&self) -> Option<usize> {
+    pub(crate) fn cap(&self) -> Option<usize> {
         self.max
     }
 
     /// How many slots this instance has now; `None` when unlimited.
-    pub fn part(&self) -> Option<usize> {
+    pub(crate) fn part(&self) -> Option<usize> {
         self.max.map(|_| self.held.lock().part)
     }
 
@@ -153,7 +157,7 @@ impl UpgradeSlots {
     /// nothing when unlimited. A larger part wakes as many waiting nodes as it frees
     /// slots; a smaller one takes no slot back: new nodes wait until fewer than the
     /// part are held.
-    pub fn set_part(&self, part: usize) {
+    pub(crate) fn set_part(&self, part: usize) {
         if self.max.is_none() {
             return;
         }
@@ -171,7 +175,7 @@ impl UpgradeSlots {
 
     /// Takes a slot for `identity`, upgrading from version `from`; false when all
     /// of this instance's part are held by other nodes.
-    pub fn try_take(&self, identity: &Identity, from: &str) -> bool {
+    pub(crate) fn try_take(&self, identity: &Identity, from: &str) -> bool {
         if self.max.is_none() {
             return true;
         }
@@ -209,19 +213,19 @@ impl UpgradeSlots {
     /// Wakes `n` more waiting nodes in place of woken ones this instance no longer
     /// provisions (active-active: another instance owns them now), so a turn is not
     /// lost with them.
-    pub fn pass_on(&self, n: usize) {
+    pub(crate) fn pass_on(&self, n: usize) {
         self.wake(n);
     }
 
     /// The waiting nodes woken by slots given back since the last call, to be
     /// queued again.
-    pub fn take_woken(&self) -> Vec<Identity> {
+    pub(crate) fn take_woken(&self) -> Vec<Identity> {
         std::mem::take(&mut self.queue.lock().woken)
     }
 
     /// The node reported `version` in its inventory: its slot is given back if it
     /// holds one and now runs another version than it was upgraded from.
-    pub fn seen(&self, identity: &Identity, version: &str) {
+    pub(crate) fn seen(&self, identity: &Identity, version: &str) {
         if self.max.is_none() {
             return;
         }
@@ -232,7 +236,8 @@ impl UpgradeSlots {
     }
 
     /// Gives `identity`'s slot back, if it holds one.
-    pub fn release(&self, identity: &Identity) {
+    #[cfg(test)]
+    pub(crate) fn release(&self, identity: &Identity) {
         if self.max.is_some() {
             self.give_back(self.held.lock(), identity);
         }
@@ -250,7 +255,7 @@ impl UpgradeSlots {
     }
 
     /// The nodes holding a slot now, with when they took it.
-    pub fn holders(&self) -> Vec<(Identity, Instant)> {
+    pub(crate) fn holders(&self) -> Vec<(Identity, Instant)> {
         let now = Instant::now();
         self.held
             .lock()

@@ -18,7 +18,7 @@ pub(crate) struct RpmVersion<'a> {
 }
 
 /// Parses with Go's rules.
-pub fn parse(text: &str) -> RpmVersion<'_> {
+pub(crate) fn parse(text: &str) -> RpmVersion<'_> {
     let (epoch, rest) = match text.split_once(':') {
         None => (0, text),
         Some((e, rest)) => (e.trim_start().parse::<i64>().unwrap_or(0), rest),

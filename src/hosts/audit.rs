@@ -19,7 +19,7 @@ use crate::throttle::Throttle;
 
 /// The audit file of one provisioner.
 #[derive(Debug)]
-pub struct AuditLog {
+pub(crate) struct AuditLog {
     path: PathBuf,
     file: Mutex<Option<File>>,
     metrics: Arc<Metrics>,
@@ -38,7 +38,7 @@ fn open_append(path: &Path) -> io::Result<File> {
 impl AuditLog {
     /// The audit file at `path`, opened now; a file that cannot be opened is
     /// counted and warned about, and opened again at the next line.
-    pub fn open(path: &Path, metrics: Arc<Metrics>) -> AuditLog {
+    pub(crate) fn open(path: &Path, metrics: Arc<Metrics>) -> AuditLog {
         let log = AuditLog {
             path: path.to_path_buf(),
             file: Mutex::new(None),
@@ -53,12 +53,12 @@ impl AuditLog {
     }
 
     /// Where the lines go.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Reopens the file by name (after rotation).
-    pub fn reopen(&self) -> io::Result<()> {
+    pub(crate) fn reopen(&self) -> io::Result<()> {
         let fresh = open_append(&self.path);
         let mut file = self.file.lock();
         match fresh {
@@ -74,13 +74,13 @@ impl AuditLog {
     }
 
     /// Counts a reopen that failed (its caller logs it); the next line tries again.
-    pub fn reopen_failed(&self) {
+    pub(crate) fn reopen_failed(&self) {
         self.metrics.audit_write_errors.inc();
     }
 
     /// Appends `line` and a newline in one write; a failure is counted and warned
     /// about (rate-limited), never returned.
-    pub fn write(&self, line: &str) {
+    pub(crate) fn write(&self, line: &str) {
         let mut bytes = Vec::with_capacity(line.len() + 1);
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');

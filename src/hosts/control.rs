@@ -353,7 +353,10 @@ pub(crate) struct ControlSocket {
 impl ControlSocket {
     /// Listens on `path` (mode 0600) and serves `controller` on a thread of its own.
     /// A socket left by a process that is gone is replaced; one that answers is not.
-    pub fn open(path: &Path, controller: Arc<Controller>) -> Result<ControlSocket, OpenError> {
+    pub(crate) fn open(
+        path: &Path,
+        controller: Arc<Controller>,
+    ) -> Result<ControlSocket, OpenError> {
         let fail = |what: String| OpenError {
             path: path.to_path_buf(),
             what,

@@ -27,7 +27,7 @@ use crate::host::sequence::{NodeSequence, Timeouts};
 use crate::metrics::Metrics;
 
 /// The component of the provisioner's own lifecycle events.
-pub const COMPONENT: &str = "provisioner";
+pub(crate) const COMPONENT: &str = "provisioner";
 
 /// Settings that are not in the YAML (tests shorten them).
 #[derive(Debug, Clone)]
@@ -45,7 +45,7 @@ pub struct DaemonOptions {
     /// When a discovery that overflowed the queue is followed by an early one.
     pub rediscovery: Rediscovery,
     /// How long a node another provisioner holds is left alone before it is offered
-    /// again ([`LOCK_WINDOW`]; the simulator's lock is shorter in tests).
+    /// again (`LOCK_WINDOW`; the simulator's lock is shorter in tests).
     pub lock_window: Duration,
 }
 
@@ -141,14 +141,14 @@ pub struct Daemon {
 
 /// Loads the key files of a running provisioner again (on SIGHUP).
 #[derive(Clone)]
-pub struct KeyReloader(Arc<NodeSequence>);
+pub(crate) struct KeyReloader(Arc<NodeSequence>);
 
 impl KeyReloader {
     /// Loads every key file again: the new keys are used from the next node on, and
     /// each change is logged; when one does not load, the keys in use are kept, the
     /// error is logged and `choria_provisioner_key_reload_failures` counts it.
     /// Returns whether the new keys are in use.
-    pub fn reload(&self) -> bool {
+    pub(crate) fn reload(&self) -> bool {
         self.0.reload_keys()
     }
 }
@@ -282,17 +282,17 @@ impl Daemon {
     }
 
     /// The audit trail, when `audit_file` is set (reopened on SIGHUP).
-    pub fn audit(&self) -> Option<Arc<super::audit::AuditLog>> {
+    pub(crate) fn audit(&self) -> Option<Arc<super::audit::AuditLog>> {
         self.fleet.board().audit().cloned()
     }
 
     /// What starts a discovery at once (`None` once stopping).
-    pub fn discovery_trigger(&self) -> Option<Sender<()>> {
+    pub(crate) fn discovery_trigger(&self) -> Option<Sender<()>> {
         self.trigger.clone()
     }
 
     /// What reloads this provisioner's key files.
-    pub fn key_reloader(&self) -> KeyReloader {
+    pub(crate) fn key_reloader(&self) -> KeyReloader {
         self.keys.clone()
     }
 

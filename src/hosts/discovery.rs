@@ -14,7 +14,7 @@ use crate::choria::identity::Identity;
 use crate::choria::rpc::RpcError;
 
 /// Finds the identities of nodes in provisioning mode (a broadcast discovery).
-pub trait Discover: Send + Sync {
+pub(crate) trait Discover: Send + Sync {
     /// One discovery; the valid identities that answered, in any order.
     fn discover(&self) -> Result<Vec<Identity>, RpcError>;
 }
@@ -35,19 +35,25 @@ pub struct Rediscovery {
 
 /// The production [`Rediscovery`]: at most one early discovery per 10 s; the queue is
 /// looked at ten times a second while one is due (and not at all otherwise).
-pub const REDISCOVERY: Rediscovery = Rediscovery {
+pub(crate) const REDISCOVERY: Rediscovery = Rediscovery {
     min_gap: Duration::from_secs(10),
     poll: Duration::from_millis(100),
 };
 
 /// Runs discovery cycles until the fleet stops, with the production [`REDISCOVERY`].
-pub fn run(fleet: &Fleet, discoverer: &dyn Discover, interval: Duration, trigger: &Receiver<()>) {
+#[cfg(test)]
+pub(crate) fn run(
+    fleet: &Fleet,
+    discoverer: &dyn Discover,
+    interval: Duration,
+    trigger: &Receiver<()>,
+) {
     run_with(fleet, discoverer, interval, trigger, REDISCOVERY);
 }
 
 /// Runs discovery cycles until the fleet stops: at start, every `interval`, on
 /// `trigger`, and early as `rediscovery` allows after a discovery that overflowed.
-pub fn run_with(
+pub(crate) fn run_with(
     fleet: &Fleet,
     discoverer: &dyn Discover,
     interval: Duration,
@@ -94,7 +100,7 @@ pub fn run_with(
 
 /// One discovery cycle: counts it, queues every identity found, and reports a full
 /// queue once for the whole cycle. Returns how many found nodes did not fit.
-pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
+pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
     if fleet.pause().paused() {
         log::warn!("Skipping discovery while paused");
         return 0;
@@ -137,7 +143,7 @@ pub fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
 
 /// Broadcast discovery over the wire with the sliding window of §3.2: wait up to
 /// `initial` for the first reply, stop `window` after the last one, never after `limit`.
-pub struct BroadcastDiscovery {
+pub(crate) struct BroadcastDiscovery {
     /// The wire.
     pub rpc: std::sync::Arc<crate::choria::rpc::RpcClient>,
     /// Wait for the first reply (`discovery_timeout`).

@@ -29,13 +29,13 @@ use crate::metrics::Metrics;
 use crate::throttle::Throttle;
 
 /// The bucket Choria brokers create for elections.
-pub const BUCKET: &str = "CHORIA_LEADER_ELECTION";
+pub(crate) const BUCKET: &str = "CHORIA_LEADER_ELECTION";
 
 /// The election (key) the provisioner campaigns in.
-pub const ELECTION: &str = "provisioner";
+pub(crate) const ELECTION: &str = "provisioner";
 
 /// The JetStream API prefix Choria brokers import JetStream under.
-pub const API_PREFIX: &str = "choria.streams.";
+pub(crate) const API_PREFIX: &str = "choria.streams.";
 
 /// At most one takeover attempt per this period, whatever is announced.
 const TAKEOVER_EVERY: Duration = Duration::from_secs(1);
@@ -55,7 +55,7 @@ pub enum ElectionState {
 
 impl ElectionState {
     /// `starting`, `unavailable`, `standby` or `leader`.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             ElectionState::Starting => "starting",
             ElectionState::Unavailable(_) => "unavailable",

@@ -10,13 +10,13 @@ use crate::choria::identity::Identity;
 use crate::throttle::Throttle;
 
 /// Queues the identities from `events` until the fleet stops or `events` closes.
-pub fn run(fleet: &Fleet, events: &Receiver<Identity>) {
+pub(crate) fn run(fleet: &Fleet, events: &Receiver<Identity>) {
     run_with(fleet, events, &|_| {});
 }
 
 /// [`run`], handing each node another instance owns to `not_ours` (active-active:
 /// the queue group gave this instance an event for a node it does not own).
-pub fn run_with(fleet: &Fleet, events: &Receiver<Identity>, not_ours: &dyn Fn(&Identity)) {
+pub(crate) fn run_with(fleet: &Fleet, events: &Receiver<Identity>, not_ours: &dyn Fn(&Identity)) {
     let stopped = fleet.stopped();
     let warn_paused = Throttle::default();
     let warn_full = Throttle::default();

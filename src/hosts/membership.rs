@@ -25,9 +25,9 @@
 //! The upgrade cap (`upgrades_max_in_flight`) is the site's: the membership splits
 //! it among the live instances (`host::upgrade_slots::split`, by rank in the sorted
 //! live set) and sets this instance's part on the slots the provisioning sequence
-//! takes from ([`Membership::share_upgrade_slots`]) whenever the live set changes.
+//! takes from (`Membership::share_upgrade_slots`) whenever the live set changes.
 //!
-//! Leaving: [`Membership::leave`] says `leaving` and owns nothing from then on; the
+//! Leaving: `Membership::leave` says `leaving` and owns nothing from then on; the
 //! daemon lets the nodes in flight finish (they hold the node's provisioning lock) and
 //! forgets the rest, which their new owners have already discovered.
 
@@ -77,7 +77,7 @@ pub enum MemberState {
 
 impl MemberState {
     /// `joining`, `active`, `paused` or `leaving`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             MemberState::Joining => "joining",
             MemberState::Active => "active",
@@ -164,7 +164,7 @@ impl std::fmt::Debug for Membership {
 impl Membership {
     /// The membership of `me` in `site` (one subject token, checked by the
     /// configuration), beating every `heartbeat` on `bus`.
-    pub fn new(
+    pub(crate) fn new(
         me: Identity,
         site: &str,
         heartbeat: Duration,
@@ -217,7 +217,7 @@ impl Membership {
     }
 
     /// The fraction of the nodes this instance owns: `1/live` while active, else 0.
-    pub fn share(&self) -> f64 {
+    pub(crate) fn share(&self) -> f64 {
         let view = self.view.read();
         if self.state() == MemberState::Active && view.contains(&self.me) {
             1.0 / view.len() as f64
@@ -227,13 +227,13 @@ impl Membership {
     }
 
     /// The live instance that owns `node` (this one while joining, too).
-    pub fn owner(&self, node: &Identity) -> Option<Identity> {
+    pub(crate) fn owner(&self, node: &Identity) -> Option<Identity> {
         self.view.read().owner(node.as_str()).cloned()
     }
 
     /// Splits the upgrade cap of `slots` among the live instances from now on,
     /// setting this instance's part at once.
-    pub fn share_upgrade_slots(&self, slots: Arc<UpgradeSlots>) {
+    pub(crate) fn share_upgrade_slots(&self, slots: Arc<UpgradeSlots>) {
         *self.slots.lock() = Some(slots);
         self.update_upgrade_part();
     }
@@ -282,7 +282,7 @@ impl Membership {
 
     /// Says `leaving` to the peers (best effort: flushed within 1 s) and owns nothing
     /// from now on.
-    pub fn leave(&self) {
+    pub(crate) fn leave(&self) {
         if self.leaving.swap(true, Ordering::Relaxed) {
             return;
         }
@@ -298,7 +298,7 @@ impl Membership {
     /// Hands the node of a startup event this instance does not own to its owner.
     /// Nothing is sent while joining or when this instance is the owner (the
     /// discovery that ends the joining finds the node).
-    pub fn hand_off(&self, node: &Identity) {
+    pub(crate) fn hand_off(&self, node: &Identity) {
         match self.owner(node) {
             Some(owner) if owner != self.me => {
                 let handoff = Handoff {
@@ -318,7 +318,7 @@ impl Membership {
     /// beats, drops silent peers, and asks `trigger` for a discovery when the live
     /// set changes. Subscribes before returning, so that a peer heard from at once is
     /// not missed.
-    pub fn start(
+    pub(crate) fn start(
         self: &Arc<Self>,
         fleet: Arc<Fleet>,
         trigger: Sender<()>,

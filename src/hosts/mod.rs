@@ -36,28 +36,28 @@ use crate::host::outcome::Outcome;
 use crate::metrics::Metrics;
 
 /// Go's work queue capacity.
-pub const QUEUE_CAPACITY: usize = 50_000;
+pub(crate) const QUEUE_CAPACITY: usize = 50_000;
 
 /// How long a provisioned node stays known after its restart (Go's 60 s).
-pub const COOLDOWN: Duration = Duration::from_secs(60);
+pub(crate) const COOLDOWN: Duration = Duration::from_secs(60);
 
 /// How long a node another provisioner holds is left alone before it is offered to
 /// the workers again: go-choria's provisioning lock lasts two minutes from its
 /// holder's last use, plus a margin for clock steps and the holder's last call.
-pub const LOCK_WINDOW: Duration = Duration::from_secs(125);
+pub(crate) const LOCK_WINDOW: Duration = Duration::from_secs(125);
 
 /// How long an identity whose attempt failed without a single reply is kept before it
 /// may be queued again, the first time; it doubles each time in a row, up to
 /// [`SILENT_COOLDOWN_MAX`].
-pub const SILENT_COOLDOWN: Duration = Duration::from_secs(30);
+pub(crate) const SILENT_COOLDOWN: Duration = Duration::from_secs(30);
 
 /// The longest a silent identity is kept.
-pub const SILENT_COOLDOWN_MAX: Duration = Duration::from_secs(3600);
+pub(crate) const SILENT_COOLDOWN_MAX: Duration = Duration::from_secs(3600);
 
 /// Silent identities whose strikes are counted at once.
-pub const SILENT_KEPT: usize = 100_000;
+pub(crate) const SILENT_KEPT: usize = 100_000;
 
-/// Provisions nodes; implemented by the host layer's [`Driver`]. An attempt begins
+/// Provisions nodes; implemented by the host layer's `Driver`. An attempt begins
 /// on a worker and, whenever it waits on its node, is parked without a thread until
 /// something arrives for it: it comes back on [`Provision::ready`], and a worker
 /// [`Provision::resume`]s it.
@@ -96,7 +96,7 @@ pub trait Provision: Send + Sync {
 
 /// Which nodes this instance provisions (active-active: the nodes it owns among the
 /// live instances). Asked when a node is offered and again when a worker takes it.
-pub trait Ownership: Send + Sync {
+pub(crate) trait Ownership: Send + Sync {
     /// True when this instance should provision `identity` now.
     fn owns(&self, identity: &Identity) -> bool;
 
@@ -143,12 +143,12 @@ pub struct FleetOptions {
     pub capacity: usize,
     /// How long an identity stays known after a successful attempt.
     pub cooldown: Duration,
-    /// How long [`Fleet::stop`] waits for in-flight nodes.
+    /// How long `Fleet::stop` waits for in-flight nodes.
     pub shutdown_timeout: Duration,
     /// How long a node found locked by another provisioner is left alone before it
-    /// is offered again ([`LOCK_WINDOW`]).
+    /// is offered again (`LOCK_WINDOW`).
     pub lock_window: Duration,
-    /// The first cool-down of a silent identity ([`SILENT_COOLDOWN`]).
+    /// The first cool-down of a silent identity (`SILENT_COOLDOWN`).
     pub silent_cooldown: Duration,
 }
 
@@ -167,7 +167,7 @@ impl Default for FleetOptions {
 
 /// A queued unit of work: one identity at one generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Job {
+pub(crate) struct Job {
     /// Node identity.
     pub identity: Identity,
     /// The entry generation this job belongs to.
@@ -246,7 +246,7 @@ impl std::fmt::Debug for Fleet {
 }
 
 impl Fleet {
-    /// A scheduler that hands nodes to `provisioner`; call [`Fleet::start`] to run it.
+    /// A scheduler that hands nodes to `provisioner`; call `Fleet::start` to run it.
     pub fn new(
         options: FleetOptions,
         metrics: Arc<Metrics>,
@@ -283,22 +283,22 @@ impl Fleet {
 
     /// Provisions only the nodes `ownership` says are ours (set once, before
     /// [`Fleet::start`]); without it every node is ours.
-    pub fn set_ownership(&self, ownership: Arc<dyn Ownership>) {
+    pub(crate) fn set_ownership(&self, ownership: Arc<dyn Ownership>) {
         let _ = self.ownership.set(ownership);
     }
 
     /// True unless an [`Ownership`] says another instance owns `identity`.
-    pub fn owns(&self, identity: &Identity) -> bool {
+    pub(crate) fn owns(&self, identity: &Identity) -> bool {
         self.ownership.get().is_none_or(|o| o.owns(identity))
     }
 
     /// False while an [`Ownership`] says this instance owns nothing.
-    pub fn owns_any(&self) -> bool {
+    pub(crate) fn owns_any(&self) -> bool {
         self.ownership.get().is_none_or(|o| o.ready())
     }
 
     /// The identities waiting in the queue (not yet taken by a worker).
-    pub fn queued_identities(&self) -> Vec<Identity> {
+    pub(crate) fn queued_identities(&self) -> Vec<Identity> {
         self.hosts
             .lock()
             .iter()
@@ -308,7 +308,7 @@ impl Fleet {
     }
 
     /// Entries being provisioned by a worker right now.
-    pub fn working(&self) -> usize {
+    pub(crate) fn working(&self) -> usize {
         self.hosts
             .lock()
             .values()
@@ -317,7 +317,7 @@ impl Fleet {
     }
 
     /// Starts the workers and the finisher.
-    pub fn start(self: &Arc<Fleet>) {
+    pub(crate) fn start(self: &Arc<Fleet>) {
         let mut threads = self.threads.lock();
         for n in 0..self.options.workers {
             let fleet = Arc::clone(self);
@@ -402,13 +402,13 @@ impl Fleet {
     }
 
     /// How many offers were refused because the queue was full since the last call.
-    pub fn take_queue_full(&self) -> u64 {
+    pub(crate) fn take_queue_full(&self) -> u64 {
         self.queue_full.swap(0, Ordering::Relaxed)
     }
 
     /// Forgets every identity and empties the queue (leadership lost). Nodes inside
     /// workers carry on until their next pause check fails.
-    pub fn remove_all(&self) {
+    pub(crate) fn remove_all(&self) {
         let mut hosts = self.hosts.lock();
         hosts.clear();
         while self.work_rx.try_recv().is_ok() {}
@@ -432,38 +432,38 @@ impl Fleet {
     }
 
     /// The work queue's capacity.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.options.capacity.max(1)
     }
 
     /// The pause flag.
-    pub fn pause(&self) -> &Arc<Pause> {
+    pub(crate) fn pause(&self) -> &Arc<Pause> {
         &self.pause
     }
 
     /// What is known of each node (in flight, history, audit trail).
-    pub fn board(&self) -> &status::Board {
+    pub(crate) fn board(&self) -> &status::Board {
         &self.board
     }
 
     /// The metrics.
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 
     /// A receiver that disconnects when the fleet stops, for loops to select on.
-    pub fn stopped(&self) -> Receiver<()> {
+    pub(crate) fn stopped(&self) -> Receiver<()> {
         self.stop_rx.clone()
     }
 
     /// True once [`Fleet::stop`] was called.
-    pub fn is_stopping(&self) -> bool {
+    pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)
     }
 
     /// Stops taking work, lets in-flight nodes finish their current step and waits
     /// for the threads up to the shutdown timeout. Returns true if all stopped.
-    pub fn stop(&self) -> bool {
+    pub(crate) fn stop(&self) -> bool {
         let deadline = Instant::now() + self.options.shutdown_timeout;
         let _ = self.stop_deadline.set(deadline);
         self.stopping.store(true, Ordering::Relaxed);

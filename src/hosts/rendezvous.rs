@@ -55,24 +55,19 @@ impl Members {
     }
 
     /// How many members.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.members.len()
     }
 
-    /// True when there is no member.
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
     /// True when `identity` is a member.
-    pub fn contains(&self, identity: &Identity) -> bool {
+    pub(crate) fn contains(&self, identity: &Identity) -> bool {
         self.members
             .binary_search_by(|(m, _)| m.cmp(identity))
             .is_ok()
     }
 
     /// The members, sorted.
-    pub fn identities(&self) -> impl Iterator<Item = &Identity> {
+    pub(crate) fn identities(&self) -> impl Iterator<Item = &Identity> {
         self.members.iter().map(|(m, _)| m)
     }
 

@@ -23,20 +23,20 @@ use crate::host::progress::{Facts, Progress};
 use crate::metrics::NodeLookup;
 
 /// Finished attempts kept for `/nodes`.
-pub const HISTORY: usize = 1000;
+pub(crate) const HISTORY: usize = 1000;
 
 /// Finished attempts of one identity kept for `/nodes`.
-pub const PER_IDENTITY: usize = 20;
+pub(crate) const PER_IDENTITY: usize = 20;
 
 /// Identities whose attempts are numbered.
-pub const COUNTED: usize = 100_000;
+pub(crate) const COUNTED: usize = 100_000;
 
 /// Most characters of an outcome's text kept in a record.
 const TEXT_MAX: usize = 1000;
 
 /// One finished attempt: a line of the audit trail and an entry of `/nodes`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Record {
+pub(crate) struct Record {
     /// When it ended, in Unix seconds; written as RFC 3339, UTC (formatted only
     /// when the record is written or shown, not for every node).
     #[serde(serialize_with = "as_rfc3339")]
@@ -127,7 +127,7 @@ struct InFlight {
 
 /// The status of one fleet.
 #[derive(Default)]
-pub struct Board {
+pub(crate) struct Board {
     in_flight: Mutex<HashMap<Identity, InFlight>>,
     history: Mutex<History>,
     attempts: Mutex<HashMap<Identity, u64>>,
@@ -175,17 +175,17 @@ fn cut(text: String) -> String {
 
 impl Board {
     /// Sends every finished attempt to `audit` from now on (set once).
-    pub fn set_audit(&self, audit: Arc<AuditLog>) {
+    pub(crate) fn set_audit(&self, audit: Arc<AuditLog>) {
         let _ = self.audit.set(audit);
     }
 
     /// The audit trail, when one is set.
-    pub fn audit(&self) -> Option<&Arc<AuditLog>> {
+    pub(crate) fn audit(&self) -> Option<&Arc<AuditLog>> {
         self.audit.get()
     }
 
     /// Names this provisioner in every record (set once).
-    pub fn set_instance(&self, identity: &str) {
+    pub(crate) fn set_instance(&self, identity: &str) {
         let _ = self.instance.set(identity.into());
     }
 
@@ -278,7 +278,7 @@ impl Board {
 }
 
 /// The `/nodes` view of one fleet.
-pub struct FleetStatus(pub Arc<Fleet>);
+pub(crate) struct FleetStatus(pub Arc<Fleet>);
 
 impl FleetStatus {
     fn known(&self) -> (Vec<Value>, Vec<Value>, HashMap<Identity, Value>) {

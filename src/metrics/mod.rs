@@ -24,7 +24,6 @@ pub(crate) use summary::SumCountVec;
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    site: String,
     /// Nodes accepted from discovery replies.
     pub discovered: IntCounter,
     /// Nodes accepted from startup events.
@@ -87,8 +86,8 @@ pub struct Metrics {
     pub dropped_events: IntCounterVec,
     /// Discovery replies beyond the per-discovery cap of distinct senders.
     pub discovery_overflow: IntCounter,
-    /// Finished attempts by `outcome` (one of [`OUTCOMES`]); see
-    /// [`Metrics::observe_outcome`].
+    /// Finished attempts by `outcome` (one of `OUTCOMES`); see
+    /// `Metrics::observe_outcome`.
     pub outcomes: IntCounterVec,
     /// Duration of every finished attempt, whatever its outcome.
     pub node_duration: Histogram,
@@ -164,7 +163,7 @@ pub struct Metrics {
 /// | `contested` | two different replies came in the node's name |
 /// | `locked` | another provisioner holds the node's provisioning lock |
 /// | `upgrade_waiting` | an upgrade must wait: `upgrades_max_in_flight` nodes are upgrading |
-pub const OUTCOMES: [&str; 11] = [
+pub(crate) const OUTCOMES: [&str; 11] = [
     "provisioned",
     "deferred",
     "shut_down",
@@ -190,7 +189,7 @@ pub(crate) const PEER_REFUSALS: [&str; 5] = [
 
 /// Upper bounds (seconds) of the per-node duration histogram: 10 ms (a refusal or
 /// an unreachable node) to 5 minutes (a slow helper with retries).
-pub const NODE_DURATION_BUCKETS: [f64; 14] = [
+pub(crate) const NODE_DURATION_BUCKETS: [f64; 14] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
@@ -200,7 +199,7 @@ const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The `rpc` label values, one per RPC the provisioner makes. Their series are
 /// created at 0 on start (Go creates them on first use) so that `rate()` and alerts
 /// work from the first scrape.
-pub const RPC_NAMES: [&str; 8] = [
+pub(crate) const RPC_NAMES: [&str; 8] = [
     "choria_provision#jwt",
     "choria_provision#gen25519",
     "choria_provision#gencsr",
@@ -505,7 +504,6 @@ impl Metrics {
             election_campaigns,
             election_leader,
             election_interval_seconds,
-            site: site.to_string(),
             registry,
         };
         for rpc in RPC_NAMES {
@@ -536,13 +534,8 @@ impl Metrics {
         &self.registry
     }
 
-    /// The `site` label value.
-    pub fn site(&self) -> &str {
-        &self.site
-    }
-
     /// Records the duration of one RPC try of `agent#action` (its `rpc` label).
-    pub fn observe_rpc(&self, agent: &str, action: &str, seconds: f64) {
+    pub(crate) fn observe_rpc(&self, agent: &str, action: &str, seconds: f64) {
         // The label is `agent#action`, compared in its parts: no string is made per
         // call, only for the first of each RPC.
         let joined = |label: &str| {
@@ -559,7 +552,7 @@ impl Metrics {
     }
 
     /// Records the duration of one helper run.
-    pub fn observe_helper(&self, seconds: f64) {
+    pub(crate) fn observe_helper(&self, seconds: f64) {
         self.helper_time.observe(&[], seconds);
     }
 
@@ -567,7 +560,7 @@ impl Metrics {
     /// and observes its duration. An `outcome` outside [`OUTCOMES`] is a caller's
     /// mistake: the duration is still observed, but no new series is made (the set of
     /// series stays bounded) and `false` is returned.
-    pub fn observe_outcome(&self, outcome: &str, seconds: f64) -> bool {
+    pub(crate) fn observe_outcome(&self, outcome: &str, seconds: f64) -> bool {
         self.node_duration.observe(seconds.max(0.0));
         if !OUTCOMES.contains(&outcome) {
             return false;

@@ -52,7 +52,7 @@ const SERIES: [(&str, &str, MetricType); 7] = [
 
 impl ProcessCollector {
     /// A collector for the calling process.
-    pub fn new() -> ProcessCollector {
+    pub(crate) fn new() -> ProcessCollector {
         let descs = SERIES
             .iter()
             .filter_map(|(name, help, _)| {

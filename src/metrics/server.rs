@@ -12,7 +12,7 @@ use super::Metrics;
 /// whether this instance is ready (`/readyz`).
 ///
 /// Any `Fn() -> serde_json::Value` is a `Health` whose readiness is read from its
-/// document (see [`Readiness::from_health`]); an implementor that knows more (an
+/// document (see `Readiness::from_health`); an implementor that knows more (an
 /// active-active member, say) overrides [`Health::readiness`].
 pub trait Health: Send + Sync {
     /// The `/healthz` document (version, paused, connected, leader ...).
@@ -66,7 +66,7 @@ pub struct LateNodes(parking_lot::Mutex<Option<NodeSource>>);
 
 impl LateNodes {
     /// From now on, answer from `source`.
-    pub fn set(&self, source: NodeSource) {
+    pub(crate) fn set(&self, source: NodeSource) {
         *self.0.lock() = Some(source);
     }
 }
@@ -101,7 +101,7 @@ pub enum Role {
 
 impl Role {
     /// `alone`, `leader`, `active`, or the waiting state's own name.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Role::Alone => "alone",
             Role::Leader => "leader",
@@ -127,7 +127,7 @@ impl Readiness {
     /// Reads a `/healthz` document: `connected` (a missing or non-boolean value is
     /// "not connected") and `leader`, the election state (`null` or missing: no
     /// election; `"leader"`; any other string: waiting in that state).
-    pub fn from_health(doc: &serde_json::Value) -> Readiness {
+    pub(crate) fn from_health(doc: &serde_json::Value) -> Readiness {
         let connected = doc
             .get("connected")
             .and_then(serde_json::Value::as_bool)
@@ -152,7 +152,7 @@ impl Readiness {
     }
 
     /// Why this instance is not ready; empty when it is.
-    pub fn reasons(&self) -> Vec<String> {
+    pub(crate) fn reasons(&self) -> Vec<String> {
         let mut reasons = Vec::new();
         if !self.connected {
             reasons.push("not connected to the broker".to_string());
@@ -171,12 +171,12 @@ impl Readiness {
     }
 
     /// True when connected and provisioning.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.reasons().is_empty()
     }
 
     /// The `/readyz` status code (200 or 503) and JSON body.
-    pub fn response(&self) -> (u16, serde_json::Value) {
+    pub(crate) fn response(&self) -> (u16, serde_json::Value) {
         let reasons = self.reasons();
         let ready = reasons.is_empty();
         let body = serde_json::json!({
@@ -210,7 +210,7 @@ impl std::fmt::Display for ServeError {
 
 impl std::error::Error for ServeError {}
 
-/// A running monitoring listener; [`MetricsServer::stop`] ends it.
+/// A running monitoring listener; `MetricsServer::stop` ends it.
 pub struct MetricsServer {
     server: Arc<tiny_http::Server>,
     thread: Option<JoinHandle<()>>,
@@ -227,7 +227,8 @@ impl std::fmt::Debug for MetricsServer {
 
 impl MetricsServer {
     /// Binds `host:port` (host `None` = all interfaces, as Go) and serves from a thread.
-    pub fn start(
+    #[cfg(test)]
+    pub(crate) fn start(
         host: Option<&str>,
         port: u16,
         metrics: Arc<Metrics>,
@@ -236,7 +237,7 @@ impl MetricsServer {
         Self::start_with_nodes(host, port, metrics, health, Arc::new(LateNodes::default()))
     }
 
-    /// [`MetricsServer::start`], with `/nodes` answered from `nodes`.
+    /// `MetricsServer::start`, with `/nodes` answered from `nodes`.
     pub fn start_with_nodes(
         host: Option<&str>,
         port: u16,
@@ -279,7 +280,8 @@ impl MetricsServer {
     }
 
     /// Stops accepting requests and joins the thread.
-    pub fn stop(mut self) {
+    #[cfg(test)]
+    pub(crate) fn stop(mut self) {
         self.shutdown();
     }
 

@@ -21,7 +21,7 @@ pub struct SumCountVec {
 
 impl SumCountVec {
     /// A family called `name` with `help`, constant labels and variable `labels`.
-    pub fn new(
+    pub(crate) fn new(
         name: &str,
         help: &str,
         constants: &[(&str, &str)],
@@ -62,7 +62,7 @@ impl SumCountVec {
     /// `matches` (of which there is at most one), made by `make` if there is none
     /// yet. A handful of series (an RPC's name, the site): found without making the
     /// key, which is only made for the first observation of a series.
-    pub fn observe_where(
+    pub(crate) fn observe_where(
         &self,
         matches: impl Fn(&[String]) -> bool,
         make: impl FnOnce() -> Vec<String>,
@@ -83,7 +83,7 @@ impl SumCountVec {
 
     /// Creates the series for the label `values` at zero, so it is exported before
     /// the first observation.
-    pub fn touch(&self, values: &[&str]) {
+    pub(crate) fn touch(&self, values: &[&str]) {
         let key: Vec<String> = values.iter().map(|v| v.to_string()).collect();
         self.series.lock().entry(key).or_insert((0.0, 0));
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use ring::signature::{Ed25519KeyPair, KeyPair, RsaKeyPair, RSA_PKCS1_SHA256};
+use ring::signature::{Ed25519KeyPair, RsaKeyPair, RSA_PKCS1_SHA256};
 
 use super::{b64, Layer, Protocol, ProtocolError};
 use crate::choria::client_config::{ClientConfig, SecurityProvider};
@@ -52,7 +52,11 @@ fn err(reason: impl fmt::Display) -> ProtocolError {
 
 impl Credentials {
     /// An ed25519 credential from a 32-byte seed and a client JWT.
-    pub fn ed25519(seed: &[u8], jwt: &str, secure: bool) -> Result<Credentials, ProtocolError> {
+    pub(crate) fn ed25519(
+        seed: &[u8],
+        jwt: &str,
+        secure: bool,
+    ) -> Result<Credentials, ProtocolError> {
         let key = Ed25519KeyPair::from_seed_unchecked(seed)
             .map_err(|_| err("the ed25519 seed must be 32 bytes"))?;
         Ok(Credentials::Ed25519 {
@@ -63,7 +67,7 @@ impl Credentials {
     }
 
     /// An RSA credential from a private key PEM (PKCS#1 or PKCS#8) and a certificate.
-    pub fn rsa(key_pem: &str, cert_pem: &str) -> Result<Credentials, ProtocolError> {
+    pub(crate) fn rsa(key_pem: &str, cert_pem: &str) -> Result<Credentials, ProtocolError> {
         let block = crate::crypto::pem::decode(key_pem).ok_or_else(|| err("the key is not PEM"))?;
         let (label, der) = (block.label, block.der);
         let key = match label.as_str() {
@@ -116,9 +120,11 @@ impl Credentials {
     }
 
     /// The hex public key of an ed25519 credential.
-    pub fn ed25519_public_hex(&self) -> Option<String> {
+    #[cfg(test)]
+    pub(crate) fn ed25519_public_hex(&self) -> Option<String> {
         match self {
             Credentials::Ed25519 { key, .. } => {
+                use ring::signature::KeyPair as _;
                 Some(crate::crypto::ids::hex(key.public_key().as_ref()))
             }
             _ => None,

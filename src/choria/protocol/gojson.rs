@@ -539,7 +539,11 @@ impl<'a> Object<'a> {
 
     /// A field holding a map of strings (Go's `map[string]string`: its keys sorted,
     /// as a `BTreeMap`'s are).
-    pub fn str_map(mut self, key: &str, map: &std::collections::BTreeMap<String, String>) -> Self {
+    pub(crate) fn str_map(
+        mut self,
+        key: &str,
+        map: &std::collections::BTreeMap<String, String>,
+    ) -> Self {
         self.key(key);
         self.out.push(b'{');
         for (n, (k, v)) in map.iter().enumerate() {
@@ -589,7 +593,8 @@ impl<'a> Object<'a> {
 }
 
 /// Serialises `value` as Go would, as a `String`.
-pub fn to_string<T: Serialize + ?Sized>(value: &T) -> String {
+#[cfg(test)]
+pub(crate) fn to_string<T: Serialize + ?Sized>(value: &T) -> String {
     String::from_utf8(to_vec(value)).expect("serde_json writes UTF-8")
 }
 

@@ -29,7 +29,7 @@ pub enum StatusCode {
 /// the map it is made from (keys sorted, strings escaped as Go escapes them). A
 /// `serde_json::Value` is one; a request sent on every node (`configure`) has a typed
 /// one that writes itself without building a tree of copies first.
-pub trait RequestData {
+pub(crate) trait RequestData {
     /// Appends the object to `out`.
     fn write_go(&self, out: &mut Vec<u8>);
 }
@@ -75,7 +75,8 @@ impl RpcRequestBody {
 
     /// The bytes [`RpcRequestBody::new`]`(agent, action, data).encode()` gives, without
     /// copying `data` to sort it: its keys are sorted as they are written.
-    pub fn encode_for(agent: &str, action: &str, data: &serde_json::Value) -> Vec<u8> {
+    #[cfg(test)]
+    pub(crate) fn encode_for(agent: &str, action: &str, data: &serde_json::Value) -> Vec<u8> {
         let mut out = Vec::with_capacity(256);
         RpcRequestBody::write_for(&mut out, agent, action, data);
         out
@@ -83,7 +84,7 @@ impl RpcRequestBody {
 
     /// [`RpcRequestBody::encode_for`] appended to `out`, so a caller can reuse its
     /// buffer.
-    pub fn write_for(out: &mut Vec<u8>, agent: &str, action: &str, data: &dyn RequestData) {
+    pub(crate) fn write_for(out: &mut Vec<u8>, agent: &str, action: &str, data: &dyn RequestData) {
         gojson::Object::start(out)
             .str("agent", agent)
             .str("action", action)
@@ -199,7 +200,7 @@ impl RpcReply {
 /// syntax is checked when the reply is read; a value is checked (a number's range, a
 /// field's type) when an action reads it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ReplyData(String);
+pub(crate) struct ReplyData(String);
 
 impl Default for ReplyData {
     fn default() -> ReplyData {
@@ -216,7 +217,8 @@ impl fmt::Debug for ReplyData {
 
 impl ReplyData {
     /// The data of `value`, which must be an object (scripted replies in tests).
-    pub fn from_value(value: &serde_json::Value) -> Option<ReplyData> {
+    #[cfg(test)]
+    pub(crate) fn from_value(value: &serde_json::Value) -> Option<ReplyData> {
         value
             .is_object()
             .then(|| ReplyData(gojson::to_string(value)))
@@ -230,12 +232,12 @@ impl ReplyData {
     /// The fields `T` names, decoded from the text (the others are skipped unread).
     /// serde's error may quote the node's value: it is shown only through
     /// `json_text::describe`, as `host::replies::read` does.
-    pub fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+    pub(crate) fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
         serde_json::from_str(&self.0)
     }
 
     /// The whole object as a `Value` (tests and rare paths).
-    pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+    pub(crate) fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
         serde_json::from_str(&self.0)
     }
 }

@@ -6,7 +6,7 @@
 //! [`ProtocolError`] naming the layer that failed; none panics. Hashes are checked
 //! over the exact bytes received, never over re-serialised JSON. Encoders write
 //! Go's bytes (field order, escaping, base64 placement), pinned by the worked
-//! example of §2.11 in `tests/protocol_vectors.rs`.
+//! example of §2.11 in `src/choria/protocol/go_vectors.rs`.
 
 mod credentials;
 mod debug;
@@ -87,7 +87,7 @@ pub struct ProtocolError {
 
 impl ProtocolError {
     /// An error in `layer`.
-    pub fn new(layer: Layer, reason: impl fmt::Display) -> ProtocolError {
+    pub(crate) fn new(layer: Layer, reason: impl fmt::Display) -> ProtocolError {
         ProtocolError {
             layer,
             reason: reason.to_string(),
@@ -239,7 +239,7 @@ pub struct DecodedRequest {
 
 /// Why a provisioning-mode server drops a request without replying.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejection {
+pub(crate) enum Rejection {
     /// Not for the `provisioning` collective.
     Collective(String),
     /// The request id has the wrong length for its version.
@@ -281,7 +281,11 @@ impl fmt::Display for Rejection {
 impl DecodedRequest {
     /// The checks a provisioning-mode server makes before dispatching (§2.10): a
     /// failure means the request is dropped without a reply.
-    pub fn validate_for_provisioning(&self, speaks: Protocol, now: i64) -> Result<(), Rejection> {
+    pub(crate) fn validate_for_provisioning(
+        &self,
+        speaks: Protocol,
+        now: i64,
+    ) -> Result<(), Rejection> {
         if self.protocol != speaks {
             return Err(Rejection::Version(self.protocol));
         }
@@ -421,7 +425,7 @@ pub fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
 }
 
 /// The transport sender (`mc_sender` / `sender`) of a reply, all discovery reads.
-pub fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
+pub(crate) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
     check_size(bytes)?;
     // As in `decode_reply`: a v1 transport is parsed once.
     let parsed = match v1::parse(bytes) {
@@ -527,6 +531,9 @@ fn server_body(message: &[u8]) -> Vec<u8> {
         .and_then(|text| B64.decode(text).ok())
         .unwrap_or_else(|| message.to_vec())
 }
+
+#[cfg(test)]
+mod go_vectors;
 
 #[cfg(test)]
 mod tests {

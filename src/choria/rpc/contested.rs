@@ -6,7 +6,7 @@ use crate::choria::identity::Identity;
 
 /// How a request's replies showed that someone else answers in the node's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Contest {
+pub(crate) enum Contest {
     /// A valid reply in the node's name differs from the accepted one.
     Different,
     /// More replies came than a request keeps, and `dropped` of them were dropped
@@ -21,7 +21,7 @@ pub enum Contest {
 /// A request answered in the node's name by someone else: two different replies, or
 /// more replies than a node sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Contested {
+pub(crate) struct Contested {
     /// The node whose name was used.
     pub identity: Identity,
     /// `agent#action`.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// Distinct senders one discovery keeps; more than a fleet of 50,000 can send, so
 /// only a flood of made-up identities reaches it.
-pub const MAX_DISCOVERY_SENDERS: usize = 100_000;
+pub(crate) const MAX_DISCOVERY_SENDERS: usize = 100_000;
 
 /// The largest discovery reply read; a real one is under 2 KiB.
 const MAX_DISCOVERY_REPLY: usize = 16 * 1024;

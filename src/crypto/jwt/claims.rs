@@ -261,7 +261,7 @@ pub struct ServerClaims {
 
 /// What a helper may put in `server_claims` (other keys are accepted and ignored, as in Go).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct RequestedServerClaims {
+pub(crate) struct RequestedServerClaims {
     /// Organisation; `choria` when empty.
     #[serde(default)]
     pub ou: String,

@@ -10,7 +10,7 @@
 //! What it must never do: accept `alg: none`, HMAC or any algorithm not listed; panic on a
 //! hostile token (size-capped, every decode checked); read the clock where a test needs a fixed
 //! time (every check takes `now`); or show tokens, seeds or private keys in `Debug`/`Display`
-//! output or errors. Key files are loaded through [`VerifyKey::load`] and [`SigningKey::load`],
+//! output or errors. Key files are loaded through `VerifyKey::load` and `SigningKey::load`,
 //! which the configuration validator calls at start-up so a bad path fails early.
 //!
 //! Deliberate differences from Go (all tightenings or tolerances of obvious operator mistakes):
@@ -32,8 +32,8 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 
 pub use claims::*;
-pub use errors::*;
-pub use server_claims::*;
+pub(crate) use errors::*;
+pub(crate) use server_claims::*;
 pub use signing_key::*;
 pub use verify::*;
 pub use verify_key::*;
@@ -81,5 +81,7 @@ pub(crate) const MIN_SERVER_VALIDITY: i64 = 3600;
 pub(super) const OID_RSA_ENCRYPTION: der::oid::ObjectIdentifier =
     der::oid::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 
+#[cfg(test)]
+mod spec_tests;
 #[cfg(test)]
 mod tests;

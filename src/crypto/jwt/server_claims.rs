@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Everything [`build_server_claims`] needs about one node.
 #[derive(Debug, Clone)]
-pub struct ServerClaimsInput<'a> {
+pub(crate) struct ServerClaimsInput<'a> {
     /// The node identity.
     pub identity: &'a str,
     /// The hex ed25519 public key from `gen25519`.
@@ -29,7 +29,7 @@ pub struct ServerClaimsInput<'a> {
 
 /// Server claims plus the warning to log when the requested validity was replaced.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BuiltServerClaims {
+pub(crate) struct BuiltServerClaims {
     /// The claims, ready for `add_chain_issuer_data` and [`SigningKey::sign_jwt`].
     pub claims: ServerClaims,
     /// `Server validity <v> is too short, setting to default <d>` when that rule fired.
@@ -52,7 +52,9 @@ pub struct BuiltServerClaims {
 /// Then, as in Go, a validity of one hour or less (including a negative one) is replaced by the
 /// default with a warning; `ou` is `choria` unless requested; `permissions` and `pub_subjects`
 /// are taken when given; `iss` is `Choria Provisioner`; `iat = nbf = now`; `exp = now + validity`.
-pub fn build_server_claims(input: &ServerClaimsInput<'_>) -> Result<BuiltServerClaims, TokenError> {
+pub(crate) fn build_server_claims(
+    input: &ServerClaimsInput<'_>,
+) -> Result<BuiltServerClaims, TokenError> {
     if input.public_key_hex.is_empty() {
         return Err(TokenError::NoNodePublicKey);
     }
@@ -142,7 +144,7 @@ pub fn build_server_claims(input: &ServerClaimsInput<'_>) -> Result<BuiltServerC
 
 /// A signed server JWT and what went into it. `Debug` shows the claims, not the token.
 #[derive(Clone, PartialEq, Eq)]
-pub struct SignedServerToken {
+pub(crate) struct SignedServerToken {
     /// The compact JWS for `configure.server_jwt`.
     pub token: String,
     /// The claims as signed.
@@ -162,7 +164,7 @@ impl fmt::Debug for SignedServerToken {
 }
 
 /// Builds, optionally chains (when a `jwt_signing_token` is given) and signs a server JWT.
-pub fn sign_server_token(
+pub(crate) fn sign_server_token(
     input: &ServerClaimsInput<'_>,
     key: &SigningKey,
     chain: Option<&SigningToken>,

@@ -37,7 +37,7 @@ impl fmt::Debug for SigningKey {
 
 impl SigningKey {
     /// Reads and parses `jwt_signing_key` ([`SigningKey::from_file_contents`]).
-    pub fn load(path: impl AsRef<Path>) -> Result<SigningKey, TokenError> {
+    pub(crate) fn load(path: impl AsRef<Path>) -> Result<SigningKey, TokenError> {
         let path = path.as_ref();
         let data = read_limited(path)?;
         SigningKey::from_file_contents(&data, &path.display().to_string())
@@ -48,7 +48,7 @@ impl SigningKey {
     /// PKCS#8, both tried) signing RS256; otherwise the content must be the 64 hex characters of
     /// an ed25519 seed, signing EdDSA. Unlike Go, white space around the seed (a trailing
     /// newline from an editor or `echo`) is accepted. `name` is used in error messages.
-    pub fn from_file_contents(data: &[u8], name: &str) -> Result<SigningKey, TokenError> {
+    pub(crate) fn from_file_contents(data: &[u8], name: &str) -> Result<SigningKey, TokenError> {
         if data.starts_with(b"-----BEGIN RSA PRIVATE KEY")
             || data.starts_with(b"-----BEGIN PRIVATE KEY")
         {
@@ -88,7 +88,7 @@ impl SigningKey {
     }
 
     /// The JWT `alg` this key produces: `EdDSA` or `RS256`.
-    pub fn algorithm(&self) -> &'static str {
+    pub(crate) fn algorithm(&self) -> &'static str {
         match self {
             SigningKey::Ed25519(_) => "EdDSA",
             SigningKey::Rsa(_) => "RS256",
@@ -96,7 +96,8 @@ impl SigningKey {
     }
 
     /// Hex of the ed25519 public key, `None` for RSA.
-    pub fn ed25519_public_hex(&self) -> Option<String> {
+    #[cfg(test)]
+    pub(crate) fn ed25519_public_hex(&self) -> Option<String> {
         match self {
             SigningKey::Ed25519(k) => Some(hex::encode(k.public_key().as_ref())),
             SigningKey::Rsa(_) => None,
@@ -105,7 +106,7 @@ impl SigningKey {
 
     /// A short SHA-256 fingerprint of the public key (16 hex digits), to tell keys apart
     /// in logs without showing anything private.
-    pub fn public_fingerprint(&self) -> String {
+    pub(crate) fn public_fingerprint(&self) -> String {
         let public: &[u8] = match self {
             SigningKey::Ed25519(k) => k.public_key().as_ref(),
             SigningKey::Rsa(k) => k.public().as_ref(),
@@ -169,7 +170,7 @@ pub(super) fn go_html_escape(json: &str) -> String {
 /// The parts of `jwt_signing_token` that chain data needs. The token is read **unverified**,
 /// as in Go (the broker verifies the chain). `Debug` shows only the id.
 #[derive(Clone, PartialEq, Eq)]
-pub struct SigningToken {
+pub(crate) struct SigningToken {
     /// The token's `jti`.
     pub jti: String,
     /// The token's `public_key` (hex of the chain issuer's ed25519 key).
@@ -191,7 +192,7 @@ impl fmt::Debug for SigningToken {
 
 impl SigningToken {
     /// Reads `jwt_signing_token` (re-read for every host in Go, so rotation needs no restart).
-    pub fn load(path: impl AsRef<Path>) -> Result<SigningToken, TokenError> {
+    pub(crate) fn load(path: impl AsRef<Path>) -> Result<SigningToken, TokenError> {
         let data = read_limited(path.as_ref())?;
         let text = std::str::from_utf8(&data).map_err(|_| {
             TokenError::SigningToken("could not parse signing token: not UTF-8".into())
@@ -202,7 +203,7 @@ impl SigningToken {
     /// Parses the token text unverified and checks, in Go's order: purpose `choria_client_id`
     /// (`not a client token`), `tcs` (`no Trust Chain Signature claim in JWT Signing Token`),
     /// `jti` (`id not set`), `public_key` (`public key not set`), `exp` (`issuer has no expiry`).
-    pub fn parse(text: &str) -> Result<SigningToken, TokenError> {
+    pub(crate) fn parse(text: &str) -> Result<SigningToken, TokenError> {
         let bad = |m: &str| TokenError::SigningToken(format!("could not parse signing token: {m}"));
         let text = text.trim();
         if text.len() > MAX_TOKEN_LEN {

@@ -158,11 +158,3 @@ pub(crate) fn fill_default_org(claims: &mut ProvisioningClaims) {
         claims.ou = DEFAULT_ORG.to_string();
     }
 }
-
-/// [`verify_provisioning_token`] at the current system time.
-pub fn verify_provisioning_token_now(
-    token: &str,
-    key: &VerifyKey,
-) -> Result<ProvisioningClaims, TokenError> {
-    verify_provisioning_token(token, key, crate::clock::unix_seconds())
-}

@@ -71,7 +71,7 @@ impl VerifyKey {
     /// Loads `jwt_verify_cert` as Go interprets it: if a file of that name exists it is read
     /// ([`VerifyKey::from_file_contents`]); if none exists the setting itself is a hex ed25519
     /// public key. Other I/O errors (permissions…) are reported as such.
-    pub fn load(setting: &str) -> Result<VerifyKey, TokenError> {
+    pub(crate) fn load(setting: &str) -> Result<VerifyKey, TokenError> {
         if setting.is_empty() {
             return Err(TokenError::NoVerifyCert);
         }
@@ -90,7 +90,7 @@ impl VerifyKey {
     /// `-----BEGIN PUBLIC KEY` is PEM, whose first block is tried as SubjectPublicKeyInfo, then
     /// an X.509 certificate, then PKCS#1, and must be RSA; anything else is a hex ed25519 public
     /// key (surrounding white space, e.g. a trailing newline, is ignored; Go rejects it).
-    pub fn from_file_contents(data: &[u8]) -> Result<VerifyKey, TokenError> {
+    pub(crate) fn from_file_contents(data: &[u8]) -> Result<VerifyKey, TokenError> {
         if data.starts_with(b"-----BEGIN CERTIFICATE") || data.starts_with(b"-----BEGIN PUBLIC KEY")
         {
             let text = std::str::from_utf8(data)
@@ -133,7 +133,7 @@ impl VerifyKey {
     }
 
     /// A hex ed25519 public key (either case; surrounding white space ignored), 32 bytes.
-    pub fn from_hex(s: &str) -> Result<VerifyKey, TokenError> {
+    pub(crate) fn from_hex(s: &str) -> Result<VerifyKey, TokenError> {
         let s = s.trim();
         if s.len() % 2 != 0 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
             return Err(TokenError::Ed25519PublicData);

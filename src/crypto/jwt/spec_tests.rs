@@ -1,9 +1,9 @@
 //! Provisioning JWT verification and server JWT signing (choria-io/tokens), one test per rule.
 
+use crate::crypto::jwt::*;
+use crate::crypto::pem;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
-use choria_provisioner::crypto::jwt::*;
-use choria_provisioner::crypto::pem;
 use ring::signature;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -662,7 +662,7 @@ fn unusable_signing_keys_are_rejected() {
 #[test]
 fn rsa_signing_key_that_cannot_sign_is_refused_at_load() {
     // The fuzz input: a mode byte (1: PKCS#1 DER in an `RSA PRIVATE KEY` block), the DER.
-    let input = include_bytes!("../fuzz/regressions/key_files/rsa-key-that-cannot-sign");
+    let input = include_bytes!("../../../fuzz/regressions/key_files/rsa-key-that-cannot-sign");
     let der = &input[1..];
     assert!(
         signature::RsaKeyPair::from_der(der).is_ok(),

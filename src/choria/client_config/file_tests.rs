@@ -1,11 +1,9 @@
 //! The Choria client configuration parser on a realistic file.
 
-mod support;
-
-use choria_provisioner::choria::client_config::{ClientConfig, SecurityProvider, TlsFiles};
-use choria_provisioner::config::Config;
+use crate::choria::client_config::{ClientConfig, SecurityProvider, TlsFiles};
+use crate::config::Config;
+use crate::test_nats::TempDir;
 use std::time::Duration;
-use support::TempDir;
 
 const CHORIA_CFG: &str = "\
 # Choria client configuration for the provisioner
@@ -108,7 +106,7 @@ fn provisioner_overrides_apply() {
         SecurityProvider::Puppet,
         "go-choria's default"
     );
-    choria_provisioner::cli::apply_provisioner_overrides(&mut c, &config);
+    crate::cli::apply_provisioner_overrides(&mut c, &config);
     assert_eq!(c.collectives, ["provisioning"]);
     assert_eq!(c.main_collective, "provisioning");
     assert_eq!(c.security_provider, SecurityProvider::File);

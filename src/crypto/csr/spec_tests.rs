@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use choria_provisioner::crypto::csr::{parse_csr, validate_csr, CsrError, DenyList};
-use choria_provisioner::crypto::pem;
+use crate::crypto::csr::{parse_csr, validate_csr, CsrError, DenyList};
+use crate::crypto::pem;
 
 fn fixture(name: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,19 +1,17 @@
 //! Fixed vectors from go-choria's `protocol/v1` and `protocol/v2`: the codec must produce go-choria's
 //! bytes, not merely round-trip with itself.
 
+use crate::choria::lifecycle;
+use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody};
+use crate::choria::protocol::{self, Credentials, Filter, Layer, Protocol, Rejection, RequestSpec};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use choria_provisioner::choria::lifecycle;
-use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody};
-use choria_provisioner::choria::protocol::{
-    self, Credentials, Filter, Layer, Protocol, Rejection, RequestSpec,
-};
 
 const ID: &str = "5f2b9a0c3d4e4f6a8b7c1d2e3f405162";
 const T0: i64 = 1_767_225_600;
 const BROKER: &str = "nats://broker.example.net:4222";
-const REQUEST_VECTOR: &str = include_str!("fixtures/v1_inventory_request.json");
-const REPLY_VECTOR: &str = include_str!("fixtures/v1_inventory_reply.json");
+const REQUEST_VECTOR: &str = include_str!("../../../tests/fixtures/v1_inventory_request.json");
+const REPLY_VECTOR: &str = include_str!("../../../tests/fixtures/v1_inventory_reply.json");
 const INVENTORY_REPLY: &str = r#"{"action":"inventory","statuscode":0,"statusmsg":"OK","data":{"agents":["choria_provision","choria_util","discovery","rpcutil"],"classes":[],"collectives":["provisioning"],"data_plugins":["choria","config_item","scout"],"facts":{"os":"linux"},"machines":[],"main_collective":"provisioning","version":"0.30.0","upgradable":false}}"#;
 
 /// The spec borrows its filter and body: leaked, a few bytes per test, so that every
@@ -435,10 +433,10 @@ fn every_decoder_survives_random_and_mutated_input() {
 
 #[test]
 fn v1_requests_are_signed_with_the_file_provider_rsa_key() {
-    let cert = include_str!("fixtures/rsa2048-cert.pem");
+    let cert = include_str!("../../../tests/fixtures/rsa2048-cert.pem");
     for key in [
-        include_str!("fixtures/rsa2048-pkcs1.pem"),
-        include_str!("fixtures/rsa2048-pkcs8.pem"),
+        include_str!("../../../tests/fixtures/rsa2048-pkcs1.pem"),
+        include_str!("../../../tests/fixtures/rsa2048-pkcs8.pem"),
     ] {
         let creds = Credentials::rsa(key, cert).unwrap();
         let (_, payload) =
@@ -481,7 +479,7 @@ fn pem_der(pem: &str) -> Vec<u8> {
 
 #[test]
 fn the_choria_provider_selects_v2_with_the_jwt_caller_id() {
-    use choria_provisioner::choria::client_config::ClientConfig;
+    use crate::choria::client_config::ClientConfig;
     let dir = std::env::temp_dir().join(format!("v2-identity-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("client.jwt"), format!("{CALLER_JWT}\n")).unwrap();

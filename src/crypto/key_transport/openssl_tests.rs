@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use choria_provisioner::crypto::{key_transport as crypto, pem};
+use crate::crypto::{key_transport as crypto, pem};
 
 fn openssl(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new("openssl")

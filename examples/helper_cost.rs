@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use choria_provisioner::host::helper::Helper;
+use choria_provisioner::node::helper::Helper;
 
 /// User and system CPU seconds so far of this process (`RUSAGE_SELF`) or of its
 /// reaped children (`RUSAGE_CHILDREN`).

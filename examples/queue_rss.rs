@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::config::Pause;
-use choria_provisioner::host::driver::{Finished, Ready, Ticket};
-use choria_provisioner::host::outcome::Outcome;
-use choria_provisioner::hosts::{Fleet, FleetOptions, Provision, Source};
+use choria_provisioner::fleet::{Fleet, FleetOptions, Provision, Source};
 use choria_provisioner::metrics::{Metrics, ProcessStats};
+use choria_provisioner::node::driver::{Finished, Ready, Ticket};
+use choria_provisioner::node::outcome::Outcome;
 
 struct Never;
 

@@ -34,9 +34,9 @@ use crate::crypto::jwt::{
 use crate::crypto::key_transport::{decrypt_pem_block, encrypt_key_for_node, encrypt_pem_block};
 use crate::crypto::nonce::verify_nonce_signature;
 use crate::crypto::pem::{self, Block};
-use crate::host::helper::{Ed25519Info, HelperOutput};
-use crate::host::key_material::KeyMaterial as Keys;
-use crate::host::version;
+use crate::node::helper::{Ed25519Info, HelperOutput};
+use crate::node::key_material::KeyMaterial as Keys;
+use crate::node::version;
 
 /// Targets whose input comes from nodes, the broker or the helper: fuzzed longest.
 pub const NETWORK_TARGETS: &[&str] = &[

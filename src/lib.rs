@@ -1,7 +1,7 @@
 //! Choria Server Provisioner.
 //!
 //! Layers, each importing only those below it (see `ARCHITECTURE.md`):
-//! `cli` → `hosts` → `host` → `choria` → `config`, `metrics`.
+//! `cli` → `fleet` → `node` → `choria` → `config`, `metrics`.
 //!
 //! `unsafe` code is denied everywhere but in `sys`, the few system calls std has no
 //! API for.
@@ -16,15 +16,15 @@ pub mod crypto;
 // The fuzz targets' entry points: they live with the targets in `fuzz/`, and are
 // compiled into the library only with the `fuzzing` feature (never into the daemon
 // built for packages), so that they can reach items the library keeps to itself.
+pub mod fleet;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 #[path = "../fuzz/entries.rs"]
 pub mod fuzzing;
-pub mod host;
-pub mod hosts;
 mod json_text;
 pub(crate) mod logging;
 pub mod metrics;
+pub mod node;
 pub(crate) mod proc_self;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -33,7 +33,7 @@ mod sys;
 // the integration tests use, so that both start it alike.
 #[cfg(test)]
 #[path = "../tests/support/nats_server.rs"]
-mod test_nats;
+mod test_nats_server;
 pub(crate) mod throttle;
 pub(crate) mod untrusted;
 

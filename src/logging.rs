@@ -114,7 +114,7 @@ fn level_name(level: log::Level) -> &'static str {
     }
 }
 
-/// The module that logged, without the crate prefix (`hosts::events` → `events`).
+/// The module that logged, without the crate prefix (`fleet::events` → `events`).
 fn component(record: &log::Record) -> String {
     let target = record.target();
     target.rsplit("::").next().unwrap_or(target).to_string()
@@ -150,7 +150,7 @@ mod tests {
         f(&log::Record::builder()
             .args(format_args!("{msg}"))
             .level(log::Level::Warn)
-            .target("choria_provisioner::hosts::events")
+            .target("choria_provisioner::fleet::events")
             .build())
     }
 

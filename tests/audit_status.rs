@@ -265,7 +265,7 @@ fn nodes_shows_every_state_and_the_command_prints_it() {
             ..Default::default()
         }
     });
-    let long_cooldown = choria_provisioner::hosts::daemon::DaemonOptions {
+    let long_cooldown = choria_provisioner::fleet::daemon::DaemonOptions {
         cooldown: Duration::from_secs(60),
         ..fast()
     };
@@ -400,7 +400,7 @@ fn upgrades_max_in_flight_caps_the_nodes_away_upgrading() {
             ),
             // No discovery after the first: nodes that waited are queued again when
             // a slot is given back, not when discovery finds them.
-            choria_provisioner::hosts::daemon::DaemonOptions {
+            choria_provisioner::fleet::daemon::DaemonOptions {
                 interval: Some(Duration::from_secs(600)),
                 ..fast()
             },

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use choria_provisioner::choria::client_config::ClientConfig;
-use choria_provisioner::choria::connector::{AttemptError, Connector};
+use choria_provisioner::choria::connector::{ConnectAttemptError, Connector};
 use choria_provisioner::config::Config;
 use choria_provisioner::crypto::ids;
 use choria_provisioner::crypto::jwt::SigningKey;
@@ -177,9 +177,9 @@ fn without_certificate(cfg: String) -> String {
         .collect()
 }
 
-fn refused(result: Result<Connector, AttemptError>) -> (String, String) {
+fn refused(result: Result<Connector, ConnectAttemptError>) -> (String, String) {
     match result {
-        Err(AttemptError::Refused { broker, report }) => (broker, report),
+        Err(ConnectAttemptError::Refused { broker, report }) => (broker, report),
         Err(other) => panic!("not a refusal by the broker: {other}"),
         Ok(_) => panic!("the broker let it in"),
     }
@@ -401,7 +401,7 @@ fn an_expired_jwt_is_not_sent_by_us_and_refused_by_the_broker() {
     });
     // As go-choria's client: no CONNECT with an expired token.
     match Connector::connect_once(&setup.client(), &metrics()) {
-        Err(AttemptError::Failed(e)) => assert!(e.contains("has expired"), "{e}"),
+        Err(ConnectAttemptError::Failed(e)) => assert!(e.contains("has expired"), "{e}"),
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("connected with an expired JWT"),
     }

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::bus::Bus;
-use choria_provisioner::hosts::election::{Callbacks, Election, ElectionOptions, ElectionState};
+use choria_provisioner::fleet::election::{Callbacks, Election, ElectionOptions, ElectionState};
 use choria_provisioner::metrics::Metrics;
 use crossbeam_channel::{bounded, Sender};
 use parking_lot::Mutex;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use choria_provisioner::choria::identity::Identity;
-use choria_provisioner::host::helper::{CsrInfo, Ed25519Info, Helper, HelperInput};
+use choria_provisioner::node::helper::{CsrInfo, Ed25519Info, Helper, HelperInput};
 
 fn example(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use choria_provisioner::hosts::daemon::DaemonOptions;
-use choria_provisioner::hosts::discovery::Rediscovery;
+use choria_provisioner::fleet::daemon::DaemonOptions;
+use choria_provisioner::fleet::discovery::Rediscovery;
 use choria_provisioner::sim::{Faults, Phase};
 use support::broker::{ChoriaBroker, Network};
 use support::rig::*;

@@ -11,9 +11,9 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::identity::Identity;
-use choria_provisioner::hosts::daemon::DaemonOptions;
-use choria_provisioner::hosts::membership::MemberState;
-use choria_provisioner::hosts::rendezvous::Members;
+use choria_provisioner::fleet::daemon::DaemonOptions;
+use choria_provisioner::fleet::membership::MemberState;
+use choria_provisioner::fleet::rendezvous::Members;
 use choria_provisioner::sim::{Phase, Summary};
 use support::broker::{ChoriaBroker, Network};
 use support::hostile::Hostile;
@@ -468,7 +468,7 @@ fn a_paused_instance_gives_its_share_away_until_resumed() {
 
 #[test]
 fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
-    use choria_provisioner::hosts::membership::{HEARTBEAT, SILENT_BEATS};
+    use choria_provisioner::fleet::membership::{HEARTBEAT, SILENT_BEATS};
     let server = NatsServer::start();
     let dir = TempDir::new("active-sigkill");
     // At most four attempts under way, so c holds few locks when it dies, each short

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use choria_provisioner::hosts::daemon::DaemonOptions;
-use choria_provisioner::hosts::election::{ElectionOptions, ElectionState};
+use choria_provisioner::fleet::daemon::DaemonOptions;
+use choria_provisioner::fleet::election::{ElectionOptions, ElectionState};
 use support::broker::{ChoriaBroker, Network};
 use support::rig::*;
 use support::{create_election_bucket, election_broker};

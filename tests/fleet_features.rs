@@ -1,7 +1,7 @@
 //! The optional features end to end against simulated nodes (jwt, ed25519, pki,
 //! upgrades), the helper's answers that change the sequence (shutdown, keys), and what
 //! only a real node can show (its provisioning lock, a pause between RPCs). The
-//! sequence's rules themselves are unit-tested in `src/host/attempt/tests/`.
+//! sequence's rules themselves are unit-tested in `src/node/attempt/tests/`.
 #![cfg(feature = "sim")]
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 

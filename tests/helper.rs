@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::identity::Identity;
-use choria_provisioner::host::helper::{Helper, HelperError, HelperInput, MAX_OUTPUT};
+use choria_provisioner::node::helper::{Helper, HelperError, HelperInput, MAX_OUTPUT};
 use support::TempDir;
 
 fn input() -> Vec<u8> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
-use choria_provisioner::hosts::daemon::DaemonOptions;
+use choria_provisioner::fleet::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim};
 use support::hostile::{ok, Hostile, RawPublisher};
 use support::rig::{fast, helper_answering, sim, wait_provisioned, wait_until, Provisioner};
@@ -1206,7 +1206,7 @@ fn a_valid_identity_parses_and_a_hostile_one_never_becomes_a_subject() {
 
 #[test]
 fn forged_resignations_during_ha_never_make_a_second_leader() {
-    use choria_provisioner::hosts::election::{ElectionOptions, ElectionState};
+    use choria_provisioner::fleet::election::{ElectionOptions, ElectionState};
     let server = support::election_broker();
     support::create_election_bucket(&server, Duration::from_secs(30));
     let url = server

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 /// The crate's layers, top first, and the bottom modules every layer may use.
-const LAYERS: [&str; 6] = ["cli", "hosts", "host", "choria", "crypto", "config"];
+const LAYERS: [&str; 6] = ["cli", "fleet", "node", "choria", "crypto", "config"];
 const BOTTOM: [&str; 11] = [
     "config",
     "metrics",
@@ -18,7 +18,7 @@ const BOTTOM: [&str; 11] = [
     "proc_self",
     "sys",
     // The unit tests' nats-server (`tests/support/nats_server.rs`), compiled for tests only.
-    "test_nats",
+    "test_nats_server",
 ];
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -111,7 +111,7 @@ fn the_simulator_uses_the_wire_and_crypto_but_not_the_provisioner() {
 
 #[test]
 fn the_provisioner_layers_never_name_nats() {
-    for module in ["host", "hosts", "cli", "crypto", "config", "metrics"] {
+    for module in ["node", "fleet", "cli", "crypto", "config", "metrics"] {
         for (path, text) in src(module) {
             assert!(
                 !text.contains("nats::"),
@@ -204,7 +204,7 @@ fn result_errors(signature: &str) -> Vec<String> {
 
 #[test]
 fn the_middle_layers_return_typed_errors_not_strings() {
-    for module in ["host", "hosts", "choria", "crypto"] {
+    for module in ["node", "fleet", "choria", "crypto"] {
         for (path, text) in src(module) {
             let name = path.file_name().unwrap().to_string_lossy();
             if name == "tests.rs" || name.ends_with("_tests.rs") {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use choria_provisioner::choria::client_config::{BrokersFoundBy, ClientConfig};
 use choria_provisioner::choria::srv::Resolver;
 use choria_provisioner::config::{Config, Pause};
-use choria_provisioner::hosts::daemon::{Daemon, DaemonOptions};
+use choria_provisioner::fleet::daemon::{Daemon, DaemonOptions};
 use choria_provisioner::metrics::Metrics;
 use crossbeam_channel::bounded;
 use support::dns::{DnsServer, Zone};

@@ -87,7 +87,7 @@ impl std::error::Error for ConnectError {}
 
 /// Why one connection attempt failed.
 #[derive(Debug)]
-pub enum AttemptError {
+pub enum ConnectAttemptError {
     /// The configuration cannot produce a connection.
     Config(DialError),
     /// The broker answered the CONNECT with `-ERR`: its text, and our report of what
@@ -103,17 +103,17 @@ pub enum AttemptError {
     Failed(String),
 }
 
-impl fmt::Display for AttemptError {
+impl fmt::Display for ConnectAttemptError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AttemptError::Config(why) => why.fmt(f),
-            AttemptError::Failed(why) => f.write_str(why),
-            AttemptError::Refused { report, .. } => f.write_str(report),
+            ConnectAttemptError::Config(why) => why.fmt(f),
+            ConnectAttemptError::Failed(why) => f.write_str(why),
+            ConnectAttemptError::Refused { report, .. } => f.write_str(report),
         }
     }
 }
 
-impl std::error::Error for AttemptError {}
+impl std::error::Error for ConnectAttemptError {}
 
 /// Whether the connection is up, for `/healthz` and the RPC layer.
 #[derive(Debug, Default)]
@@ -369,7 +369,7 @@ impl Dialer {
         urls: &[String],
         metrics: &Arc<Metrics>,
         started: Instant,
-    ) -> Result<Connector, AttemptError> {
+    ) -> Result<Connector, ConnectAttemptError> {
         let identity = self.client.identity.clone();
         metrics
             .connector_initial_attempts
@@ -394,9 +394,9 @@ impl Dialer {
             Err(e) => Err(match broker_error(&e) {
                 Some(broker) => {
                     let report = self.refusal_report(&broker);
-                    AttemptError::Refused { broker, report }
+                    ConnectAttemptError::Refused { broker, report }
                 }
-                None => AttemptError::Failed(e.to_string()),
+                None => ConnectAttemptError::Failed(e.to_string()),
             }),
         }
     }
@@ -501,8 +501,8 @@ impl Connector {
             let shown = brokers.urls.join(", ");
             match dialer.attempt(&brokers.urls, metrics, started) {
                 Ok(connector) => return Ok(connector),
-                Err(AttemptError::Config(e)) => return Err(ConnectError::Config(e)),
-                Err(e @ AttemptError::Refused { .. }) => log::error!(
+                Err(ConnectAttemptError::Config(e)) => return Err(ConnectError::Config(e)),
+                Err(e @ ConnectAttemptError::Refused { .. }) => log::error!(
                     "Initial connection to {shown} failed, retrying in {:.1}s: {e}",
                     delay.as_secs_f64()
                 ),
@@ -524,8 +524,8 @@ impl Connector {
     pub fn connect_once(
         client: &ClientConfig,
         metrics: &Arc<Metrics>,
-    ) -> Result<Connector, AttemptError> {
-        let dialer = Dialer::new(client).map_err(AttemptError::Config)?;
+    ) -> Result<Connector, ConnectAttemptError> {
+        let dialer = Dialer::new(client).map_err(ConnectAttemptError::Config)?;
         let brokers = dialer.brokers(&mut None);
         dialer.attempt(&brokers.urls, metrics, Instant::now())
     }

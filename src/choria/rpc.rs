@@ -8,7 +8,7 @@
 //! identity costs one round trip instead of a worker's timeouts.
 //!
 //! The caller registers where the replies go (`RpcClient::send_routed`), and the
-//! requests' state lives with it, not here: the attempts' driver (`host/driver.rs`)
+//! requests' state lives with it, not here: the attempts' driver (`node/driver.rs`)
 //! hands a node's replies to its attempt, which accepts one only if
 //! `RpcClient::accept` finds that its envelope names the request id and the node
 //! asked, counts and ignores anything else, and keeps listening for a second,
@@ -148,7 +148,7 @@ pub(crate) enum Flush {
 
 /// Why a reply was not accepted.
 #[derive(Debug)]
-pub(crate) struct Rejection {
+pub(crate) struct ReplyRejection {
     /// The `rejected_replies` label.
     pub(crate) reason: &'static str,
     /// What was wrong, without the node's values.
@@ -362,8 +362,8 @@ impl RpcClient {
         bytes: &[u8],
         id: &str,
         identity: &Identity,
-    ) -> Result<(Reply, Vec<u8>), Rejection> {
-        let reject = |reason, detail: String| Rejection { reason, detail };
+    ) -> Result<(Reply, Vec<u8>), ReplyRejection> {
+        let reject = |reason, detail: String| ReplyRejection { reason, detail };
         let decoded =
             protocol::decode_reply(bytes).map_err(|e| reject("undecodable", e.to_string()))?;
         if decoded.request_id != id {

@@ -1,16 +1,16 @@
 //! `choria-provisioner pause` and `resume`: an operator's requests to the running
-//! daemon, sent through its `control_socket` (see `hosts/control.rs`).
+//! daemon, sent through its `control_socket` (see `fleet/control.rs`).
 
 use super::args::Invocation;
 use super::fail;
-use crate::hosts::control::{send, Request, Response};
+use crate::fleet::control::{send, ControlRequest, Response};
 use crate::untrusted::shown;
 
 /// Runs `pause`; returns the exit code.
 pub(super) fn pause(inv: &Invocation) -> i32 {
     ask(
         inv,
-        &Request::Pause {
+        &ControlRequest::Pause {
             reason: inv.reason.clone().unwrap_or_default(),
         },
     )
@@ -18,10 +18,10 @@ pub(super) fn pause(inv: &Invocation) -> i32 {
 
 /// Runs `resume`; returns the exit code.
 pub(super) fn resume(inv: &Invocation) -> i32 {
-    ask(inv, &Request::Resume)
+    ask(inv, &ControlRequest::Resume)
 }
 
-fn ask(inv: &Invocation, request: &Request) -> i32 {
+fn ask(inv: &Invocation, request: &ControlRequest) -> i32 {
     let Some(file) = inv.config.as_deref() else {
         return fail("give the provisioner's --config (it names the control_socket)");
     };

@@ -19,3 +19,48 @@ pub fn apply_provisioner_overrides(client: &mut ClientConfig, config: &Config) {
         client.nats_pass = config.broker_provisioning_password.clone();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::choria::client_config::SecurityProvider;
+    use crate::test_nats_server::TempDir;
+
+    #[test]
+    fn provisioner_overrides_apply() {
+        let dir = TempDir::new("ccfg");
+        let path = dir.write(
+            "choria.cfg",
+            "identity = p.example.net\ncollectives = mcollective,other\nplugin.choria.middleware_hosts = 127.0.0.1:4222\nplugin.nats.user = u\nplugin.nats.pass = p\n",
+        );
+        let helper = dir.script("helper", "#!/bin/sh\n");
+        let yaml = dir.write(
+            "p.yaml",
+            &format!(
+                "helper: {}\nchoria_insecure: true\nbroker_provisioning_password: s3cret\n",
+                helper.display()
+            ),
+        );
+        let config = Config::load(&yaml).unwrap().config;
+        let mut c = ClientConfig::load(&path).unwrap();
+        assert_eq!(c.collectives, ["mcollective", "other"]);
+        assert_eq!(
+            c.security_provider,
+            SecurityProvider::Puppet,
+            "go-choria's default"
+        );
+        apply_provisioner_overrides(&mut c, &config);
+        assert_eq!(c.collectives, ["provisioning"]);
+        assert_eq!(c.main_collective, "provisioning");
+        assert_eq!(c.security_provider, SecurityProvider::File);
+        assert!(c.insecure);
+        assert_eq!(c.tls_files(), None, "insecure means no TLS");
+        assert_eq!(c.nats_user, "provisioner");
+        assert_eq!(c.nats_pass.expose(), "s3cret");
+        assert!(c.validate().is_empty(), "{:?}", c.validate());
+        assert!(
+            !format!("{c:?}").contains("s3cret"),
+            "secrets never in Debug"
+        );
+    }
+}

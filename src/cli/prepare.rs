@@ -129,7 +129,7 @@ pub(crate) fn prepare(inv: &Invocation) -> Result<Prepared, PrepareError> {
     // would refuse.
     if let Some(config) = &config {
         if lines.is_empty() {
-            match crate::host::key_material::KeyMaterial::load(config) {
+            match crate::node::key_material::KeyMaterial::load(config) {
                 Ok(keys) => {
                     if let Some(exp) = keys.signing_token_expiry() {
                         warnings.extend(signing_token_warning(

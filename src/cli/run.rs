@@ -9,10 +9,10 @@ use parking_lot::Mutex;
 
 use crate::choria::client_config::ClientConfig;
 use crate::config::{Config, Pause};
-use crate::hosts::control::{ControlSocket, Controller, DaemonHooks};
-use crate::hosts::daemon::{Daemon, DaemonOptions};
-use crate::hosts::election::ElectionState;
-use crate::hosts::membership::{MemberState, Membership};
+use crate::fleet::control::{ControlSocket, Controller, DaemonHooks};
+use crate::fleet::daemon::{Daemon, DaemonOptions};
+use crate::fleet::election::ElectionState;
+use crate::fleet::membership::{MemberState, Membership};
 use crate::metrics::{Metrics, MetricsServer, Readiness, Role};
 
 use super::args::Invocation;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::hosts::audit::AuditLog;
-use crate::hosts::daemon::KeyReloader;
+use crate::fleet::audit::AuditLog;
+use crate::fleet::daemon::KeyReloader;
 use crate::logging::LogHandle;
 
 /// What SIGHUP reloads besides the log file, once the daemon has started.

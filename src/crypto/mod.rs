@@ -3,7 +3,7 @@
 //!
 //! It knows nothing of NATS or of the provisioning steps; it reads key files, and
 //! every decoder takes hostile bytes without panicking (each has a fuzz target).
-//! `host` and the simulator both use it.
+//! `node` and the simulator both use it.
 
 pub mod csr;
 pub mod ids;

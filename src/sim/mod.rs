@@ -20,7 +20,7 @@ mod timer;
 pub mod verify;
 
 use summary::{node_summary, Counters, StreamedNodes, MAX_DISCOVERIES_KEPT};
-pub use summary::{DiscoverySummary, NodeSummary, Progress, Summary};
+pub use summary::{DiscoverySummary, FleetProgress, NodeSummary, Summary};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -291,7 +291,7 @@ impl Sim {
     }
 
     /// The counters now.
-    pub fn progress(&self) -> Progress {
+    pub fn progress(&self) -> FleetProgress {
         let c = &self.shared.counters;
         let (mut provisioned, mut shut_down, mut rejected) = (0, 0, 0);
         for node in &self.shared.nodes {
@@ -302,7 +302,7 @@ impl Sim {
                 Phase::Provisioning | Phase::Restarting => {}
             }
         }
-        Progress {
+        FleetProgress {
             shut_down,
             rejected,
             booted: c.booted.load(Ordering::Relaxed),
@@ -666,16 +666,16 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
 }
 
 /// Carries out what an action started: restarts, upgrades, shutdowns.
-fn apply(shared: &Arc<Shared>, n: usize, node: &mut Node, effect: node::Effect) {
+fn apply(shared: &Arc<Shared>, n: usize, node: &mut Node, effect: node::NodeEffect) {
     let delay = shared.options.restart_delay;
     match effect {
-        node::Effect::None => {}
-        node::Effect::Shutdown => {
+        node::NodeEffect::None => {}
+        node::NodeEffect::Shutdown => {
             emit(shared, &node.identity, &node.version, "shutdown", "");
             node.phase = Phase::Shutdown;
             leave(shared, n);
         }
-        node::Effect::Restart => {
+        node::NodeEffect::Restart => {
             emit(shared, &node.identity, &node.version, "shutdown", "");
             node.phase = Phase::Restarting;
             let s = Arc::clone(shared);
@@ -696,7 +696,7 @@ fn apply(shared: &Arc<Shared>, n: usize, node: &mut Node, effect: node::Effect) 
                 }
             });
         }
-        node::Effect::Upgrade(version) => {
+        node::NodeEffect::Upgrade(version) => {
             emit(shared, &node.identity, &node.version, "upgraded", &version);
             node.phase = Phase::Restarting;
             let away = shared.counters.upgrading.fetch_add(1, Ordering::Relaxed) + 1;

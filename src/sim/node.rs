@@ -135,7 +135,7 @@ pub struct Node {
 
 /// What handling one request produced.
 #[derive(Debug)]
-pub enum Effect {
+pub enum NodeEffect {
     /// Nothing more.
     None,
     /// Restart in 2 s (then leave or come back).
@@ -233,10 +233,10 @@ impl Node {
         data: &Value,
         owner: &str,
         now: Instant,
-    ) -> (RpcReply, Effect) {
+    ) -> (RpcReply, NodeEffect) {
         self.rpcs.push(format!("{agent}#{action}"));
         match (agent, action) {
-            ("rpcutil", "inventory") => (self.inventory(), Effect::None),
+            ("rpcutil", "inventory") => (self.inventory(), NodeEffect::None),
             ("choria_provision", _) => self.provision(action, data, owner, now),
             _ => (
                 RpcReply::new(
@@ -245,7 +245,7 @@ impl Node {
                     &format!("Unknown action {action} for agent {agent}"),
                     json!({}),
                 ),
-                Effect::None,
+                NodeEffect::None,
             ),
         }
     }
@@ -291,7 +291,7 @@ impl Node {
         data: &Value,
         owner: &str,
         now: Instant,
-    ) -> (RpcReply, Effect) {
+    ) -> (RpcReply, NodeEffect) {
         let locked = matches!(
             action,
             "configure" | "gen25519" | "gencsr" | "jwt" | "release_update"
@@ -299,7 +299,7 @@ impl Node {
         if locked && !self.lock(owner, now) {
             return (
                 abort(action, "Could not obtain provisioning lock"),
-                Effect::None,
+                NodeEffect::None,
             );
         }
         if self.phase != Phase::Provisioning && action != "restart" && action != "shutdown" {
@@ -308,22 +308,22 @@ impl Node {
             } else {
                 "Cannot reconfigure a server that is not in provisioning mode"
             };
-            return (abort(action, msg), Effect::None);
+            return (abort(action, msg), NodeEffect::None);
         }
         let token = match input(data, "token") {
             Ok(t) => t,
-            Err(e) => return (self.invalid(action, &e), Effect::None),
+            Err(e) => return (self.invalid(action, &e), NodeEffect::None),
         };
         if !self.token.is_empty() && token != self.token {
             return (
                 abort(action, "Incorrect provision token supplied"),
-                Effect::None,
+                NodeEffect::None,
             );
         }
         let result = match action {
-            "jwt" => Ok((self.jwt(), Effect::None)),
-            "gen25519" => self.gen25519(data).map(|r| (r, Effect::None)),
-            "configure" => self.configure(data).map(|r| (r, Effect::None)),
+            "jwt" => Ok((self.jwt(), NodeEffect::None)),
+            "gen25519" => self.gen25519(data).map(|r| (r, NodeEffect::None)),
+            "configure" => self.configure(data).map(|r| (r, NodeEffect::None)),
             "restart" => self.restart(data),
             "release_update" => self.release_update(data),
             "shutdown" => Ok((
@@ -331,9 +331,9 @@ impl Node {
                     "shutdown",
                     json!({"message": format!("Shutting Choria Server down after {}s", below(10))}),
                 ),
-                Effect::Shutdown,
+                NodeEffect::Shutdown,
             )),
-            "gencsr" => self.gencsr(data).map(|r| (r, Effect::None)),
+            "gencsr" => self.gencsr(data).map(|r| (r, NodeEffect::None)),
             other => Ok((
                 RpcReply::new(
                     other,
@@ -341,11 +341,14 @@ impl Node {
                     &format!("Unknown action {other} for agent choria_provision"),
                     json!({}),
                 ),
-                Effect::None,
+                NodeEffect::None,
             )),
         };
         result.unwrap_or_else(|(code, msg)| {
-            (RpcReply::new(action, code, &msg, json!({})), Effect::None)
+            (
+                RpcReply::new(action, code, &msg, json!({})),
+                NodeEffect::None,
+            )
         })
     }
 
@@ -566,7 +569,7 @@ impl Node {
         crypto::decrypt_pem_block(&block, shared.as_bytes()).map_err(|e| e.to_string())
     }
 
-    fn restart(&mut self, data: &Value) -> Result<(RpcReply, Effect), (StatusCode, String)> {
+    fn restart(&mut self, data: &Value) -> Result<(RpcReply, NodeEffect), (StatusCode, String)> {
         let splay = match data.get("splay") {
             None | Some(Value::Null) => 0,
             Some(Value::Number(n)) if n.as_i64().is_some_and(|v| v >= 0) => {
@@ -597,7 +600,7 @@ impl Node {
                 "restart",
                 json!({"message": format!("Restarting Choria Server after {after}s")}),
             ),
-            Effect::Restart,
+            NodeEffect::Restart,
         ))
     }
 
@@ -674,7 +677,10 @@ impl Node {
         (Phase::Provisioned, None)
     }
 
-    fn release_update(&mut self, data: &Value) -> Result<(RpcReply, Effect), (StatusCode, String)> {
+    fn release_update(
+        &mut self,
+        data: &Value,
+    ) -> Result<(RpcReply, NodeEffect), (StatusCode, String)> {
         if !self.upgradable {
             return Err((
                 StatusCode::Aborted,
@@ -694,7 +700,7 @@ impl Node {
                 "release_update",
                 json!({"message": "Restarting Choria Server after 2s"}),
             ),
-            Effect::Upgrade(version),
+            NodeEffect::Upgrade(version),
         ))
     }
 }

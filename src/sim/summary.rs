@@ -5,7 +5,7 @@ use super::*;
 
 /// Counters for the progress line.
 #[derive(Debug, Default, Serialize, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
+pub struct FleetProgress {
     /// Nodes that have booted.
     pub booted: u64,
     /// Discovery replies sent.
@@ -29,7 +29,7 @@ pub struct Progress {
     pub upgrading_peak: u64,
 }
 
-impl Progress {
+impl FleetProgress {
     /// Nodes in a final phase (provisioned, shut down or rejected): a run is over
     /// when every node is.
     pub fn finished(&self) -> u64 {
@@ -108,7 +108,7 @@ pub(super) const MAX_DISCOVERIES_KEPT: usize = 1000;
 #[derive(Debug, Serialize)]
 pub struct Summary<Nodes = Vec<NodeSummary>> {
     /// Counters.
-    pub progress: Progress,
+    pub progress: FleetProgress,
     /// The first request any node received, Unix milliseconds.
     pub first_request_unix_ms: Option<u64>,
     /// The last successful `restart` request any node answered, Unix milliseconds.

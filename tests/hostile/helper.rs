@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use choria_provisioner::hosts::daemon::DaemonOptions;
+use choria_provisioner::fleet::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim, SimOptions};
 
 use crate::support::daemon::{example_helper, InProcess};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use choria_provisioner::choria::client_config::ClientConfig;
 use choria_provisioner::config::{Config, Pause};
-use choria_provisioner::hosts::daemon::{Daemon, DaemonOptions};
+use choria_provisioner::fleet::daemon::{Daemon, DaemonOptions};
 use choria_provisioner::metrics::Metrics;
 use crossbeam_channel::{bounded, Sender};
 

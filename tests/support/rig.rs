@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use std::path::PathBuf;
 
-use choria_provisioner::hosts::daemon::DaemonOptions;
+use choria_provisioner::fleet::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim, SimOptions, Summary};
 
 use super::broker::ChoriaBroker;

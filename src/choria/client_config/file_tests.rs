@@ -1,8 +1,7 @@
 //! The Choria client configuration parser on a realistic file.
 
 use crate::choria::client_config::{ClientConfig, SecurityProvider, TlsFiles};
-use crate::config::Config;
-use crate::test_nats::TempDir;
+use crate::test_nats_server::TempDir;
 use std::time::Duration;
 
 const CHORIA_CFG: &str = "\
@@ -81,44 +80,6 @@ fn realistic_file_with_comments_and_plugin_d() {
     let problems: Vec<String> = c.validate().iter().map(|p| p.to_string()).collect();
     assert_eq!(problems.len(), 3, "{problems:?}");
     assert!(problems[0].starts_with("plugin.security.file.certificate: \"/etc/choria-provisioner/ssl/cert.pem\": cannot be read"));
-}
-
-#[test]
-fn provisioner_overrides_apply() {
-    let dir = TempDir::new("ccfg");
-    let path = dir.write(
-        "choria.cfg",
-        "identity = p.example.net\ncollectives = mcollective,other\nplugin.choria.middleware_hosts = 127.0.0.1:4222\nplugin.nats.user = u\nplugin.nats.pass = p\n",
-    );
-    let helper = dir.script("helper", "#!/bin/sh\n");
-    let yaml = dir.write(
-        "p.yaml",
-        &format!(
-            "helper: {}\nchoria_insecure: true\nbroker_provisioning_password: s3cret\n",
-            helper.display()
-        ),
-    );
-    let config = Config::load(&yaml).unwrap().config;
-    let mut c = ClientConfig::load(&path).unwrap();
-    assert_eq!(c.collectives, ["mcollective", "other"]);
-    assert_eq!(
-        c.security_provider,
-        SecurityProvider::Puppet,
-        "go-choria's default"
-    );
-    crate::cli::apply_provisioner_overrides(&mut c, &config);
-    assert_eq!(c.collectives, ["provisioning"]);
-    assert_eq!(c.main_collective, "provisioning");
-    assert_eq!(c.security_provider, SecurityProvider::File);
-    assert!(c.insecure);
-    assert_eq!(c.tls_files(), None, "insecure means no TLS");
-    assert_eq!(c.nats_user, "provisioner");
-    assert_eq!(c.nats_pass.expose(), "s3cret");
-    assert!(c.validate().is_empty(), "{:?}", c.validate());
-    assert!(
-        !format!("{c:?}").contains("s3cret"),
-        "secrets never in Debug"
-    );
 }
 
 #[test]

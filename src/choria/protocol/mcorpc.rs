@@ -231,7 +231,7 @@ impl ReplyData {
 
     /// The fields `T` names, decoded from the text (the others are skipped unread).
     /// serde's error may quote the node's value: it is shown only through
-    /// `json_text::describe`, as `host::replies::read` does.
+    /// `json_text::describe`, as `node::replies::read` does.
     pub(crate) fn fields<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
         serde_json::from_str(&self.0)
     }

@@ -12,7 +12,7 @@ use crossbeam_channel::{bounded, Receiver};
 
 use super::*;
 use crate::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
-use crate::test_nats::{NatsServer, TempDir};
+use crate::test_nats_server::{NatsServer, TempDir};
 
 /// How a responder misbehaves.
 #[derive(Clone, Copy, PartialEq)]
@@ -149,7 +149,7 @@ fn judged(
     request: &str,
     rx: &Receiver<Routed>,
     within: Duration,
-) -> Option<Result<Reply, Rejection>> {
+) -> Option<Result<Reply, ReplyRejection>> {
     match rx.recv_timeout(within).ok()? {
         Routed::Reply(bytes) => Some(rpc.accept(&bytes, request, &id(node)).map(|(r, _)| r)),
         Routed::NoResponders => panic!("no responders for {node}"),
@@ -259,7 +259,7 @@ fn no_responders_comes_at_once_and_a_probe_tells_the_broker_s_status_from_a_forg
             Ok(())
         });
     forger.flush().unwrap();
-    let mut raw = crate::test_nats::RawPublisher::connect(&server.url());
+    let mut raw = crate::test_nats_server::RawPublisher::connect(&server.url());
     let forging = std::thread::spawn(move || {
         let mut forged = 0;
         while let Ok(reply) = reply_tos.recv_timeout(Duration::from_secs(2)) {

@@ -1,5 +1,5 @@
 //! RPM-style version comparison (`[epoch:]version[-release]`), exactly as the Go
-//! provisioner's `host/version.go` does it, including
+//! provisioner's `node/version.go` does it, including
 //! where it differs from rpm itself: the first `-` splits version and release, `^` is
 //! a separator, a non-numeric epoch counts as 0. Only "equal or not" drives
 //! upgrades; the order is exact anyway.
@@ -119,7 +119,7 @@ fn rpmvercmp(a: &str, b: &str) -> Ordering {
 mod tests {
     use super::*;
 
-    /// Fifty comparisons as the Go provisioner's `host/version.go` makes them.
+    /// Fifty comparisons as the Go provisioner's `node/version.go` makes them.
     const CASES: [(&str, &str, i8); 50] = [
         ("1.0", "1.0", 0),
         ("1.0", "1.0.1", -1),

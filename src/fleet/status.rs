@@ -18,9 +18,9 @@ use serde_json::{json, Value};
 use super::audit::AuditLog;
 use super::{Fleet, State};
 use crate::choria::identity::Identity;
-use crate::host::outcome::Outcome;
-use crate::host::progress::{Facts, Progress};
 use crate::metrics::NodeLookup;
+use crate::node::outcome::Outcome;
+use crate::node::progress::{Facts, Progress};
 
 /// Finished attempts kept for `/nodes`.
 pub(crate) const HISTORY: usize = 1000;

@@ -20,7 +20,7 @@ use std::time::Duration;
 /// A command ready to be spawned: its program and arguments. `Debug` shows them
 /// (the environment, which may hold secrets, is not kept here).
 #[derive(Debug)]
-pub(crate) struct Prepared {
+pub(crate) struct SpawnCommand {
     program: OsString,
     args: Vec<OsString>,
 }
@@ -58,18 +58,18 @@ const TEXT_BUSY_WAITS: [Duration; 5] = [
     Duration::from_millis(160),
 ];
 
-impl Prepared {
+impl SpawnCommand {
     /// `words`: the program (looked up on `PATH` when it has no `/`) and its
     /// arguments. `_marker` names the variable each run sets (kept for the caller's
-    /// symmetry with [`Prepared::spawn`]).
-    pub(crate) fn new(words: &[String], _marker: &str) -> io::Result<Prepared> {
+    /// symmetry with [`SpawnCommand::spawn`]).
+    pub(crate) fn new(words: &[String], _marker: &str) -> io::Result<SpawnCommand> {
         let (program, args) = words
             .split_first()
             .ok_or_else(|| invalid("empty command"))?;
         if words.iter().any(|w| w.contains('\0')) {
             return Err(invalid("nul byte found in provided data"));
         }
-        Ok(Prepared {
+        Ok(SpawnCommand {
             program: program.into(),
             args: args.iter().map(OsString::from).collect(),
         })
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn the_child_gets_its_pipes_the_environment_and_its_own_group() {
-        let prepared = Prepared::new(
+        let prepared = SpawnCommand::new(
             &words(&[
                 "sh",
                 "-c",
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn sigpipe_is_back_to_its_default_in_the_child() {
         // A child whose stdout reader is gone dies of SIGPIPE, as under Go or a shell.
-        let prepared = Prepared::new(&words(&["sh", "-c", "sleep 0.2; echo x"]), "X").unwrap();
+        let prepared = SpawnCommand::new(&words(&["sh", "-c", "sleep 0.2; echo x"]), "X").unwrap();
         let mut spawned = prepared.spawn(("X", "1")).unwrap();
         drop(spawned.stdout);
         let status = spawned.process.wait().unwrap();
@@ -191,16 +191,16 @@ mod tests {
 
     #[test]
     fn a_missing_program_and_bad_words_are_errors_not_panics() {
-        let prepared = Prepared::new(&words(&["/nonexistent/helper"]), "X").unwrap();
+        let prepared = SpawnCommand::new(&words(&["/nonexistent/helper"]), "X").unwrap();
         let e = prepared.spawn(("X", "1")).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
-        let prepared = Prepared::new(&words(&["no-such-helper-on-path-3f9a"]), "X").unwrap();
+        let prepared = SpawnCommand::new(&words(&["no-such-helper-on-path-3f9a"]), "X").unwrap();
         assert_eq!(
             prepared.spawn(("X", "1")).unwrap_err().kind(),
             io::ErrorKind::NotFound
         );
-        assert!(Prepared::new(&[], "X").is_err());
-        assert!(Prepared::new(&words(&["a\0b"]), "X").is_err());
+        assert!(SpawnCommand::new(&[], "X").is_err());
+        assert!(SpawnCommand::new(&words(&["a\0b"]), "X").is_err());
     }
 
     #[test]
@@ -217,7 +217,7 @@ mod tests {
         };
         // Closed 30 ms after the spawn began: a retry starts it.
         let held = write(&script);
-        let prepared = Prepared::new(&[script.display().to_string()], "X").unwrap();
+        let prepared = SpawnCommand::new(&[script.display().to_string()], "X").unwrap();
         let closer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
             drop(held);
@@ -231,7 +231,7 @@ mod tests {
         // Held open throughout: the error after the waits, not a hang.
         let other = dir.join("held.sh");
         let _held = write(&other);
-        let prepared = Prepared::new(&[other.display().to_string()], "X").unwrap();
+        let prepared = SpawnCommand::new(&[other.display().to_string()], "X").unwrap();
         let started = std::time::Instant::now();
         let e = prepared.spawn(("X", "1")).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ETXTBSY), "{e}");
@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn the_child_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
-        let prepared = Prepared::new(
+        let prepared = SpawnCommand::new(
             // grep reads its own status (a shell blocks signals around its forks).
             &words(&["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]),
             "X",

@@ -357,7 +357,7 @@ fn a_configuration_that_loops_is_sent_counted_and_warned_once() {
     assert_eq!(counted("plugin.choria.server.provision"), 2);
     assert_eq!(counted("plugin.choria.middleware_hosts"), 2);
     assert_eq!(counted("identity"), 0);
-    let stamp = crate::host::loop_check::HelperStamp::of(&r.dir.join("helper.sh"));
+    let stamp = crate::node::loop_check::HelperStamp::of(&r.dir.join("helper.sh"));
     assert!(
         !r.sequence
             .loops()

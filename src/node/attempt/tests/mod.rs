@@ -15,10 +15,10 @@ use crate::choria::identity::Identity;
 use crate::choria::protocol::mcorpc::ReplyData;
 use crate::choria::rpc::{Flush, Reply};
 use crate::config::{Config, Pause, Secret};
-use crate::host::outcome::Outcome;
-use crate::host::progress::Progress;
-use crate::host::sequence::{NodeSequence, Timeouts};
 use crate::metrics::Metrics;
+use crate::node::outcome::Outcome;
+use crate::node::progress::Progress;
+use crate::node::sequence::{NodeSequence, Timeouts};
 
 /// What the scripted node answers to one try of one action.
 #[derive(Clone)]

@@ -21,10 +21,10 @@ use crate::choria::lifecycle::{self, Event};
 use crate::choria::rpc::{RpcClient, RpcError};
 use crate::choria::subject::{QueueGroup, SubjectError};
 use crate::config::{Config, Pause};
-use crate::host::driver::Driver;
-use crate::host::key_material::KeyLoadError;
-use crate::host::sequence::{NodeSequence, Timeouts};
 use crate::metrics::Metrics;
+use crate::node::driver::Driver;
+use crate::node::key_material::KeyLoadError;
+use crate::node::sequence::{NodeSequence, Timeouts};
 
 /// The component of the provisioner's own lifecycle events.
 pub(crate) const COMPONENT: &str = "provisioner";

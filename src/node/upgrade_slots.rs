@@ -15,7 +15,7 @@
 //!
 //! The slots are those of one provisioner instance: its *part* of the cap. Alone (or
 //! with leader election) the part is the whole cap. With `active_active` the cap is
-//! a site's, and the membership (`hosts::membership`) splits it among the live
+//! a site's, and the membership (`fleet::membership`) splits it among the live
 //! instances with [`split`] and sets each instance's part with
 //! [`UpgradeSlots::set_part`] whenever the live set changes: the parts add up to the
 //! cap, except that every live instance gets at least one slot, so with fewer slots

@@ -2,12 +2,12 @@
 //! given its secrets (a key, the server JWT, the configuration) for `configure`.
 
 use crate::choria::protocol::mcorpc::RequestData;
-use crate::host::failure::AttemptError;
-use crate::host::helper::{HelperError, HelperOutput};
-use crate::host::outcome::Outcome;
-use crate::host::progress::certificate_facts;
-use crate::host::requests::ConfigureData;
-use crate::host::sequence::NodeSequence;
+use crate::node::failure::AttemptError;
+use crate::node::helper::{HelperError, HelperOutput};
+use crate::node::outcome::Outcome;
+use crate::node::progress::certificate_facts;
+use crate::node::requests::ConfigureData;
+use crate::node::sequence::NodeSequence;
 use std::time::Instant;
 
 use super::{Action, Attempt, Phase, Step};
@@ -93,7 +93,7 @@ impl Attempt {
         if !self.learnt.upgradable {
             return refuse(format!("{identity} does not support upgrades"));
         }
-        if crate::host::version::compare(version, &target) == std::cmp::Ordering::Equal {
+        if crate::node::version::compare(version, &target) == std::cmp::Ordering::Equal {
             log::info!("{identity} already runs {target}, upgrade skipped");
             return Ok(None);
         }

@@ -23,7 +23,7 @@
 //! instance's share goes to the others rather than waiting with it.
 //!
 //! The upgrade cap (`upgrades_max_in_flight`) is the site's: the membership splits
-//! it among the live instances (`host::upgrade_slots::split`, by rank in the sorted
+//! it among the live instances (`node::upgrade_slots::split`, by rank in the sorted
 //! live set) and sets this instance's part on the slots the provisioning sequence
 //! takes from (`Membership::share_upgrade_slots`) whenever the live set changes.
 //!
@@ -45,8 +45,8 @@ use crate::backoff::random_u64;
 use crate::choria::bus::Bus;
 use crate::choria::identity::Identity;
 use crate::choria::peers::{self, Handoff, Heartbeat, PeerMessageError, PeerState};
-use crate::host::upgrade_slots::{split, UpgradeSlots};
 use crate::metrics::Metrics;
+use crate::node::upgrade_slots::{split, UpgradeSlots};
 use crate::throttle::Throttle;
 
 /// The heartbeat period in production.

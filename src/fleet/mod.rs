@@ -31,9 +31,9 @@ use parking_lot::Mutex;
 
 use crate::choria::identity::Identity;
 use crate::config::Pause;
-use crate::host::driver::{Driver, Finished, Ready, Ticket};
-use crate::host::outcome::Outcome;
 use crate::metrics::Metrics;
+use crate::node::driver::{Driver, Finished, Ready, Ticket};
+use crate::node::outcome::Outcome;
 
 /// Go's work queue capacity.
 pub(crate) const QUEUE_CAPACITY: usize = 50_000;

@@ -4,13 +4,13 @@
 use crate::backoff::FIVE_SEC;
 use crate::choria::identity::Identity;
 use crate::choria::rpc::{Contest, Contested, Reply, RpcError};
-use crate::host::failure::AttemptError;
-use crate::host::helper::{CsrInfo, Ed25519Info};
-use crate::host::replies::{
+use crate::node::failure::AttemptError;
+use crate::node::helper::{CsrInfo, Ed25519Info};
+use crate::node::replies::{
     self, BadReplyData, Gen25519Reply, GencsrReply, InventoryReply, JwtReply,
 };
-use crate::host::retry::{is_fatal_refusal, CallError, LOCK_REFUSAL};
-use crate::host::sequence::NodeSequence;
+use crate::node::retry::{is_fatal_refusal, CallError, LOCK_REFUSAL};
+use crate::node::sequence::NodeSequence;
 use std::time::{Duration, Instant};
 
 use super::{Action, Attempt, Check, Effect, Incoming, Stage, Step, Tag, Value};

@@ -42,7 +42,7 @@ pub(crate) const MAX_REASON: usize = 256;
 /// What an operator asks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum Request {
+pub(crate) enum ControlRequest {
     /// Stop provisioning until `resume`.
     Pause {
         /// Why (shown in `/healthz`, `/readyz`, `nodes` and the log).
@@ -196,9 +196,9 @@ impl Controller {
     }
 
     /// Carries out `request`.
-    pub(crate) fn handle(&self, request: Request) -> Response {
+    pub(crate) fn handle(&self, request: ControlRequest) -> Response {
         match request {
-            Request::Pause { reason } => {
+            ControlRequest::Pause { reason } => {
                 if let Err(e) = check_reason(&reason) {
                     return self.refuse(e.to_string());
                 }
@@ -229,7 +229,7 @@ impl Controller {
                 };
                 self.answer(message)
             }
-            Request::Resume => {
+            ControlRequest::Resume => {
                 let lifted = self.pause.release_operator();
                 if let Err(e) = self.forget() {
                     log::error!("{e}");
@@ -262,7 +262,7 @@ impl Controller {
                 };
                 self.answer(message)
             }
-            Request::Status => self.answer(String::new()),
+            ControlRequest::Status => self.answer(String::new()),
         }
     }
 
@@ -427,7 +427,7 @@ fn serve_one(stream: UnixStream, controller: &Controller) {
             error: Some(format!("the request is longer than {MAX_REQUEST} bytes")),
             ..controller.refuse(String::new())
         },
-        Ok(_) => match serde_json::from_slice::<Request>(&line) {
+        Ok(_) => match serde_json::from_slice::<ControlRequest>(&line) {
             Ok(request) => controller.handle(request),
             Err(e) => {
                 controller.refuse(format!("not a request: {}", crate::json_text::describe(&e)))
@@ -472,7 +472,7 @@ impl std::fmt::Display for SendError {
 impl std::error::Error for SendError {}
 
 /// Sends `request` to the daemon listening on `path` and returns its answer.
-pub(crate) fn send(path: &Path, request: &Request) -> Result<Response, SendError> {
+pub(crate) fn send(path: &Path, request: &ControlRequest) -> Result<Response, SendError> {
     let stream = UnixStream::connect(path).map_err(|error| SendError::Unreachable {
         path: path.to_path_buf(),
         error,
@@ -516,7 +516,7 @@ mod tests {
         let file = dir.join("pause");
         let flag = pause();
         let controller = Controller::new(Arc::clone(&flag), Some(file.clone()));
-        let r = controller.handle(Request::Pause {
+        let r = controller.handle(ControlRequest::Pause {
             reason: "CA outage".into(),
         });
         assert!(r.ok && r.paused, "{r:?}");
@@ -527,7 +527,7 @@ mod tests {
         let again = pause();
         Controller::new(Arc::clone(&again), Some(file.clone())).restore();
         assert_eq!(again.operator().unwrap().reason, "CA outage");
-        let r = controller.handle(Request::Resume);
+        let r = controller.handle(ControlRequest::Resume);
         assert!(r.ok && !r.paused && r.operator_pause.is_none(), "{r:?}");
         assert!(!file.exists());
         let fresh = pause();
@@ -551,10 +551,10 @@ mod tests {
             "\u{1b}[31m".into(),
             "x".repeat(MAX_REASON + 1),
         ] {
-            let r = controller.handle(Request::Pause { reason: bad });
+            let r = controller.handle(ControlRequest::Pause { reason: bad });
             assert!(!r.ok && !r.paused, "{r:?}");
         }
-        let r = controller.handle(Request::Pause {
+        let r = controller.handle(ControlRequest::Pause {
             reason: "é".repeat(MAX_REASON),
         });
         assert!(r.ok && r.paused, "{r:?}");
@@ -574,10 +574,10 @@ mod tests {
         assert!(second.is_err_and(|e| e
             .to_string()
             .ends_with("another process is listening on it")));
-        let r = send(&path, &Request::Pause { reason: "x".into() }).unwrap();
+        let r = send(&path, &ControlRequest::Pause { reason: "x".into() }).unwrap();
         assert!(r.ok && r.paused);
         assert!(flag.paused());
-        let r = send(&path, &Request::Status).unwrap();
+        let r = send(&path, &ControlRequest::Status).unwrap();
         assert_eq!(r.operator_pause.unwrap().reason, "x");
         // Garbage, an unknown command and an oversized request: refused, not fatal.
         for raw in [
@@ -594,7 +594,7 @@ mod tests {
         }
         // A client that sends nothing is given up after the timeout; the next is served.
         let idle = UnixStream::connect(&path).unwrap();
-        let r = send(&path, &Request::Resume).unwrap();
+        let r = send(&path, &ControlRequest::Resume).unwrap();
         assert!(r.ok && !r.paused, "{r:?}");
         drop(idle);
         drop(socket);

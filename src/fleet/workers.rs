@@ -1,7 +1,7 @@
 //! The worker pool: each worker begins attempts for the nodes it takes off the
 //! bounded queue, and runs the turns of parked attempts that have something to do
 //! (a reply, a timeout, the end of a grace). A worker never waits on a node: an
-//! attempt that waits is parked by the driver (`host::driver`) and comes back on its
+//! attempt that waits is parked by the driver (`node::driver`) and comes back on its
 //! ready channel. Workers run the helper, so `workers` is the helper concurrency, as
 //! in Go. Parked attempts come first: a worker takes a new node only when none is
 //! ready and fewer than `max_waiting_attempts` are under way.
@@ -18,9 +18,9 @@ use std::time::Instant;
 use crossbeam_channel::{never, select, Receiver};
 
 use super::{AddResult, Fleet, Job, Source};
-use crate::host::driver::{panicked, Finished, Ticket};
-use crate::host::outcome::Outcome;
-use crate::host::progress::Progress;
+use crate::node::driver::{panicked, Finished, Ticket};
+use crate::node::outcome::Outcome;
+use crate::node::progress::Progress;
 
 /// One worker's loop; returns when the fleet stops.
 pub(super) fn run(fleet: &Fleet) {
@@ -58,7 +58,7 @@ pub(super) fn run(fleet: &Fleet) {
 /// Once stopping: the attempts under way finish their current step (each ends at its
 /// next turn), until none is left or the shutdown timeout has passed; the fleet then
 /// ends the rest.
-fn drain(fleet: &Fleet, ready: &Receiver<crate::host::driver::Ready>) {
+fn drain(fleet: &Fleet, ready: &Receiver<crate::node::driver::Ready>) {
     let deadline = fleet
         .stop_deadline
         .get()
@@ -76,7 +76,7 @@ fn drain(fleet: &Fleet, ready: &Receiver<crate::host::driver::Ready>) {
 }
 
 /// Runs a parked attempt's turns.
-fn resume(fleet: &Fleet, ready: crate::host::driver::Ready) {
+fn resume(fleet: &Fleet, ready: crate::node::driver::Ready) {
     fleet.metrics.busy_workers.inc();
     let finished = fleet.provisioner.resume(ready, &fleet.stopping);
     fleet.metrics.busy_workers.dec();

@@ -274,23 +274,23 @@ fn a_panic_in_one_attempt_fails_that_node_and_the_worker_goes_on() {
 fn a_panic_becomes_a_failure_naming_the_node_and_the_message() {
     let payload = std::panic::catch_unwind(|| panic!("bad {} state", "seq")).unwrap_err();
     assert_eq!(
-        crate::host::driver::panicked("n1.example.net", payload.as_ref()),
+        crate::node::driver::panicked("n1.example.net", payload.as_ref()),
         Outcome::Failed("provisioning n1.example.net panicked: bad seq state".into())
     );
     let payload = std::panic::catch_unwind(|| panic!("static\nmessage")).unwrap_err();
     assert_eq!(
-        crate::host::driver::panicked("n1", payload.as_ref()),
+        crate::node::driver::panicked("n1", payload.as_ref()),
         Outcome::Failed("provisioning n1 panicked: static\\nmessage".into()),
         "escaped: one log line"
     );
     let payload = std::panic::catch_unwind(|| std::panic::panic_any(42u8)).unwrap_err();
     assert_eq!(
-        crate::host::driver::panicked("n1", payload.as_ref()),
+        crate::node::driver::panicked("n1", payload.as_ref()),
         Outcome::Failed("provisioning n1 panicked: a panic without a message".into())
     );
     let long = "x".repeat(2000);
     let payload = std::panic::catch_unwind(|| panic!("{long}")).unwrap_err();
-    let Outcome::Failed(text) = crate::host::driver::panicked("n1", payload.as_ref()) else {
+    let Outcome::Failed(text) = crate::node::driver::panicked("n1", payload.as_ref()) else {
         unreachable!()
     };
     assert!(text.len() < 600 && text.ends_with("..."), "{}", text.len());

@@ -372,14 +372,14 @@ fn linger(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::spawn::Prepared;
+    use crate::node::spawn::SpawnCommand;
     use std::cell::Cell;
     use std::os::unix::process::ExitStatusExt;
 
     /// Starts `sh -c script`, its pipes dropped at once (the child gets EOF/EPIPE).
     fn start(script: &str) -> Process {
         let words = ["sh", "-c", script].map(String::from);
-        let spawned = Prepared::new(&words, "X")
+        let spawned = SpawnCommand::new(&words, "X")
             .unwrap()
             .spawn(("X", "1"))
             .unwrap();
@@ -469,7 +469,7 @@ mod tests {
     /// Pumps `sh -c script` with `input`, a 10 s deadline.
     fn pump_script(script: &str, input: &[u8]) -> Pumped {
         let words = ["sh", "-c", script].map(String::from);
-        let spawned = Prepared::new(&words, "X")
+        let spawned = SpawnCommand::new(&words, "X")
             .unwrap()
             .spawn(("X", "1"))
             .unwrap();

@@ -348,7 +348,7 @@ pub struct HelperRun {
 pub struct Helper {
     command: String,
     timeout: Duration,
-    prepared: Arc<Result<spawn::Prepared, Unprepared>>,
+    prepared: Arc<Result<spawn::SpawnCommand, Unprepared>>,
 }
 
 /// Why a command could not be made ready: reported by every run, as before.
@@ -381,7 +381,7 @@ impl Helper {
         let prepared = shell_words::split(command)
             .map_err(|e| Unprepared::Parse(e.to_string()))
             .and_then(|words| {
-                spawn::Prepared::new(&words, proctree::MARKER_VAR)
+                spawn::SpawnCommand::new(&words, proctree::MARKER_VAR)
                     .map_err(|e| Unprepared::Start(e.to_string()))
             });
         Helper {

@@ -444,17 +444,12 @@ fn a_helper_configuration_that_loops_is_counted_and_still_sent() {
     support::logs::capture();
     let fleet = sim(&server.url(), 3, |o| o.prefix = "loop-".into());
     let dir = TempDir::new("loop");
-    let h = helper_answering(
+    let prov = start_answering(
+        &server,
         &dir,
-        "h.sh",
         r#"{"configuration": {"identity": "$id"}}"#,
         "0",
-    );
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!("helper: {}\n", h.display()),
-        fast(),
+        "",
     );
     wait_until("configured", Duration::from_secs(30), || {
         fleet.progress().configured >= 3

@@ -274,17 +274,12 @@ fn the_helper_can_shut_a_node_down() {
     let server = NatsServer::start();
     let fleet = sim(&server.url(), 3, |_| {});
     let dir = TempDir::new("shutdown");
-    let h = helper_answering(
+    let prov = start_answering(
+        &server,
         &dir,
-        "h.sh",
         r#"{"shutdown": true, "msg": "decommissioned"}"#,
         "0",
-    );
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!("helper: {}\n", h.display()),
-        fast(),
+        "",
     );
     wait_until("all shut down", Duration::from_secs(30), || {
         fleet
@@ -311,21 +306,11 @@ fn upgrade_run(target: &str, upgradable: bool, optional: bool) -> (Summary, Arc<
         o.version = "0.30.2".into();
     });
     let dir = TempDir::new("upgrade");
-    let h = helper_answering(
-        &dir,
-        "h.sh",
-        &format!(r#"{{"upgrade": "{target}", {CONFIG}}}"#),
-        "0",
+    let answer = format!(r#"{{"upgrade": "{target}", {CONFIG}}}"#);
+    let yaml = format!(
+        "features: {{upgrades: true}}\nupgrades_repository: https://repo.example.net\nupgrades_optional: {optional}\n"
     );
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!(
-            "helper: {}\nfeatures: {{upgrades: true}}\nupgrades_repository: https://repo.example.net\nupgrades_optional: {optional}\n",
-            h.display()
-        ),
-        fast(),
-    );
+    let prov = start_answering(&server, &dir, &answer, "0", &yaml);
     wait_until("settled", Duration::from_secs(30), || {
         fleet.progress().provisioned == 3 || prov.metrics.provision_errors.get() >= 3
     });
@@ -454,13 +439,7 @@ fn pausing_mid_sequence_stops_the_node_before_its_next_rpc() {
     let server = NatsServer::start();
     let fleet = sim(&server.url(), 1, |_| {});
     let dir = TempDir::new("pause");
-    let h = helper_answering(&dir, "h.sh", &format!("{{{CONFIG}}}"), "2");
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!("helper: {}\n", h.display()),
-        fast(),
-    );
+    let prov = start_answering(&server, &dir, &format!("{{{CONFIG}}}"), "2", "");
     wait_until("the helper runs", Duration::from_secs(20), || {
         fleet.summary().nodes[0].rpcs.len() == 1
     });
@@ -494,16 +473,15 @@ fn the_helper_s_private_key_reaches_the_node_encrypted_and_decrypts_there() {
         "ca": cert,
         "key": key_pem,
     });
-    let h = helper_answering(&dir, "h.sh", &answer.to_string(), "0");
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
+    let prov = start_answering(
+        &server,
+        &dir,
+        &answer.to_string(),
+        "0",
         &format!(
-            "helper: {}\nfeatures: {{jwt: true, pki: true}}\njwt_verify_cert: {}\n",
-            h.display(),
+            "features: {{jwt: true, pki: true}}\njwt_verify_cert: {}\n",
             hex(&public_of(&ISSUER_SEED))
         ),
-        fast(),
     );
     wait_provisioned(&fleet, 5, Duration::from_secs(60));
     assert_eq!(prov.metrics.provision_errors.get(), 0);

@@ -179,5 +179,20 @@ pub fn helper_answering(dir: &TempDir, name: &str, body: &str, delay: &str) -> P
     )
 }
 
+/// Provisioner `p1.test` on `server` with [`fast`] timings, its helper `h.sh` in
+/// `dir` answering `body` after `delay` seconds ([`helper_answering`]), and `extra`
+/// YAML after the `helper:` line.
+pub fn start_answering(
+    server: &NatsServer,
+    dir: &TempDir,
+    body: &str,
+    delay: &str,
+    extra: &str,
+) -> Provisioner {
+    let h = helper_answering(dir, "h.sh", body, delay);
+    let yaml = format!("helper: {}\n{extra}", h.display());
+    Provisioner::start(&server.url(), "p1.test", &yaml, fast())
+}
+
 pub const CONFIG: &str =
     r#""configuration": {"identity": "$id", "plugin.choria.server.provision": "false"}"#;

@@ -30,6 +30,8 @@ release:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --features sim,fuzzing -- -D warnings
+	@# The daemon as the package builds it: no item kept only for the simulator or tests.
+	$(CARGO) clippy --lib --bins -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features sim,fuzzing
 	scripts/regen-nats-patch.sh --check
 	@# The bench helper as scripts/bench.sh builds it (no libc; x86-64 and aarch64),

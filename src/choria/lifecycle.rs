@@ -69,6 +69,7 @@ impl Event {
     /// The CloudEvents 1.0 envelope servers publish by default, written field by
     /// field (no `serde_json::Value` made first: the simulator publishes one per node
     /// start).
+    #[cfg(any(test, feature = "sim", feature = "fuzzing"))]
     pub(crate) fn to_cloudevent_json(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(512);
         gojson::Object::start(&mut out)

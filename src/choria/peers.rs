@@ -200,6 +200,7 @@ impl std::error::Error for PeerMessageError {}
 
 /// Every [`PeerMessageError::reason`]: the metrics layer's list, whose series start
 /// at 0 (a test checks every reason is in it).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) const PEER_REFUSALS: [&str; 5] = crate::metrics::PEER_REFUSALS;
 
 /// `provisioning.provisioner.peers.<site>`; `site` must be one subject token.

@@ -237,6 +237,7 @@ impl ReplyData {
     }
 
     /// The whole object as a `Value` (tests and rare paths).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
         serde_json::from_str(&self.0)
     }

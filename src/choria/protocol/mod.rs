@@ -238,6 +238,7 @@ pub struct DecodedRequest {
 }
 
 /// Why a provisioning-mode server drops a request without replying.
+#[cfg(any(test, feature = "sim", feature = "fuzzing"))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Rejection {
     /// Not for the `provisioning` collective.
@@ -259,6 +260,7 @@ pub(crate) enum Rejection {
     NoReplyTo,
 }
 
+#[cfg(any(test, feature = "sim", feature = "fuzzing"))]
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -278,6 +280,7 @@ impl fmt::Display for Rejection {
     }
 }
 
+#[cfg(any(test, feature = "sim", feature = "fuzzing"))]
 impl DecodedRequest {
     /// The checks a provisioning-mode server makes before dispatching (§2.10): a
     /// failure means the request is dropped without a reply.

@@ -84,7 +84,7 @@ fn every_attempt_is_audited_with_its_facts_and_never_a_secret() {
         &format!(
             "helper: {}\ntoken: {TOKEN}\nfeatures: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\naudit_file: {}\n",
             h.display(),
-            hex(&public_of(&ISSUER_SEED)),
+            issuer_public_hex(),
             seed_file.display(),
             audit.display()
         ),
@@ -183,18 +183,13 @@ fn deferrals_and_failures_are_audited_with_the_helper_s_msg_or_the_error() {
     let server = NatsServer::start();
     let _fleet = sim(&server.url(), 2, |_| {});
     let dir = TempDir::new("audit-defer");
-    let h = helper_answering(
+    let audit = dir.path().join("audit.log");
+    let prov = start_answering(
+        &server,
         &dir,
-        "h.sh",
         r#"{"defer": true, "msg": "not in \"CMDB\"\nyet"}"#,
         "0",
-    );
-    let audit = dir.path().join("audit.log");
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!("helper: {}\naudit_file: {}\n", h.display(), audit.display()),
-        fast(),
+        &format!("audit_file: {}\n", audit.display()),
     );
     wait_until("deferred twice each", Duration::from_secs(30), || {
         audit_lines(&audit).len() >= 4
@@ -385,19 +380,10 @@ fn upgrades_max_in_flight_caps_the_nodes_away_upgrading() {
             o.restart_delay = Duration::from_millis(300);
         });
         let dir = TempDir::new("upgrade-cap");
-        let h = helper_answering(
-            &dir,
-            "h.sh",
-            &format!(r#"{{"upgrade": "0.31.0", {CONFIG}}}"#),
-            "0",
-        );
         let prov = Provisioner::start(
             &server.url(),
             "p1.test",
-            &format!(
-                "workers: 8\nhelper: {}\nfeatures: {{upgrades: true}}\nupgrades_repository: https://repo.example.net\n{cap}",
-                h.display()
-            ),
+            &format!("workers: 8\n{}{cap}", upgrading_settings(&dir)),
             // No discovery after the first: nodes that waited are queued again when
             // a slot is given back, not when discovery finds them.
             choria_provisioner::fleet::daemon::DaemonOptions {

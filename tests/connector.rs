@@ -110,13 +110,7 @@ fn tls_with_a_generated_ca_user_and_password() {
     let c = client(
         &dir,
         &server.url(),
-        &format!(
-            "plugin.security.provider = file\nplugin.security.file.certificate = {}\n\
-             plugin.security.file.key = {}\nplugin.security.file.ca = {}\n",
-            tls.client_cert.display(),
-            tls.client_key.display(),
-            tls.ca.display()
-        ),
+        &tls.client_settings(),
         "broker_provisioning_password: s3cret\n",
     );
     assert!(c.validate().is_empty(), "{:?}", c.validate());
@@ -143,18 +137,7 @@ fn tls_configured_but_server_without_tls_never_falls_back_to_plaintext() {
     let dir = TempDir::new("tls");
     let Some(tls) = make_tls(&dir) else { return };
     let server = NatsServer::start();
-    let c = client(
-        &dir,
-        &server.url(),
-        &format!(
-            "plugin.security.provider = file\nplugin.security.file.certificate = {}\n\
-             plugin.security.file.key = {}\nplugin.security.file.ca = {}\n",
-            tls.client_cert.display(),
-            tls.client_key.display(),
-            tls.ca.display()
-        ),
-        "",
-    );
+    let c = client(&dir, &server.url(), &tls.client_settings(), "");
     let metrics = Arc::new(Metrics::new("t").unwrap());
     let (stop, shutdown) = bounded::<()>(0);
     let m = Arc::clone(&metrics);

@@ -16,12 +16,22 @@ fn example(name: &str) -> String {
         .to_string()
 }
 
-fn has(program: &str) -> bool {
-    std::process::Command::new(program)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+/// True when every program answers `--version`; otherwise prints why the test skips.
+fn has(programs: &[&str]) -> bool {
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|program| {
+            !std::process::Command::new(program)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect();
+    if !missing.is_empty() {
+        eprintln!("SKIP: {} not installed", missing.join(" and "));
+    }
+    missing.is_empty()
 }
 
 fn input(inventory: &str, csr: Option<&CsrInfo>, ed: Option<&Ed25519Info>) -> Vec<u8> {
@@ -49,8 +59,7 @@ fn the_shell_helper_configures_the_node() {
 
 #[test]
 fn the_python_helper_defers_shuts_down_and_configures() {
-    if !has("python3") {
-        eprintln!("SKIP: python3 is not installed");
+    if !has(&["python3"]) {
         return;
     }
     let h = Helper::new(&example("provision-helper.py"), Duration::from_secs(10));
@@ -70,8 +79,7 @@ fn the_python_helper_defers_shuts_down_and_configures() {
 
 #[test]
 fn the_python_helper_signs_a_csr_with_the_configured_ca() {
-    if !has("python3") || !has("openssl") {
-        eprintln!("SKIP: python3 or openssl is not installed");
+    if !has(&["python3", "openssl"]) {
         return;
     }
     let dir = support::TempDir::new("pki");
@@ -130,8 +138,7 @@ fn the_python_helper_signs_a_csr_with_the_configured_ca() {
 
 #[test]
 fn the_ed25519_helper_asks_for_server_claims() {
-    if !has("python3") {
-        eprintln!("SKIP: python3 is not installed");
+    if !has(&["python3"]) {
         return;
     }
     let ed = Ed25519Info {

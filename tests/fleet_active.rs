@@ -156,9 +156,9 @@ fn the_nodes_of_an_instance_that_dies_are_finished_by_the_others() {
     // At most four attempts under way, so c holds few locks when it dies, each short
     // (the grace is not this test's subject) so the survivors reach them in time.
     let yaml = format!(
-        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\n{}",
         slow_helper(&dir, "0.05"),
-        hex(&public_of(&ISSUER_SEED))
+        jwt_settings()
     );
     // Long enough that the survivors reach the dead instance's nodes while they are
     // still locked even on a loaded machine (3 s was not, with a profiler running).
@@ -360,9 +360,7 @@ fn two_instances_through_a_choria_broker() {
 #[test]
 fn a_node_can_neither_fake_nor_silence_a_peer_and_bad_peer_messages_are_counted() {
     let server = support::election_broker();
-    let url = server
-        .url()
-        .replace("nats://", "nats://provisioner:s3cret@");
+    let url = as_provisioner(&server.url());
     let ps: Vec<Provisioner> = ["a.lon", "b.lon"]
         .iter()
         .map(|n| Provisioner::start(&url, n, ACTIVE, active()))
@@ -376,7 +374,7 @@ fn a_node_can_neither_fake_nor_silence_a_peer_and_bad_peer_messages_are_counted(
         .to_string()
     };
     // A provisioning-mode node: the broker refuses its publications there.
-    let node = Hostile::connect(&server.url().replace("nats://", "nats://node:n0de@"), None);
+    let node = Hostile::connect(&as_node(&server.url()), None);
     // Nor can it read them (heartbeats flow every 200 ms meanwhile).
     let listening = node.nc().subscribe("provisioning.provisioner.>").unwrap();
     for _ in 0..3 {
@@ -474,9 +472,9 @@ fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
     // At most four attempts under way, so c holds few locks when it dies, each short
     // (the grace is not this test's subject) so the survivors reach them in time.
     let yaml = format!(
-        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\n{}",
         slow_helper(&dir, "0.05"),
-        hex(&public_of(&ISSUER_SEED))
+        jwt_settings()
     );
     // c is a real `choria-provisioner run` with the production heartbeat (2 s).
     let port = support::free_port();
@@ -576,16 +574,9 @@ fn wait_for_upgrade_parts(ps: &[&Provisioner], parts: &[i64]) {
 fn upgrades_max_in_flight_caps_the_site_split_among_the_live_instances() {
     let server = NatsServer::start();
     let dir = TempDir::new("active-upgrade-cap");
-    let h = helper_answering(
-        &dir,
-        "h.sh",
-        &format!(r#"{{"upgrade": "0.31.0", {CONFIG}}}"#),
-        "0",
-    );
     let yaml = format!(
-        "{ACTIVE}workers: 8\nhelper: {}\nfeatures: {{upgrades: true}}\n\
-         upgrades_repository: https://repo.example.net\nupgrades_max_in_flight: 2\n",
-        h.display()
+        "{ACTIVE}workers: 8\n{}upgrades_max_in_flight: 2\n",
+        upgrading_settings(&dir)
     );
     // No discovery after the first: nodes that waited are queued again when a slot
     // is given back; a slower beat keeps the live set stable on a busy machine.

@@ -7,8 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use choria_provisioner::fleet::daemon::DaemonOptions;
-use choria_provisioner::fleet::election::{ElectionOptions, ElectionState};
+use choria_provisioner::fleet::election::ElectionState;
 use support::broker::{ChoriaBroker, Network};
 use support::rig::*;
 use support::{create_election_bucket, election_broker};
@@ -25,15 +24,8 @@ fn two_provisioners_with_leader_election_through_a_choria_broker() {
 
 fn two_provisioners_with_leader_election_on(meeting: Meeting) {
     create_election_bucket(meeting.backend(), Duration::from_secs(30));
-    let election = || DaemonOptions {
-        election: ElectionOptions {
-            startup_spread: Duration::from_millis(200),
-            ..ElectionOptions::default()
-        },
-        ..fast()
-    };
-    let mut a = meeting.provisioner("a.test", "leader_election: true\n", election());
-    let mut b = meeting.provisioner("b.test", "leader_election: true\n", election());
+    let mut a = meeting.provisioner("a.test", "leader_election: true\n", electing());
+    let mut b = meeting.provisioner("b.test", "leader_election: true\n", electing());
     let leader_of = |p: &Provisioner| {
         p.daemon()
             .election()
@@ -84,18 +76,9 @@ fn two_provisioners_with_leader_election_on(meeting: Meeting) {
 fn when_the_leader_s_connection_dies_the_standby_takes_over_after_the_ttl() {
     let server = election_broker();
     create_election_bucket(&server, Duration::from_secs(4));
-    let url = server
-        .url()
-        .replace("nats://", "nats://provisioner:s3cret@");
-    let node_url = server.url().replace("nats://", "nats://node:n0de@");
-    let election = || DaemonOptions {
-        election: ElectionOptions {
-            startup_spread: Duration::from_millis(200),
-            ..ElectionOptions::default()
-        },
-        ..fast()
-    };
-    let a = Provisioner::start(&url, "a.test", "leader_election: true\n", election());
+    let url = as_provisioner(&server.url());
+    let node_url = as_node(&server.url());
+    let a = Provisioner::start(&url, "a.test", "leader_election: true\n", electing());
     let leader_of = |p: &Provisioner| {
         p.daemon()
             .election()
@@ -103,7 +86,7 @@ fn when_the_leader_s_connection_dies_the_standby_takes_over_after_the_ttl() {
             .unwrap_or(false)
     };
     wait_until("a leads", Duration::from_secs(15), || leader_of(&a));
-    let b = Provisioner::start(&url, "b.test", "leader_election: true\n", election());
+    let b = Provisioner::start(&url, "b.test", "leader_election: true\n", electing());
     std::thread::sleep(Duration::from_secs(1));
     assert!(!leader_of(&b));
     // The leader's broker connection dies: no resignation, its key must expire.

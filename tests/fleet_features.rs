@@ -42,15 +42,7 @@ fn feature_jwt_verifies_each_node_s_provisioning_jwt() {
         o.issuer_seed = Some(ISSUER_SEED);
         o.token = "s3cret".into();
     });
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!(
-            "token: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
-            hex(&public_of(&ISSUER_SEED))
-        ),
-        fast(),
-    );
+    let prov = Provisioner::start(&server.url(), "p1.test", &jwt_settings(), fast());
     wait_provisioned(&fleet, 20, Duration::from_secs(60));
     for node in fleet.summary().nodes {
         assert_rpcs(
@@ -70,15 +62,7 @@ fn feature_jwt_refuses_a_jwt_from_another_issuer_and_a_wrong_token() {
         o.issuer_seed = Some([9; 32]);
         o.token = "s3cret".into();
     });
-    let prov = Provisioner::start(
-        &server.url(),
-        "p1.test",
-        &format!(
-            "token: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
-            hex(&public_of(&ISSUER_SEED))
-        ),
-        fast(),
-    );
+    let prov = Provisioner::start(&server.url(), "p1.test", &jwt_settings(), fast());
     wait_until("every node failed once", Duration::from_secs(30), || {
         prov.metrics.provision_errors.get() >= 5
     });
@@ -120,7 +104,7 @@ fn feature_ed25519_issues_each_node_a_signed_server_jwt() {
         "p1.test",
         &format!(
             "features: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n",
-            hex(&public_of(&ISSUER_SEED)),
+            issuer_public_hex(),
             seed_file.display()
         ),
         fast(),
@@ -230,7 +214,7 @@ fn feature_pki_validates_each_node_s_csr_and_hands_it_to_the_helper() {
         &format!(
             "helper: {}\nfeatures: {{jwt: true, pki: true}}\njwt_verify_cert: {}\n",
             helper.display(),
-            hex(&public_of(&ISSUER_SEED))
+            issuer_public_hex()
         ),
         fast(),
     );
@@ -480,7 +464,7 @@ fn the_helper_s_private_key_reaches_the_node_encrypted_and_decrypts_there() {
         "0",
         &format!(
             "features: {{jwt: true, pki: true}}\njwt_verify_cert: {}\n",
-            hex(&public_of(&ISSUER_SEED))
+            issuer_public_hex()
         ),
     );
     wait_provisioned(&fleet, 5, Duration::from_secs(60));
@@ -538,7 +522,7 @@ fn an_expired_signing_token_signs_nothing_until_a_new_one_is_loaded_on_sighup() 
             "workers: 2\nshutdown_timeout: 3s\n\
              features: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n\
              jwt_signing_token: {}\n",
-            hex(&public_of(&ISSUER_SEED)),
+            issuer_public_hex(),
             seed_file.display(),
             token_file.display()
         ),

@@ -20,10 +20,12 @@ use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::identity::Identity;
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
-use choria_provisioner::fleet::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim};
 use support::hostile::{ok, Hostile, RawPublisher};
-use support::rig::{fast, helper_answering, sim, wait_provisioned, wait_until, Provisioner};
+use support::rig::{
+    fast, helper_answering, issuer_public_hex, jwt_settings, sim, wait_provisioned, wait_until,
+    Provisioner, ISSUER_SEED,
+};
 use support::{NatsServer, TempDir};
 
 /// Every honest node is provisioned, each restarted exactly once.
@@ -223,14 +225,6 @@ fn fixture(name: &str) -> String {
     .unwrap()
 }
 
-const ISSUER_SEED: [u8; 32] = [7; 32];
-
-fn issuer_public_hex() -> String {
-    use ring::signature::KeyPair as _;
-    let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&ISSUER_SEED).unwrap();
-    choria_provisioner::crypto::ids::hex(key.public_key().as_ref())
-}
-
 /// Decrypts a `configure` key with the attacker's X25519 secret: the attack of
 /// issue #11, which must never give back the helper's key.
 fn attacker_decrypts(secret: &[u8; 32], data: &serde_json::Value, key_der: &[u8]) -> bool {
@@ -370,9 +364,9 @@ impl KeyThief {
     /// the key.
     fn config(&self, dir: &TempDir) -> String {
         format!(
-            "helper: {}\ntoken: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+            "helper: {}\n{}",
             helper_with_key(dir, &self.key_pem).display(),
-            issuer_public_hex()
+            jwt_settings()
         )
     }
 
@@ -863,10 +857,7 @@ fn flood_inventory_replies(jwt: bool) {
         }
     });
     let config = if jwt {
-        format!(
-            "token: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
-            issuer_public_hex()
-        )
+        jwt_settings()
     } else {
         "token: s3cret\n".to_string()
     };
@@ -1206,20 +1197,12 @@ fn a_valid_identity_parses_and_a_hostile_one_never_becomes_a_subject() {
 
 #[test]
 fn forged_resignations_during_ha_never_make_a_second_leader() {
-    use choria_provisioner::fleet::election::{ElectionOptions, ElectionState};
+    use choria_provisioner::fleet::election::ElectionState;
     let server = support::election_broker();
     support::create_election_bucket(&server, Duration::from_secs(30));
-    let url = server
-        .url()
-        .replace("nats://", "nats://provisioner:s3cret@");
-    let node_url = server.url().replace("nats://", "nats://node:n0de@");
-    let election = || DaemonOptions {
-        election: ElectionOptions {
-            startup_spread: Duration::from_millis(200),
-            ..ElectionOptions::default()
-        },
-        ..fast()
-    };
+    let url = support::rig::as_provisioner(&server.url());
+    let node_url = support::rig::as_node(&server.url());
+    let election = support::rig::electing;
     let a = Provisioner::start(&url, "a.test", "leader_election: true\n", election());
     let b = Provisioner::start(&url, "b.test", "leader_election: true\n", election());
     let leads = |p: &Provisioner| {

@@ -15,6 +15,7 @@ use choria_provisioner::fleet::daemon::DaemonOptions;
 use choria_provisioner::sim::{Phase, Sim, SimOptions};
 
 use crate::support::daemon::{example_helper, InProcess};
+use crate::support::rig::{hex, public_of};
 use crate::support::{logs, NatsServer, TempDir};
 
 /// The provisioning token. Its `"`, `/` and `<` make its JSON-escaped forms differ
@@ -31,13 +32,7 @@ const HONEST: usize = 6;
 const HOSTILE: usize = 2;
 
 fn issuer_public_hex() -> String {
-    use ring::signature::KeyPair as _;
-    let key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&ISSUER_SEED).unwrap();
-    key.public_key()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&public_of(&ISSUER_SEED))
 }
 
 /// One daemon run with honest and hostile nodes.

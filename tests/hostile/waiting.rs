@@ -325,19 +325,12 @@ fn a_forged_inventory_of_an_upgrading_node_frees_no_upgrade_slot() {
         o.faults.slow = 1.0;
         o.faults.slow_by = Duration::from_millis(400);
     });
-    let helper = super::support::rig::helper_answering(
-        &dir,
-        "h.sh",
-        r#"{"upgrade": "0.31.0", "configuration": {"identity": "$id", "plugin.choria.server.provision": "false"}}"#,
-        "0",
-    );
     let prov = Provisioner::start(
         &server.url(),
         "p1.test",
         &format!(
-            "helper: {}\nreply_grace: 1s\nfeatures: {{upgrades: true}}\n\
-             upgrades_repository: https://repo.example.net\nupgrades_max_in_flight: 1\n",
-            helper.display()
+            "reply_grace: 1s\n{}upgrades_max_in_flight: 1\n",
+            super::support::rig::upgrading_settings(&dir)
         ),
         fast(),
     );

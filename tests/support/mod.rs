@@ -52,11 +52,25 @@ pub struct TlsFiles {
     pub client_key: PathBuf,
 }
 
+impl TlsFiles {
+    /// The Choria client settings that connect with the client certificate.
+    pub fn client_settings(&self) -> String {
+        format!(
+            "plugin.security.provider = file\nplugin.security.file.certificate = {}\n\
+             plugin.security.file.key = {}\nplugin.security.file.ca = {}\n",
+            self.client_cert.display(),
+            self.client_key.display(),
+            self.ca.display()
+        )
+    }
+}
+
 /// Generates [`TlsFiles`] in `dir`; `None` (with a printed reason) without openssl.
 pub fn make_tls(dir: &TempDir) -> Option<TlsFiles> {
-    let openssl = |args: &[&str]| -> bool {
+    // One openssl command line; no argument has a space.
+    let openssl = |line: &str| -> bool {
         Command::new("openssl")
-            .args(args)
+            .args(line.split_whitespace())
             .current_dir(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -64,78 +78,24 @@ pub fn make_tls(dir: &TempDir) -> Option<TlsFiles> {
             .map(|s| s.success())
             .unwrap_or(false)
     };
-    if !openssl(&["version"]) {
+    if !openssl("version") {
         eprintln!("SKIP: the openssl command is not installed");
         return None;
     }
     dir.write("server.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
-    let ok = openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=Test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]) && openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]) && openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "server.ext",
-        "-out",
-        "server.pem",
-    ]) && openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=provisioner.test.local",
-        "-keyout",
-        "client.key",
-        "-out",
-        "client.csr",
-    ]) && openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "client.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-out",
-        "client.pem",
-    ]);
+    // A key and a certificate for `cn`, signed by the CA, as `{name}.key`/`{name}.pem`.
+    let issue = |name: &str, cn: &str, more: &str| {
+        openssl(&format!(
+            "req -newkey rsa:2048 -nodes -subj /CN={cn} -keyout {name}.key -out {name}.csr"
+        )) && openssl(&format!(
+            "x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+             -out {name}.pem {more}"
+        ))
+    };
+    let ok = openssl(
+        "req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=Test-CA -keyout ca.key -out ca.pem",
+    ) && issue("server", "localhost", "-extfile server.ext")
+        && issue("client", "provisioner.test.local", "");
     assert!(ok, "openssl failed to make test certificates");
     let p = |n: &str| dir.path().join(n);
     Some(TlsFiles {

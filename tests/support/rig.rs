@@ -63,6 +63,27 @@ pub fn wait_provisioned(fleet: &Sim, nodes: u64, within: Duration) {
     }
 }
 
+/// `url` with the credentials of [`super::election_broker`]'s provisioner user.
+pub fn as_provisioner(url: &str) -> String {
+    url.replace("nats://", "nats://provisioner:s3cret@")
+}
+
+/// `url` with the credentials of [`super::election_broker`]'s node user.
+pub fn as_node(url: &str) -> String {
+    url.replace("nats://", "nats://node:n0de@")
+}
+
+/// [`fast`] for a provisioner in a leader election: candidates start within 200 ms.
+pub fn electing() -> DaemonOptions {
+    DaemonOptions {
+        election: choria_provisioner::fleet::election::ElectionOptions {
+            startup_spread: Duration::from_millis(200),
+            ..Default::default()
+        },
+        ..fast()
+    }
+}
+
 /// Where the provisioners and nodes of a test meet.
 pub enum Meeting {
     /// A nats-server without accounts.
@@ -86,12 +107,9 @@ impl Meeting {
     pub fn provisioner(&self, identity: &str, yaml: &str, options: DaemonOptions) -> Provisioner {
         match self {
             Meeting::Open(s) => Provisioner::start(&s.url(), identity, yaml, options),
-            Meeting::Election(s) => Provisioner::start(
-                &s.url().replace("nats://", "nats://provisioner:s3cret@"),
-                identity,
-                yaml,
-                options,
-            ),
+            Meeting::Election(s) => {
+                Provisioner::start(&as_provisioner(&s.url()), identity, yaml, options)
+            }
             Meeting::Choria(b) => Provisioner::start_through(b, identity, yaml, options),
         }
     }
@@ -99,7 +117,7 @@ impl Meeting {
     pub fn fleet(&self, nodes: usize, f: impl FnOnce(&mut SimOptions)) -> Sim {
         match self {
             Meeting::Open(s) => sim(&s.url(), nodes, f),
-            Meeting::Election(s) => sim(&s.url().replace("nats://", "nats://node:n0de@"), nodes, f),
+            Meeting::Election(s) => sim(&as_node(&s.url()), nodes, f),
             Meeting::Choria(b) => sim(&b.url(), nodes, |o| {
                 b.nodes(o);
                 f(o)
@@ -160,6 +178,20 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The hex public key of [`ISSUER_SEED`], for `jwt_verify_cert`.
+pub fn issuer_public_hex() -> String {
+    hex(&public_of(&ISSUER_SEED))
+}
+
+/// The `jwt` feature's settings: the token `s3cret`, JWTs verified with
+/// [`ISSUER_SEED`]'s key.
+pub fn jwt_settings() -> String {
+    format!(
+        "token: s3cret\nfeatures: {{jwt: true}}\njwt_verify_cert: {}\n",
+        issuer_public_hex()
+    )
+}
+
 pub fn public_of(seed: &[u8; 32]) -> Vec<u8> {
     use ring::signature::KeyPair as _;
     ring::signature::Ed25519KeyPair::from_seed_unchecked(seed)
@@ -192,6 +224,21 @@ pub fn start_answering(
     let h = helper_answering(dir, "h.sh", body, delay);
     let yaml = format!("helper: {}\n{extra}", h.display());
     Provisioner::start(&server.url(), "p1.test", &yaml, fast())
+}
+
+/// The settings of a provisioner whose helper asks every node to upgrade to 0.31.0
+/// from `https://repo.example.net` (the `upgrades` feature).
+pub fn upgrading_settings(dir: &TempDir) -> String {
+    let helper = helper_answering(
+        dir,
+        "h.sh",
+        &format!(r#"{{"upgrade": "0.31.0", {CONFIG}}}"#),
+        "0",
+    );
+    format!(
+        "helper: {}\nfeatures: {{upgrades: true}}\nupgrades_repository: https://repo.example.net\n",
+        helper.display()
+    )
 }
 
 pub const CONFIG: &str =

@@ -239,8 +239,8 @@ fn v2_request_has_go_s_shape_and_a_verifiable_signature() {
     assert_eq!(back.time, T0 + 1);
 }
 
-#[test]
-fn a_provisioning_server_drops_what_go_drops() {
+/// An insecure v1 `rpcutil#inventory` request as a node decodes it.
+fn v1_inventory_request() -> protocol::DecodedRequest {
     let (_, payload) = protocol::encode_request(
         &inventory_spec(Protocol::V1),
         "r",
@@ -248,7 +248,12 @@ fn a_provisioning_server_drops_what_go_drops() {
         Protocol::V1,
     )
     .unwrap();
-    let ok = protocol::decode_request(&payload).unwrap();
+    protocol::decode_request(&payload).unwrap()
+}
+
+#[test]
+fn a_provisioning_server_drops_what_go_drops() {
+    let ok = v1_inventory_request();
     let check = |f: &dyn Fn(&mut protocol::DecodedRequest), now: i64| {
         let mut r = ok.clone();
         f(&mut r);
@@ -281,14 +286,7 @@ fn a_provisioning_server_drops_what_go_drops() {
 /// builds) for a TTL near `i64::MAX`; the window is computed without overflow.
 #[test]
 fn a_huge_ttl_or_time_is_checked_without_overflow() {
-    let (_, payload) = protocol::encode_request(
-        &inventory_spec(Protocol::V1),
-        "r",
-        &Credentials::Insecure,
-        Protocol::V1,
-    )
-    .unwrap();
-    let mut r = protocol::decode_request(&payload).unwrap();
+    let mut r = v1_inventory_request();
     r.ttl = i64::MAX;
     assert_eq!(r.validate_for_provisioning(Protocol::V1, T0), Ok(()));
     assert_eq!(r.validate_for_provisioning(Protocol::V1, 0), Ok(()));

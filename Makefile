@@ -1,7 +1,7 @@
 # choria-provisioner build and test entry points. `make help` lists them.
 CARGO ?= cargo
 
-.PHONY: all help build release test lint unit nats-server clean demo bench man fuzz fuzz-smoke
+.PHONY: all help build release test ci lint unit nats-server clean demo bench man fuzz fuzz-smoke
 
 all: build
 
@@ -9,6 +9,7 @@ help:
 	@echo "make build     debug build"
 	@echo "make release   optimised, stripped binary in target/release/"
 	@echo "make test      lint + every test (installs a nats-server if none is found)"
+	@echo "make ci        .ci/run on a clean clone of HEAD, in a PID namespace as on CI"
 	@echo "make demo      provision 200 simulated nodes on a local nats-server"
 	@echo "               (BROKER=issuer or BROKER=mtls: through a Choria broker front end)"
 	@echo "make bench     provision 10,000 simulated nodes and report speed and memory"
@@ -53,6 +54,19 @@ nats-server:
 test: lint
 	NATS_SERVER="$$(scripts/ensure-nats-server.sh)" $(CARGO) test --features sim,fuzzing
 	fuzz/run.sh smoke
+
+# CI as it runs: `.ci/run` on a clean clone of the last commit (what is not committed
+# is not tested), inside a new PID namespace where, as on the CI machine, the tests'
+# session and process group ids read 0 (unshare without root maps the user; where
+# user namespaces are refused it runs without one and says so). The clone's build
+# goes to target/ci-build, kept between runs; the nats-server found here is reused.
+CI_CLONE ?= target/ci-clone
+ci:
+	rm -rf $(CI_CLONE) && git clone -q . $(CI_CLONE)
+	export NATS_SERVER="$$(scripts/ensure-nats-server.sh)" CARGO_TARGET_DIR="$(CURDIR)/target/ci-build"; \
+	cd $(CI_CLONE) && if unshare --map-current-user -p -f --mount-proc true 2>/dev/null; then \
+	  unshare --map-current-user -p -f --mount-proc bash .ci/run; \
+	else echo "ci: user namespaces refused here: running without a PID namespace"; bash .ci/run; fi
 
 # Every fuzz target, one at a time (fuzz/README.md); installs cargo-fuzz into
 # target/tools if missing. Seconds per target are overridable.

@@ -319,10 +319,10 @@ for site, n in sites.most_common(15):
     print(f"bench:   {shown(n / per)} {site}")
 PY
 elif [ "$PROFILE" = heaptrack ]; then
-  heaptrack_print -f "$out/heaptrack.zst" --print-peaks 1 --peak-limit 12 --sub-peak-limit 0 \
-    --print-allocators 0 --print-temporary 0 --print-leaks 0 --print-histogram 0 2>/dev/null >"$out/heaptrack.txt" || true
+  heaptrack_print -f "$out/heaptrack.zst" --print-peaks 1 --peak-limit 12 --sub-peak-limit 8 \
+    --print-allocators 0 --print-temporary 0 --print-leaks 0 2>/dev/null >"$out/heaptrack.txt" || true
   grep -m1 "peak heap memory consumption" "$out/heaptrack.txt" | sed 's/^/bench: provisioner /'
-  echo "bench: what held it then, by the innermost frame (all of it in $out/heaptrack.txt):"
+  echo "bench: what held it then, by the innermost frame (their callers in $out/heaptrack.txt):"
   grep -A1 "peak memory consumed over" "$out/heaptrack.txt" | grep -v '^--' | paste - - \
     | sed -E 's/ peak memory consumed over ([0-9]+) calls from\t */ (\1 allocations) /; s/::h[0-9a-f]{16}$//' | cut -c1-140 | sed 's/^/bench:   /'
 elif [ "$PROFILE" = sleeps ]; then

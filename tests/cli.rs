@@ -91,6 +91,16 @@ impl Rig {
         ]
     }
 
+    /// `choria-provisioner check` on this rig's files.
+    fn check(&self) -> Output {
+        Command::new(BIN)
+            .arg("check")
+            .args(self.args())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run choria-provisioner check")
+    }
+
     fn spawn(&self, extra: &[&str]) -> Child {
         Command::new(BIN)
             .args(self.args())
@@ -141,34 +151,25 @@ fn version_prints_the_cargo_version() {
 }
 
 #[test]
-fn missing_config_flag_is_an_error_with_usage() {
-    let o = run(&[]);
-    assert_eq!(o.status.code(), Some(1));
-    let e = stderr(&o);
-    assert!(
-        e.starts_with("choria-provisioner: error: required flag --config not provided"),
-        "{e}"
-    );
-    assert!(e.contains("Usage: choria-provisioner"), "{e}");
-}
-
-#[test]
-fn nonexistent_config_is_an_error_with_usage() {
-    let o = run(&["--config", "/no/such/provisioner.yaml"]);
-    assert_eq!(o.status.code(), Some(1));
-    let e = stderr(&o);
-    assert!(
-        e.starts_with("choria-provisioner: error: path '/no/such/provisioner.yaml' does not exist"),
-        "{e}"
-    );
-    assert!(e.contains("Usage:"), "{e}");
-}
-
-#[test]
-fn unknown_flag_is_an_error() {
-    let o = run(&["--frobnicate"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("--frobnicate"), "{}", stderr(&o));
+fn usage_errors_exit_1_and_say_what_is_wrong() {
+    for (args, starts, then) in [
+        (
+            &[][..],
+            "choria-provisioner: error: required flag --config not provided",
+            "Usage: choria-provisioner",
+        ),
+        (
+            &["--config", "/no/such/provisioner.yaml"],
+            "choria-provisioner: error: path '/no/such/provisioner.yaml' does not exist",
+            "Usage:",
+        ),
+        (&["--frobnicate"], "", "--frobnicate"),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let e = stderr(&o);
+        assert!(e.starts_with(starts) && e.contains(then), "{args:?}: {e}");
+    }
 }
 
 #[test]
@@ -181,10 +182,7 @@ fn help_exits_zero() {
 #[test]
 fn check_on_a_good_config_prints_it_without_secrets() {
     let rig = Rig::new("broker_provisioning_password: br0ker-pw\n");
-    let mut args = vec!["check".to_string()];
-    args.extend(rig.args());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = run(&args);
+    let o = rig.check();
     let out = stdout(&o);
     assert!(o.status.success(), "{}\n{}", out, stderr(&o));
     assert!(out.contains("site: testsite"), "{out}");
@@ -235,9 +233,6 @@ fn check_warns_of_a_signing_token_with_less_than_30_days_left() {
         ),
     )
     .unwrap();
-    let mut args = vec!["check".to_string()];
-    args.extend(rig.args());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     for (exp, warned) in [
         (now + 40 * 86_400, None),
         (
@@ -247,7 +242,7 @@ fn check_warns_of_a_signing_token_with_less_than_30_days_left() {
         (now - 60, Some(" expired at ")),
     ] {
         std::fs::write(&chain, token(exp)).unwrap();
-        let o = run(&args);
+        let o = rig.check();
         assert!(o.status.success(), "{}", stderr(&o));
         let e = stderr(&o);
         let line = e
@@ -267,10 +262,7 @@ fn check_on_a_broken_config_lists_every_problem() {
          csr_reply_grace: 2m\n",
     );
     std::fs::write(&rig.cfg, "identity = x.test\n").unwrap();
-    let mut args = vec!["check".to_string()];
-    args.extend(rig.args());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let o = run(&args);
+    let o = rig.check();
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
     assert!(
@@ -673,13 +665,7 @@ fn an_undecodable_jwt_verify_cert_is_refused_at_start() {
 
 #[test]
 fn check_shows_active_active_and_refuses_it_with_leader_election() {
-    let check = |yaml: &str| {
-        let rig = Rig::new(yaml);
-        let mut args = vec!["check".to_string()];
-        args.extend(rig.args());
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run(&args)
-    };
+    let check = |yaml: &str| Rig::new(yaml).check();
     let o = check("active_active: true\n");
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("active_active: true"), "{}", stdout(&o));

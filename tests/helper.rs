@@ -102,20 +102,23 @@ fn bad_quoting_and_missing_programs() {
     );
 }
 
+/// How a helper with `body` fails for node n1, with `secrets` to hide.
+fn failure(body: &str, secrets: &[&str]) -> HelperError {
+    let dir = TempDir::new("helper");
+    helper(&dir, body)
+        .run("n1", &input(), false, secrets, None)
+        .unwrap_err()
+}
+
 #[test]
 fn garbage_output_is_a_decode_error() {
-    let dir = TempDir::new("helper");
-    let e = helper(&dir, "echo 'this is not json'")
-        .run("n1", &input(), false, &[], None)
-        .unwrap_err();
+    let e = failure("echo 'this is not json'", &[]);
     assert!(matches!(e, HelperError::Decode(..)), "{e:?}");
     assert!(
         e.to_string().starts_with("cannot decode output from "),
         "{e}"
     );
-    let e = helper(&dir, "echo '{\"configuration\": {\"port\": 4222}}'")
-        .run("n1", &input(), false, &[], None)
-        .unwrap_err();
+    let e = failure("echo '{\"configuration\": {\"port\": 4222}}'", &[]);
     assert!(
         e.to_string().contains("invalid type"),
         "a number where a string belongs: {e}"
@@ -123,23 +126,13 @@ fn garbage_output_is_a_decode_error() {
 }
 
 #[test]
-fn no_output_is_zero_bytes() {
-    let dir = TempDir::new("helper");
-    let e = helper(&dir, "cat >/dev/null")
-        .run("n1", &input(), false, &[], None)
-        .unwrap_err();
+fn no_output_is_zero_bytes_and_a_non_zero_exit_is_reported_with_its_status() {
+    let e = failure("cat >/dev/null", &[]);
     assert!(
         e.to_string().ends_with("output: zero bytes received"),
         "{e}"
     );
-}
-
-#[test]
-fn non_zero_exit_is_reported_with_its_status() {
-    let dir = TempDir::new("helper");
-    let e = helper(&dir, "echo '{}'; echo 'boom s3cret' >&2; exit 3")
-        .run("n1", &input(), false, &["s3cret"], None)
-        .unwrap_err();
+    let e = failure("echo '{}'; echo 'boom s3cret' >&2; exit 3", &["s3cret"]);
     assert!(e.to_string().ends_with(": exit status 3"), "{e}");
 }
 
@@ -189,9 +182,7 @@ fn a_hanging_helper_and_its_children_are_killed_at_the_timeout() {
 
 #[test]
 fn huge_output_is_refused_without_buffering_it_all() {
-    let dir = TempDir::new("helper");
-    let h = helper(&dir, "head -c 50000000 /dev/zero");
-    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
+    let e = failure("head -c 50000000 /dev/zero", &[]);
     assert!(matches!(e, HelperError::TooLarge(_)), "{e:?}");
     assert!(
         e.to_string()

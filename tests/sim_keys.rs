@@ -118,11 +118,7 @@ fn keys_end_to_end(v2: bool) -> Value {
     let summary = dir.path().join("summary.json");
     let sim = Command::new(bin("sim"))
         .args([
-            "--nats",
-            &url,
-            "--nodes",
-            "5",
-            "--quiet",
+            "--nats", &url, "--nodes", "5", "--quiet",
             // No --duration: it ends once every node is finished (at most the
             // deadline below).
             "--keys",

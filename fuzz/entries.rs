@@ -26,7 +26,7 @@ use crate::choria::protocol::mcorpc::{ReplyBody, RpcReply, RpcRequestBody, Statu
 use crate::choria::protocol::{self, gojson, Credentials, Filter, Protocol, RequestSpec};
 use crate::config::{format_duration, parse_duration, shell_words, Config, Secret};
 use crate::crypto::csr::{parse_csr, validate_csr, CsrError, DenyList};
-use crate::crypto::ids::{hex, ksuid_from, ksuid_time, unhex, KSUID_EPOCH};
+use crate::crypto::ids::{ksuid_from, ksuid_time, KSUID_EPOCH};
 use crate::crypto::jwt::{
     add_chain_issuer_data, verify_jws, verify_provisioning_token, ServerClaims, SigningKey,
     SigningToken, StandardClaims, VerifyKey, PROVISIONING_PURPOSE,
@@ -491,7 +491,8 @@ pub fn pem_decrypt(data: &[u8]) {
                 .and_then(|v| v.split_once(','))
                 .map(|(_, iv)| iv)
                 .expect("a decrypted block has a DEK-Info IV");
-            let iv: [u8; 16] = unhex(iv_hex)
+            let iv: [u8; 16] = hex::decode(iv_hex)
+                .ok()
                 .and_then(|v| v.try_into().ok())
                 .expect("a 16-byte IV");
             let encrypted = encrypt_pem_block(&plain, &password, iv);
@@ -570,11 +571,11 @@ fn server_keys() -> &'static Keys {
         let dir = std::env::temp_dir().join(format!("choria-fuzz-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temporary directory");
         let seed = dir.join("signer.seed");
-        std::fs::write(&seed, hex(&ED_SEED)).expect("seed file");
+        std::fs::write(&seed, hex::encode(ED_SEED)).expect("seed file");
         let mut config = Config::defaults(Path::new("fuzz.yaml"));
         config.features.ed25519 = true;
         config.features.jwt = true;
-        config.jwt_verify_cert = hex(ed_key().public_key().as_ref());
+        config.jwt_verify_cert = hex::encode(ed_key().public_key().as_ref());
         config.jwt_signing_key = seed.display().to_string();
         let keys = Keys::load(&config).expect("fuzz keys load");
         let _ = std::fs::remove_dir_all(&dir);
@@ -594,7 +595,7 @@ pub fn helper_output(data: &[u8]) {
         }
     };
     let node = Ed25519Info {
-        public_key: hex(&[9u8; 32]),
+        public_key: hex::encode([9u8; 32]),
         directory: "/etc/choria".into(),
         signature: String::new(),
     };
@@ -654,8 +655,8 @@ pub fn nonce_ecdh(data: &[u8]) {
                 der: b"fuzz key".to_vec(),
             });
             if let Ok((encrypted, ours)) = encrypt_key_for_node(&key_pem, t) {
-                assert_eq!(unhex(t).map(|k| k.len()), Some(32));
-                assert_eq!(unhex(&ours).map(|k| k.len()), Some(32));
+                assert_eq!(hex::decode(t).ok().map(|k| k.len()), Some(32));
+                assert_eq!(hex::decode(&ours).ok().map(|k| k.len()), Some(32));
                 let block = pem::decode(&encrypted).expect("our encrypted PEM decodes");
                 assert_eq!(block.der.len(), 16);
             }
@@ -666,12 +667,12 @@ pub fn nonce_ecdh(data: &[u8]) {
             };
             let rng = ring::rand::SystemRandom::new();
             let node = EphemeralPrivateKey::generate(&X25519, &rng).expect("X25519 key");
-            let node_public = hex(node.compute_public_key().expect("public").as_ref());
+            let node_public = hex::encode(node.compute_public_key().expect("public").as_ref());
             let Ok((encrypted, ours)) = encrypt_key_for_node(t, &node_public) else {
                 assert!(pem::decode(t).is_none(), "a PEM key refused");
                 return;
             };
-            let ours = unhex(&ours).expect("hex");
+            let ours = hex::decode(&ours).expect("hex");
             let block = pem::decode(&encrypted).expect("our encrypted PEM decodes");
             let plain = agree_ephemeral(node, &UnparsedPublicKey::new(&X25519, &ours), |s| {
                 decrypt_pem_block(&block, s)
@@ -743,7 +744,9 @@ pub fn key_files(data: &[u8]) {
     if let Ok(key) = VerifyKey::from_file_contents(bytes) {
         let _ = format!("{key:?}");
         match &key {
-            VerifyKey::Ed25519(k) => assert_eq!(VerifyKey::from_hex(&hex(k)), Ok(key.clone())),
+            VerifyKey::Ed25519(k) => {
+                assert_eq!(VerifyKey::from_hex(&hex::encode(k)), Ok(key.clone()))
+            }
             VerifyKey::Rsa(der) => assert_eq!(VerifyKey::from_der(der), Ok(key.clone())),
         }
     }
@@ -753,8 +756,8 @@ pub fn key_files(data: &[u8]) {
 /// for; KSUIDs sort as their bytes do.
 pub fn ids(data: &[u8]) {
     if let Some(t) = text(data) {
-        if let Some(bytes) = unhex(t) {
-            assert_eq!(hex(&bytes), t.to_ascii_lowercase());
+        if let Ok(bytes) = hex::decode(t) {
+            assert_eq!(hex::encode(&bytes), t.to_ascii_lowercase());
         }
         if let Some(time) = ksuid_time(t) {
             assert!((KSUID_EPOCH..=KSUID_EPOCH + u64::from(u32::MAX)).contains(&time));
@@ -1279,12 +1282,12 @@ pub fn seeds() -> Vec<Seed> {
     add(
         "key_files",
         "seed",
-        with_mode(0, format!("{}\n", hex(&ED_SEED)).as_bytes()),
+        with_mode(0, format!("{}\n", hex::encode(ED_SEED)).as_bytes()),
     );
     add(
         "key_files",
         "ed25519_public",
-        with_mode(0, hex(&[9; 32]).as_bytes()),
+        with_mode(0, hex::encode([9; 32]).as_bytes()),
     );
     for (name, file) in [
         (

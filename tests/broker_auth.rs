@@ -122,7 +122,7 @@ fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 fn seed_of(rig: &ChoriaBroker, name: &str) -> [u8; 32] {
     let hex = std::fs::read_to_string(rig.path(name)).unwrap();
-    ids::unhex(hex.trim()).unwrap().try_into().unwrap()
+    hex::decode(hex.trim()).unwrap().try_into().unwrap()
 }
 
 /// A client JWT signed by the rig's issuer for the signer's key, with `claims` merged in.
@@ -310,7 +310,7 @@ fn a_client_jwt_issued_through_a_chain_issuer_gets_in() {
             "ou": "choria",
             "permissions": {"provisioner": true},
             "purpose": "choria_client_id",
-            "tcs": format!("{chain_tcs}.{}", ids::hex(chain_sig.as_ref())),
+            "tcs": format!("{chain_tcs}.{}", hex::encode(chain_sig.as_ref())),
             "public_key": ed25519_public_hex(&seed),
             "issexp": chain["exp"],
             "iss": format!("C-{chain_jti}.{chain_public}"),
@@ -323,7 +323,7 @@ fn a_client_jwt_issued_through_a_chain_issuer_gets_in() {
             .sign_jwt(&claims)
             .unwrap()
     };
-    let seed_file = scratch.write("chained.seed", &ids::hex(&seed));
+    let seed_file = scratch.write("chained.seed", &hex::encode(seed));
     let client = |token: &str| {
         Setup::new(&rig, PROVISIONING_PASSWORD, |cfg| {
             set(
@@ -460,7 +460,7 @@ fn a_wrong_password_is_refused_and_we_say_what_the_broker_checks() {
 fn a_wrong_seed_is_refused_and_we_say_so() {
     let rig = ChoriaBroker::start(Network::Issuer);
     let scratch = TempDir::new("seed");
-    let other = scratch.write("other.seed", &ids::hex(&[9u8; 32]));
+    let other = scratch.write("other.seed", &hex::encode([9u8; 32]));
     let setup = Setup::new(&rig, PROVISIONING_PASSWORD, |cfg| {
         set(
             &without_certificate(cfg),

@@ -231,8 +231,9 @@ fn attacker_decrypts(secret: &[u8; 32], data: &serde_json::Value, key_der: &[u8]
     let (Some(key), Some(public)) = (data["key"].as_str(), data["ecdh_public"].as_str()) else {
         return false;
     };
-    let Some(theirs) =
-        choria_provisioner::crypto::ids::unhex(public).and_then(|k| <[u8; 32]>::try_from(k).ok())
+    let Some(theirs) = hex::decode(public)
+        .ok()
+        .and_then(|k| <[u8; 32]>::try_from(k).ok())
     else {
         return false;
     };
@@ -349,7 +350,7 @@ impl KeyThief {
             "jwt",
             serde_json::json!({
                 "jwt": jwt,
-                "ecdh_public": choria_provisioner::crypto::ids::hex(public.as_bytes()),
+                "ecdh_public": hex::encode(public.as_bytes()),
             }),
         );
         KeyThief {
@@ -550,7 +551,7 @@ fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_pr
     // The attacker's own ed25519 key: its reply signs each request's nonce, so it
     // would pass every check if it were the only one.
     let attacker_key = ring::signature::Ed25519KeyPair::from_seed_unchecked(&[66; 32]).unwrap();
-    let attacker_public = choria_provisioner::crypto::ids::hex(attacker_key.public_key().as_ref());
+    let attacker_public = hex::encode(attacker_key.public_key().as_ref());
     let public = attacker_public.clone();
     let attacker = Hostile::connect(&server.url(), None);
     let race = attacker.race(Box::new(move |_, _, body| {
@@ -564,7 +565,7 @@ fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_pr
             serde_json::json!({
                 "public_key": public,
                 "directory": "/etc/choria",
-                "signature": choria_provisioner::crypto::ids::hex(signature.as_ref()),
+                "signature": hex::encode(signature.as_ref()),
             }),
         ))
     }));
@@ -582,10 +583,7 @@ fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_pr
           "server_claims": {"exp": 3600, "permissions": {"streams": true, "submission": true}}}"#,
         "0",
     );
-    let seed_file = dir.write(
-        "signer.seed",
-        &choria_provisioner::crypto::ids::hex(&ISSUER_SEED),
-    );
+    let seed_file = dir.write("signer.seed", &hex::encode(ISSUER_SEED));
     // As for inventory: the attacker and the nodes answer at once, but on a loaded
     // machine either can be late by more than the production 50 ms.
     let options = fast();
@@ -651,7 +649,7 @@ fn certificate_key(pem: &str) -> (String, String) {
     let tbs = cert.tbs_certificate;
     (
         tbs.subject.to_string(),
-        choria_provisioner::crypto::ids::hex(&tbs.subject_public_key_info.to_der().unwrap()),
+        hex::encode(tbs.subject_public_key_info.to_der().unwrap()),
     )
 }
 
@@ -672,7 +670,7 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
     // The attacker's own key: its CSR names the asked node, so it would pass every
     // check if it were the only reply.
     let attacker_key = p256::ecdsa::SigningKey::from_slice(&[66; 32]).unwrap();
-    let attacker_spki = choria_provisioner::crypto::ids::hex(
+    let attacker_spki = hex::encode(
         attacker_key
             .verifying_key()
             .to_public_key_der()

@@ -205,7 +205,7 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
     let mut our_secret = [0u8; 32];
     ids::random_bytes(&mut our_secret);
     let ours = x25519_dalek::StaticSecret::from(our_secret);
-    let our_public = ids::hex(x25519_dalek::PublicKey::from(&ours).as_bytes());
+    let our_public = hex::encode(x25519_dalek::PublicKey::from(&ours).as_bytes());
     // Decrypting with the wrong secret fails on the PKCS#7 padding, as in Go; about one
     // garbage block in 256 happens to end in valid padding, so try a few encryptions.
     // A try that passes by that chance configures the node, as Go's agent would, and
@@ -215,7 +215,7 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
     let refused = (0..8).any(|_| {
         let (wrong, _) = choria_provisioner::crypto::key_transport::encrypt_key_for_node(
             "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----\n",
-            &ids::hex(stranger.as_bytes()),
+            &hex::encode(stranger.as_bytes()),
         )
         .unwrap();
         let r = call(&rig.nc, &node, "configure", tls(&wrong, &our_public));
@@ -235,7 +235,7 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
 
     // go-choria's provision agent, `providers/agent/mcorpc/golang/provision`: X25519 with the node's public key, the shared secret
     // as the password of Go's legacy PEM encryption (AES-256-CBC, EVP_BytesToKey).
-    let theirs: [u8; 32] = ids::unhex(&node_public).unwrap().try_into().unwrap();
+    let theirs: [u8; 32] = hex::decode(&node_public).unwrap().try_into().unwrap();
     let shared = ours.diffie_hellman(&x25519_dalek::PublicKey::from(theirs));
     let secret_der: Vec<u8> = (0u8..=200).collect();
     let mut iv = [0u8; 16];

@@ -172,7 +172,7 @@ fn keys(args: KeysArgs) -> i32 {
     let token = args.token.unwrap_or_else(|| {
         let mut b = [0u8; 16];
         choria_provisioner::crypto::ids::random_bytes(&mut b);
-        choria_provisioner::crypto::ids::hex(&b)
+        hex::encode(b)
     });
     let dir = std::fs::create_dir_all(&args.dir)
         .and_then(|_| std::fs::canonicalize(&args.dir))
@@ -205,7 +205,8 @@ fn keys(args: KeysArgs) -> i32 {
 /// Reads a hex ed25519 public key file.
 fn read_public(path: &Path) -> Result<[u8; 32], String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    choria_provisioner::crypto::ids::unhex(text.trim())
+    hex::decode(text.trim())
+        .ok()
         .and_then(|k| <[u8; 32]>::try_from(k).ok())
         .ok_or_else(|| format!("{} is not a hex ed25519 public key", path.display()))
 }
@@ -228,7 +229,8 @@ fn run(args: Args) -> i32 {
     };
     let issuer_seed = match args.issuer_seed.as_deref() {
         None => None,
-        Some(hex) => match choria_provisioner::crypto::ids::unhex(hex.trim())
+        Some(hex) => match hex::decode(hex.trim())
+            .ok()
             .and_then(|s| <[u8; 32]>::try_from(s).ok())
         {
             Some(seed) => Some(seed),

@@ -18,7 +18,6 @@ use serde::Deserialize;
 
 use super::client_config::ClientConfig;
 use crate::config::Problem;
-use crate::crypto::ids;
 use crate::crypto::jwt::{unverified_claims, CLIENT_ID_PURPOSE};
 
 /// The broker user whose connections land in the provisioning account.
@@ -255,7 +254,7 @@ impl Seed {
         };
         let text = std::str::from_utf8(data).map_err(|_| err("is not a hex ed25519 seed"))?;
         let digits = text.trim();
-        let seed = ids::unhex(digits).ok_or_else(|| err("is not a hex ed25519 seed"))?;
+        let seed = hex::decode(digits).map_err(|_| err("is not a hex ed25519 seed"))?;
         if seed.len() != 32 {
             return Err(CredentialError {
                 key: SEED_FILE_KEY,
@@ -276,7 +275,7 @@ impl Seed {
 
     /// The public key as lowercase hex, as JWTs carry it.
     pub(crate) fn public_hex(&self) -> String {
-        ids::hex(self.key.public_key().as_ref())
+        hex::encode(self.key.public_key().as_ref())
     }
 
     /// The server's nonce signed, base64url without padding: CONNECT `sig`.
@@ -530,7 +529,7 @@ mod tests {
         let raw = URL_SAFE_NO_PAD.decode(&sig).unwrap();
         ring::signature::UnparsedPublicKey::new(
             &ring::signature::ED25519,
-            ids::unhex(PUBLIC_HEX).unwrap(),
+            hex::decode(PUBLIC_HEX).unwrap(),
         )
         .verify(b"Xo2qPZ4dE8kT3lw", &raw)
         .expect("verifies with the JWT's public key");

@@ -658,7 +658,7 @@ mod tests {
         let verify = |nonce: &[u8], sig: &str| {
             ring::signature::UnparsedPublicKey::new(
                 &ring::signature::ED25519,
-                crate::crypto::ids::unhex(PUBLIC_HEX).unwrap(),
+                hex::decode(PUBLIC_HEX).unwrap(),
             )
             .verify(nonce, &URL_SAFE_NO_PAD.decode(sig).unwrap())
             .is_ok()

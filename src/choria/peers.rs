@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use super::bus::{Bus, Subscription};
 use super::identity::{Identity, IdentityError};
 use super::subject::{Subject, SubjectError, SubjectFilter};
-use crate::crypto::ids;
 
 /// The subject space of provisioner-to-provisioner messages.
 pub(crate) const PEER_PREFIX: &str = "provisioning.provisioner";
@@ -216,7 +215,7 @@ pub(crate) fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {
 pub(crate) fn handoff_subject(site: &str, owner: &Identity) -> Result<Subject, SubjectError> {
     heartbeat_subject(site)?
         .child("node")?
-        .child(&ids::hex(&Md5::digest(owner.as_str().as_bytes())))
+        .child(&hex::encode(Md5::digest(owner.as_str().as_bytes())))
 }
 
 impl Heartbeat {

@@ -9,7 +9,7 @@ use md5::{Digest, Md5};
 use ring::agreement::{agree_ephemeral, EphemeralPrivateKey, UnparsedPublicKey, X25519};
 use ring::rand::SystemRandom;
 
-use super::ids::{hex, random_bytes, unhex as hexdec};
+use super::ids::random_bytes;
 use super::pem::{self, Block};
 
 type Enc = cbc::Encryptor<aes::Aes256>;
@@ -42,7 +42,10 @@ pub fn encrypt_pem_block(der: &[u8], password: &[u8], iv: [u8; 16]) -> String {
         label: "RSA PRIVATE KEY".into(),
         headers: vec![
             ("Proc-Type".into(), "4,ENCRYPTED".into()),
-            ("DEK-Info".into(), format!("AES-256-CBC,{}", hex(&iv))),
+            (
+                "DEK-Info".into(),
+                format!("AES-256-CBC,{}", hex::encode(iv)),
+            ),
         ],
         der: ciphertext,
     })
@@ -99,7 +102,8 @@ pub fn decrypt_pem_block(block: &Block, password: &[u8]) -> Result<Vec<u8>, PemD
     if cipher != "AES-256-CBC" {
         return Err(PemDecryptError::UnsupportedCipher(cipher.to_string()));
     }
-    let iv: [u8; 16] = hexdec(iv_hex)
+    let iv: [u8; 16] = hex::decode(iv_hex)
+        .ok()
         .and_then(|v| v.try_into().ok())
         .ok_or(PemDecryptError::IvSize)?;
     if block.der.is_empty() || block.der.len() % 16 != 0 {
@@ -150,7 +154,8 @@ pub fn encrypt_key_for_node(
     node_public_hex: &str,
 ) -> Result<(String, String), KeyTransportError> {
     let block = pem::decode(key_pem).ok_or(KeyTransportError::BadKey)?;
-    let node_public = hexdec(node_public_hex)
+    let node_public = hex::decode(node_public_hex)
+        .ok()
         .filter(|k| k.len() == 32)
         .ok_or(KeyTransportError::NodeKeyNotHex)?;
     let rng = SystemRandom::new();
@@ -167,7 +172,7 @@ pub fn encrypt_key_for_node(
         |secret| encrypt_pem_block(&block.der, secret, iv),
     )
     .map_err(|_| KeyTransportError::UnusableNodeKey)?;
-    Ok((pem, hex(our_public.as_ref())))
+    Ok((pem, hex::encode(our_public.as_ref())))
 }
 
 #[cfg(test)]
@@ -177,18 +182,17 @@ mod openssl_tests;
 mod tests {
     use super::*;
 
-    fn unhex(s: &str) -> Vec<u8> {
-        hexdec(s).unwrap()
-    }
-
     #[test]
     fn the_worked_vector_of_the_spec() {
-        let secret = unhex("2052e6e903184821071a1d5e82444d6e5e5a6bb2cbaf29f4b40b4bd3317e6c20");
-        let iv: [u8; 16] = unhex("000102030405060708090a0b0c0d0e0f")
+        let secret =
+            hex::decode("2052e6e903184821071a1d5e82444d6e5e5a6bb2cbaf29f4b40b4bd3317e6c20")
+                .unwrap();
+        let iv: [u8; 16] = hex::decode("000102030405060708090a0b0c0d0e0f")
+            .unwrap()
             .try_into()
             .unwrap();
         assert_eq!(
-            hex(&evp_bytes_to_key(&secret, &iv[..8])),
+            hex::encode(evp_bytes_to_key(&secret, &iv[..8])),
             "3c2dd28e7a3cde3c14f62afccf0cac6c10d56c0b6d7746cce1d44597e12cde25"
         );
         let pem = encrypt_pem_block(b"choria provisioning!", &secret, iv);
@@ -214,12 +218,13 @@ mod tests {
     fn the_key_exchange_matches_the_spec_keys() {
         use x25519_dalek::{PublicKey, StaticSecret};
         let server: [u8; 32] =
-            unhex("67e4a9b3934a3030470ed7a30f89eeaf7dab7b492aa9ee02fb864d690b7e6eeb")
+            hex::decode("67e4a9b3934a3030470ed7a30f89eeaf7dab7b492aa9ee02fb864d690b7e6eeb")
+                .unwrap()
                 .try_into()
                 .unwrap();
         let server = StaticSecret::from(server);
         assert_eq!(
-            hex(PublicKey::from(&server).as_bytes()),
+            hex::encode(PublicKey::from(&server).as_bytes()),
             "88a9a0ed27dc93c29466ea2bef99e078342b27e7a1d789fc35a9131f86c3a022"
         );
         let key_pem = pem::encode(&Block {
@@ -233,7 +238,7 @@ mod tests {
         )
         .unwrap();
         // The node side: its static secret and our public key give the same secret.
-        let ours: [u8; 32] = unhex(&ours).try_into().unwrap();
+        let ours: [u8; 32] = hex::decode(&ours).unwrap().try_into().unwrap();
         let shared = server.diffie_hellman(&PublicKey::from(ours));
         let block = pem::decode(&encrypted).unwrap();
         assert_eq!(

@@ -1,7 +1,7 @@
 //! The `gen25519` challenge: a fresh nonce per try, and the check of the node's
 //! ed25519 signature over it (go-choria's provision agent, `providers/agent/mcorpc/golang/provision`).
 
-use super::ids::{unhex as hexdec, v1_request_id};
+use super::ids::v1_request_id;
 
 /// A `gen25519` nonce: 32 lowercase hex characters, new for every try.
 pub(crate) fn new_nonce() -> String {
@@ -60,11 +60,11 @@ pub fn verify_nonce_signature(
     if signature_hex.is_empty() {
         return Err(NonceError::NoSignature);
     }
-    let public = hexdec(public_key_hex).ok_or(NonceError::PublicKeyNotHex)?;
+    let public = hex::decode(public_key_hex).map_err(|_| NonceError::PublicKeyNotHex)?;
     if public.len() != 32 {
         return Err(NonceError::PublicKeySize(public.len()));
     }
-    let signature = hexdec(signature_hex).ok_or(NonceError::SignatureNotHex)?;
+    let signature = hex::decode(signature_hex).map_err(|_| NonceError::SignatureNotHex)?;
     if signature.len() != 64 {
         return Err(NonceError::SignatureSize(signature.len()));
     }

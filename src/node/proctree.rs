@@ -177,7 +177,7 @@ impl Own {
 
 /// A fresh marker value for one run: 128 random bits in hex.
 pub(crate) fn new_marker() -> String {
-    crate::crypto::ids::hex(&crate::crypto::ids::id_bytes())
+    hex::encode(crate::crypto::ids::id_bytes())
 }
 
 impl HelperTree {

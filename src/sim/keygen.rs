@@ -140,12 +140,12 @@ pub fn ed25519_public(seed: &[u8; 32]) -> [u8; 32] {
 
 /// [`ed25519_public`] as lowercase hex, as Choria writes keys.
 pub fn ed25519_public_hex(seed: &[u8; 32]) -> String {
-    ids::hex(&ed25519_public(seed))
+    hex::encode(ed25519_public(seed))
 }
 
 fn ed25519_sign_hex(seed: &[u8; 32], message: &str) -> String {
     let pair = Ed25519KeyPair::from_seed_unchecked(seed).expect("a 32-byte seed is a key");
-    ids::hex(pair.sign(message.as_bytes()).as_ref())
+    hex::encode(pair.sign(message.as_bytes()).as_ref())
 }
 
 /// A provisioning JWT signed with the issuer `seed`, valid for `validity`.
@@ -489,10 +489,10 @@ fn make(opts: &KeysOptions) -> Result<Files, String> {
         url = opts.url
     );
     Ok(vec![
-        ("issuer.seed", ids::hex(&issuer), true),
+        ("issuer.seed", hex::encode(issuer), true),
         ("issuer.public", format!("{issuer_public}\n"), false),
         ("provisioning.jwt", prov_jwt, true),
-        ("signer.seed", ids::hex(&signer), true),
+        ("signer.seed", hex::encode(signer), true),
         ("signer.public", format!("{signer_public}\n"), false),
         ("signer.jwt", signer_token, false),
         ("ca.pem", ca, false),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::choria::protocol::mcorpc::{RpcReply, StatusCode};
-use crate::crypto::ids::{hex, random_bytes};
+use crate::crypto::ids::random_bytes;
 use crate::crypto::{key_transport as crypto, pem};
 
 /// The setting that turns provisioning mode on or off.
@@ -368,7 +368,7 @@ impl Node {
         self.ecdh = Some(secret);
         ok(
             "jwt",
-            json!({"jwt": &*self.jwt, "ecdh_public": hex(public.as_bytes())}),
+            json!({"jwt": &*self.jwt, "ecdh_public": hex::encode(public.as_bytes())}),
         )
     }
 
@@ -384,9 +384,9 @@ impl Node {
         Ok(ok(
             "gen25519",
             json!({
-                "public_key": hex(key.public_key().as_ref()),
+                "public_key": hex::encode(key.public_key().as_ref()),
                 "directory": "/etc/choria",
-                "signature": hex(key.sign(nonce.as_bytes()).as_ref()),
+                "signature": hex::encode(key.sign(nonce.as_bytes()).as_ref()),
             }),
         ))
     }
@@ -560,7 +560,8 @@ impl Node {
 
     fn decrypt(&self, key: &str, ecdh_public: &str) -> Result<Vec<u8>, String> {
         let secret = self.ecdh.ok_or("private key not set")?;
-        let theirs: [u8; 32] = crate::crypto::ids::unhex(ecdh_public)
+        let theirs: [u8; 32] = hex::decode(ecdh_public)
+            .ok()
             .and_then(|k| k.try_into().ok())
             .ok_or("invalid ecdh_public")?;
         let shared = x25519_dalek::StaticSecret::from(secret)

@@ -17,8 +17,8 @@ use crate::crypto::jwt::{
 use crate::crypto::jwt::unverified_claims;
 
 fn ed25519_verify(public_hex: &str, message: &str, signature_hex: &str) -> Result<(), String> {
-    let public = ids::unhex(public_hex).ok_or("a public key is not hex")?;
-    let signature = ids::unhex(signature_hex).ok_or("a signature is not hex")?;
+    let public = hex::decode(public_hex).map_err(|_| "a public key is not hex")?;
+    let signature = hex::decode(signature_hex).map_err(|_| "a signature is not hex")?;
     UnparsedPublicKey::new(&ED25519, public)
         .verify(message.as_bytes(), &signature)
         .map_err(|_| format!("the signature over {message:?} does not verify"))
@@ -70,14 +70,14 @@ pub fn verify_issued_token<T: DeserializeOwned>(
                 [a, b] if !a.is_empty() && !b.is_empty() => (a, b),
                 _ => return Err("its tcs is not <issuer tcs>.<signature>".into()),
             };
-            ed25519_verify(&ids::hex(issuer), &format!("{id}.{public}"), issuer_tcs)
+            ed25519_verify(&hex::encode(issuer), &format!("{id}.{public}"), issuer_tcs)
                 .map_err(|e| format!("the issuer did not vouch for the chain issuer: {e}"))?;
             ed25519_verify(public, &format!("{}.{issuer_tcs}", std.jti), chain_sig)
                 .map_err(|e| format!("the chain issuer did not sign this token: {e}"))?;
             if now >= issexp {
                 return Err("its chain issuer has expired".into());
             }
-            <[u8; 32]>::try_from(ids::unhex(public).unwrap_or_default())
+            <[u8; 32]>::try_from(hex::decode(public).ok().unwrap_or_default())
                 .map_err(|_| "the chain issuer's key is not 32 bytes".to_string())?
         }
     };
@@ -100,7 +100,7 @@ mod tests {
     const AT: i64 = 1_767_225_601;
 
     fn key(hex: &str) -> [u8; 32] {
-        ids::unhex(hex).unwrap().try_into().unwrap()
+        hex::decode(hex).unwrap().try_into().unwrap()
     }
 
     #[test]

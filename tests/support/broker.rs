@@ -307,7 +307,7 @@ fn verify_nonce(nonce: &str, sig: &str, public_hex: &str) -> Result<(), String> 
     if public_hex.is_empty() {
         return Err("no public key found in the JWT to verify nonce signature".into());
     }
-    let public = ids::unhex(public_hex).ok_or("invalid nonce signature")?;
+    let public = hex::decode(public_hex).map_err(|_| "invalid nonce signature")?;
     let raw = URL_SAFE_NO_PAD
         .decode(sig)
         .map_err(|e| format!("invalid url encoded signature: {e}"))?;
@@ -700,7 +700,7 @@ impl ChoriaBroker {
         let backend = election_broker();
         let issuer_public = || -> [u8; 32] {
             let hex = std::fs::read_to_string(keys.path().join("issuer.public")).unwrap();
-            ids::unhex(hex.trim()).unwrap().try_into().unwrap()
+            hex::decode(hex.trim()).unwrap().try_into().unwrap()
         };
         let front = FrontEnd::start(FrontEndOptions {
             cert: keys.path().join("broker.pem"),

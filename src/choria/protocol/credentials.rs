@@ -125,7 +125,7 @@ impl Credentials {
         match self {
             Credentials::Ed25519 { key, .. } => {
                 use ring::signature::KeyPair as _;
-                Some(crate::crypto::ids::hex(key.public_key().as_ref()))
+                Some(hex::encode(key.public_key().as_ref()))
             }
             _ => None,
         }
@@ -191,8 +191,7 @@ pub fn client_identity(
             )?;
             let jwt = jwt.trim();
             let seed_hex = read(client.get("plugin.security.choria.seed_file"), "seed file")?;
-            let seed = crate::crypto::ids::unhex(seed_hex.trim())
-                .ok_or_else(|| err("the seed file is not hex"))?;
+            let seed = hex::decode(seed_hex.trim()).map_err(|_| err("the seed file is not hex"))?;
             let caller = jwt_caller_id(jwt)?;
             Ok((
                 Protocol::V2,

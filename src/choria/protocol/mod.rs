@@ -335,7 +335,7 @@ pub fn reply_prefix(
     use md5::{Digest, Md5};
     super::subject::Subject::new(format!(
         "{collective}.reply.{}",
-        ids::hex(&Md5::digest(caller_id.as_bytes()))
+        hex::encode(Md5::digest(caller_id.as_bytes()))
     ))
 }
 

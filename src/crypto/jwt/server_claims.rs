@@ -65,7 +65,8 @@ pub(crate) fn build_server_claims(
     if input.identity.is_empty() {
         return Err(TokenError::NoIdentity);
     }
-    let pk: [u8; 32] = crate::crypto::ids::unhex(input.public_key_hex)
+    let pk: [u8; 32] = hex::decode(input.public_key_hex)
+        .ok()
         .and_then(|k| k.try_into().ok())
         .ok_or(TokenError::NoNodePublicKey)?;
 

@@ -109,6 +109,16 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not hex"));
+        // A node's hex with a sign (what `from_str_radix` would take) is not hex.
+        let signed = |hex: &str| format!("+{}", &hex[1..]);
+        assert_eq!(
+            verify_nonce_signature(&signed(public), nonce, sig),
+            Err(NonceError::PublicKeyNotHex)
+        );
+        assert_eq!(
+            verify_nonce_signature(public, nonce, &signed(sig)),
+            Err(NonceError::SignatureNotHex)
+        );
         assert!(verify_nonce_signature(public, nonce, &sig[..10])
             .unwrap_err()
             .to_string()

@@ -247,6 +247,7 @@ fn ten_thousand_simulated_nodes_start_and_answer_one_discovery() {
         fleet.progress().booted == 10_000
     });
     let prov = Provisioner::start_paused(&server.url(), "p1.test", "", fast(), true);
+    let mut identities = std::collections::HashSet::new();
     let found = prov
         .daemon()
         .rpc()
@@ -254,8 +255,10 @@ fn ten_thousand_simulated_nodes_start_and_answer_one_discovery() {
             Duration::from_secs(2),
             Duration::from_millis(500),
             Duration::from_secs(20),
+            &mut |id| assert!(identities.insert(id), "a sender handed over twice"),
         )
         .unwrap();
-    assert_eq!(found.identities.len(), 10_000);
+    assert_eq!(identities.len(), 10_000);
+    assert_eq!(found.senders, 10_000);
     assert_eq!(fleet.progress().discovery_replies, 10_000);
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::{bounded, unbounded, Receiver};
 use serde::{Deserialize, Serialize};
 
 use super::bus::{Bus, Subscription as BusSubscription};
@@ -108,6 +108,8 @@ pub fn publish(bus: &Bus, event: &Event) -> std::io::Result<()> {
 pub(crate) const MAX_EVENT_BYTES: usize = 64 * 1024;
 
 /// Startup events waiting for the listener; a fleet of 50,000 booting at once fits.
+/// Counted on an unbounded channel: a bounded one would hold every slot (1.5 MiB)
+/// for the daemon's whole life.
 pub(crate) const EVENT_BACKLOG: usize = 65_536;
 
 /// Startup events waiting to be decoded: the decoder takes a real one in
@@ -136,7 +138,7 @@ pub(crate) fn subscribe_startups(
     let filter: SubjectFilter = subject("startup", component)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
         .into();
-    let (tx, rx) = bounded(EVENT_BACKLOG);
+    let (tx, rx) = unbounded();
     let (raw_tx, raw_rx) = bounded::<Vec<u8>>(RAW_EVENT_BACKLOG);
     let waiting_bytes = Arc::new(AtomicUsize::new(0));
     let dropper = Arc::new(Dropper {
@@ -150,7 +152,9 @@ pub(crate) fn subscribe_startups(
                 waiting_bytes.fetch_sub(bytes.len(), Ordering::Relaxed);
                 match startup_identity(&bytes) {
                     Ok(Some(identity)) => {
-                        if tx.try_send(identity).is_err() {
+                        // This thread is the only sender: the count cannot pass the
+                        // bound between the check and the send.
+                        if tx.len() >= EVENT_BACKLOG || tx.send(identity).is_err() {
                             dropper.drop_event("backlog_full", &"the listener is behind");
                         }
                     }

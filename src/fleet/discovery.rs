@@ -15,8 +15,9 @@ use crate::choria::rpc::RpcError;
 
 /// Finds the identities of nodes in provisioning mode (a broadcast discovery).
 pub(crate) trait Discover: Send + Sync {
-    /// One discovery; the valid identities that answered, in any order.
-    fn discover(&self) -> Result<Vec<Identity>, RpcError>;
+    /// One discovery: hands each valid identity that answered to `found` as it
+    /// comes, once, and returns how many it handed over.
+    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<u64, RpcError>;
 }
 
 /// When a discovery could not queue every node it found, the next one starts once
@@ -111,22 +112,24 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
     }
     let metrics = fleet.metrics();
     metrics.discover_cycles.inc();
-    let identities = match discoverer.discover() {
-        Ok(ids) => ids,
-        Err(e) => {
-            metrics.discovery_errors.inc();
-            log::error!("Could not discover nodes: {e}");
-            return 0;
-        }
-    };
+    // Each node is queued as it answers: the first of a large fleet start while the
+    // rest still answer, and no list of the whole fleet is kept.
     let (mut added, mut full) = (0usize, 0usize);
-    for identity in &identities {
-        match fleet.add(identity, Source::Discovery) {
+    let found = discoverer.discover(
+        &mut |identity| match fleet.add(&identity, Source::Discovery) {
             AddResult::Added => added += 1,
             AddResult::QueueFull => full += 1,
             AddResult::Known | AddResult::Stopping | AddResult::NotOurs => {}
+        },
+    );
+    let found = match found {
+        Ok(n) => n,
+        Err(e) => {
+            metrics.discovery_errors.inc();
+            log::error!("Could not discover nodes: {e}");
+            return full;
         }
-    }
+    };
     fleet.take_queue_full();
     if full > 0 {
         log::warn!(
@@ -134,8 +137,7 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
         );
     }
     log::info!(
-        "Discovered {} nodes, {added} new ones queued ({} waiting in the queue)",
-        identities.len(),
+        "Discovered {found} nodes, {added} new ones queued ({} waiting in the queue)",
         fleet.queued()
     );
     full
@@ -155,21 +157,23 @@ pub(crate) struct BroadcastDiscovery {
 }
 
 impl Discover for BroadcastDiscovery {
-    fn discover(&self) -> Result<Vec<Identity>, RpcError> {
-        let found = self.rpc.discover(self.initial, self.window, self.limit)?;
-        if found.refused > 0 {
+    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<u64, RpcError> {
+        let heard = self
+            .rpc
+            .discover(self.initial, self.window, self.limit, found)?;
+        if heard.refused > 0 {
             log::warn!(
                 "Discovery refused {} of {} replies (invalid or undecodable senders)",
-                found.refused,
-                found.replies
+                heard.refused,
+                heard.replies
             );
         }
         log::debug!(
             "Discovery heard {} replies from {} nodes in {:.2}s",
-            found.replies,
-            found.identities.len(),
-            found.took.as_secs_f64()
+            heard.replies,
+            heard.senders,
+            heard.took.as_secs_f64()
         );
-        Ok(found.identities)
+        Ok(heard.senders)
     }
 }

@@ -76,8 +76,8 @@ fn forge_hash(payload: &[u8]) -> Vec<u8> {
     t.to_string().into_bytes()
 }
 
-/// Answers discovery broadcasts for `count` identities `node-<n>`.
-fn discovery_responders(server: &NatsServer, count: usize) -> nats::Connection {
+/// Answers discovery broadcasts for `count` identities `node-<n>`, each `times`.
+fn discovery_responders(server: &NatsServer, count: usize, times: usize) -> nats::Connection {
     let nc = nats::connect(server.url()).unwrap();
     let publisher = nc.clone();
     nc.subscribe("provisioning.broadcast.agent.discovery")
@@ -89,7 +89,7 @@ fn discovery_responders(server: &NatsServer, count: usize) -> nats::Connection {
             if request.body != b"ping" || request.filter.agent != ["choria_provision"] {
                 return Ok(());
             }
-            for n in 0..count {
+            for n in (0..count).flat_map(|n| std::iter::repeat_n(n, times)) {
                 let sender = format!("node-{n}");
                 let nanos = crate::clock::unix_nanos();
                 let payload = protocol::encode_reply(&request, &sender, b"pong", nanos, None);
@@ -312,23 +312,27 @@ fn a_thousand_concurrent_requests_from_sixteen_threads_are_each_answered_by_thei
 }
 
 #[test]
-fn discovery_of_two_hundred_nodes_closes_its_window_early() {
+fn discovery_of_two_hundred_nodes_answering_twice_hands_each_over_once_and_closes_early() {
     let server = NatsServer::start();
     let dir = TempDir::new("rpc");
-    let _fleet = discovery_responders(&server, 200);
+    let _fleet = discovery_responders(&server, 200, 2);
     let rpc = client(&server, &dir);
     let started = Instant::now();
+    let mut identities = Vec::new();
     let found = rpc
         .discover(
             Duration::from_secs(2),
             Duration::from_millis(300),
             Duration::from_secs(2),
+            &mut |id| identities.push(id),
         )
         .unwrap();
     let took = started.elapsed();
-    assert_eq!(found.identities.len(), 200);
-    assert_eq!(found.replies, 200);
-    assert!(found.identities.iter().all(|id| id.starts_with("node-")));
+    let distinct: std::collections::HashSet<_> = identities.iter().collect();
+    assert_eq!((identities.len(), distinct.len()), (200, 200));
+    assert_eq!(found.senders, 200);
+    assert_eq!(found.replies, 400);
+    assert!(identities.iter().all(|id| id.starts_with("node-")));
     assert!(
         took < Duration::from_millis(1500),
         "closed 300 ms after the last reply: {took:?}"
@@ -346,9 +350,10 @@ fn discovery_with_nobody_listening_ends_at_the_initial_wait() {
             Duration::from_millis(400),
             Duration::from_millis(300),
             Duration::from_secs(2),
+            &mut |id| panic!("nobody answered, yet {id} was found"),
         )
         .unwrap();
-    assert!(found.identities.is_empty());
+    assert_eq!(found.senders, 0);
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(400) && took < Duration::from_secs(2),

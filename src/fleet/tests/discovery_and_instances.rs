@@ -6,8 +6,11 @@ use super::*;
 struct FixedDiscovery(Result<Vec<Identity>, RpcError>);
 
 impl discovery::Discover for FixedDiscovery {
-    fn discover(&self) -> Result<Vec<Identity>, RpcError> {
-        self.0.clone()
+    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<u64, RpcError> {
+        let identities = self.0.clone()?;
+        let n = identities.len() as u64;
+        identities.into_iter().for_each(found);
+        Ok(n)
     }
 }
 
@@ -63,13 +66,12 @@ struct EndlessDiscovery {
 }
 
 impl discovery::Discover for EndlessDiscovery {
-    fn discover(&self) -> Result<Vec<Identity>, RpcError> {
+    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<u64, RpcError> {
         let mut calls = self.calls.lock();
         let first = calls.len() * self.per_call;
         calls.push(Instant::now());
-        Ok((first..first + self.per_call)
-            .map(|n| id(&format!("n{n}")))
-            .collect())
+        (first..first + self.per_call).for_each(|n| found(id(&format!("n{n}"))));
+        Ok(self.per_call as u64)
     }
 }
 

@@ -45,6 +45,15 @@ impl Throttle {
         *last = Some(now);
         Some(self.held_back.swap(0, Ordering::Relaxed))
     }
+
+    /// [`Throttle::ready`] as the end of a warning line: `Some("")` when nothing was
+    /// held back, `Some(" (n more <what> since the last warning)")` otherwise.
+    pub(crate) fn ready_note(&self, what: &str) -> Option<String> {
+        self.ready().map(|held_back| match held_back {
+            0 => String::new(),
+            n => format!(" ({n} more {what} since the last warning)"),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -59,5 +68,13 @@ mod tests {
         assert_eq!(t.ready(), None);
         std::thread::sleep(Duration::from_millis(120));
         assert_eq!(t.ready(), Some(2));
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(t.ready_note("drops").as_deref(), Some(""));
+        assert_eq!(t.ready_note("drops"), None);
+        std::thread::sleep(Duration::from_millis(120));
+        assert_eq!(
+            t.ready_note("drops").as_deref(),
+            Some(" (1 more drops since the last warning)")
+        );
     }
 }

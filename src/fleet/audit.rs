@@ -107,12 +107,7 @@ impl AuditLog {
 
     fn failed(&self, what: &str, e: &io::Error) {
         self.metrics.audit_write_errors.inc();
-        if let Some(held_back) = self.throttle.ready() {
-            let more = if held_back > 0 {
-                format!(" ({held_back} more failures since the last warning)")
-            } else {
-                String::new()
-            };
+        if let Some(more) = self.throttle.ready_note("failures") {
             log::warn!(
                 "Could not {what} the audit file {}: {e}; provisioning goes on{more}",
                 self.path.display()

@@ -218,12 +218,7 @@ impl NodeSequence {
         {
             return;
         }
-        if let Some(more) = self.lockless.ready() {
-            let more = if more > 0 {
-                format!(" ({more} similar warnings suppressed)")
-            } else {
-                String::new()
-            };
+        if let Some(more) = self.lockless.ready_note("such warnings") {
             log::warn!(
                 "{identity} runs Choria {}, older than {LOCK_SINCE}: it has no provisioning \
                  lock, so while active-active instances join or leave two of them may \

@@ -411,57 +411,60 @@ pub fn transport_version(bytes: &[u8]) -> Result<Protocol, ProtocolError> {
     }
 }
 
-/// Decodes a reply payload of either version, checking its hash.
-pub fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
+/// Runs the reader of `bytes`'s protocol version. A v1 transport is parsed once
+/// (`v1_parsed` takes it; v2's is parsed as many times as before); any other input
+/// takes the probe of `transport_version`, which gives the errors it always gave.
+fn by_version<T>(
+    bytes: &[u8],
+    v1_parsed: impl FnOnce(v1::Parsed<'_>) -> Result<T, ProtocolError>,
+    v1: fn(&[u8]) -> Result<T, ProtocolError>,
+    v2: fn(&[u8]) -> Result<T, ProtocolError>,
+) -> Result<T, ProtocolError> {
     check_size(bytes)?;
-    // The transport is parsed once for a v1 reply (v2's as many times as before); any
-    // other input takes the probe below, which gives the errors it always gave.
     match v1::parse(bytes) {
-        Ok(t) if t.protocol() == v1::TRANSPORT => return v1::decode_parsed_reply(t),
-        Ok(t) if t.protocol() == v2::TRANSPORT => return v2::decode_reply(bytes),
+        Ok(t) if t.protocol() == v1::TRANSPORT => return v1_parsed(t),
+        Ok(t) if t.protocol() == v2::TRANSPORT => return v2(bytes),
         _ => {}
     }
     match transport_version(bytes)? {
-        Protocol::V1 => v1::decode_reply(bytes),
-        Protocol::V2 => v2::decode_reply(bytes),
+        Protocol::V1 => v1(bytes),
+        Protocol::V2 => v2(bytes),
     }
+}
+
+/// Decodes a reply payload of either version, checking its hash.
+pub fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
+    by_version(
+        bytes,
+        v1::decode_parsed_reply,
+        v1::decode_reply,
+        v2::decode_reply,
+    )
 }
 
 /// The transport sender (`mc_sender` / `sender`) of a reply, all discovery reads.
 pub(crate) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
-    check_size(bytes)?;
-    // As in `decode_reply`: a v1 transport is parsed once.
-    let parsed = match v1::parse(bytes) {
-        Ok(t) if t.protocol() == v1::TRANSPORT => Some(v1::parsed_sender(t)?),
-        _ => None,
-    };
-    let sender = match parsed {
-        Some(sender) => sender,
-        None => match transport_version(bytes)? {
-            Protocol::V1 => v1::transport_sender(bytes)?,
-            Protocol::V2 => v2::transport_sender(bytes)?,
-        },
-    };
+    let sender = by_version(
+        bytes,
+        v1::parsed_sender,
+        v1::transport_sender,
+        v2::transport_sender,
+    )?;
     if sender.is_empty() {
         return Err(ProtocolError::new(Layer::Transport, "no sender header"));
     }
     Ok(sender)
 }
 
-/// Decodes a request payload of either version (server side).
+/// Decodes a request payload of either version (server side); the simulator reads
+/// one per request.
 pub fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
-    check_size(bytes)?;
-    // As in `decode_reply`: a v1 transport is parsed once (the simulator reads one
-    // per request); any other input takes the probe, with the errors it always gave.
-    match v1::parse(bytes) {
-        Ok(t) if t.protocol() == v1::TRANSPORT => return v1::decode_parsed_request(t),
-        Ok(t) if t.protocol() == v2::TRANSPORT => return v2::decode_request(bytes),
-        _ => {}
-    }
-    match transport_version(bytes)? {
-        Protocol::V1 => v1::decode_request(bytes),
-        Protocol::V2 => v2::decode_request(bytes),
-    }
+    by_version(
+        bytes,
+        v1::decode_parsed_request,
+        v1::decode_request,
+        v2::decode_request,
+    )
 }
 
 /// Encodes a reply to `request` from `sender` with `body` made at `time_ns`;

@@ -78,6 +78,17 @@ pub(crate) const EXP_DURATION_THRESHOLD: i64 = 315_360_000;
 /// Server JWT lifetimes at or below this (seconds) are replaced by the configured default.
 pub(crate) const MIN_SERVER_VALIDITY: i64 = 3600;
 
+/// The first PEM block of a key file, or `error` saying why there is none (Go's
+/// message for a file that is not PEM).
+pub(super) fn key_file_pem(
+    data: &[u8],
+    error: fn(String) -> TokenError,
+) -> Result<pem::Block, TokenError> {
+    let text = std::str::from_utf8(data).map_err(|_| error("not UTF-8".into()))?;
+    pem::decode(text)
+        .ok_or_else(|| error("invalid key: key must be a PEM encoded PKCS1 or PKCS8 key".into()))
+}
+
 pub(super) const OID_RSA_ENCRYPTION: der::oid::ObjectIdentifier =
     der::oid::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 

@@ -52,13 +52,7 @@ impl SigningKey {
         if data.starts_with(b"-----BEGIN RSA PRIVATE KEY")
             || data.starts_with(b"-----BEGIN PRIVATE KEY")
         {
-            let text = std::str::from_utf8(data)
-                .map_err(|_| TokenError::SigningKeyParse("not UTF-8".into()))?;
-            let block = pem::decode(text).ok_or_else(|| {
-                TokenError::SigningKeyParse(
-                    "invalid key: key must be a PEM encoded PKCS1 or PKCS8 key".into(),
-                )
-            })?;
+            let block = key_file_pem(data, TokenError::SigningKeyParse)?;
             let kp = signature::RsaKeyPair::from_der(&block.der)
                 .or_else(|_| signature::RsaKeyPair::from_pkcs8(&block.der))
                 .map_err(|e| TokenError::SigningKeyParse(format!("not a usable RSA key: {e}")))?;

@@ -36,36 +36,27 @@ pub(crate) fn verify_jws(token: &str, key: &VerifyKey) -> Result<Vec<u8>, TokenE
     let claims = B64URL
         .decode(parts[1])
         .map_err(|_| TokenError::Malformed("could not base64 decode claim".into()))?;
-    let alg: &'static signature::RsaParameters = match header.alg.as_str() {
+    let alg: &'static dyn signature::VerificationAlgorithm = match header.alg.as_str() {
         "RS256" => &signature::RSA_PKCS1_2048_8192_SHA256,
         "RS384" => &signature::RSA_PKCS1_2048_8192_SHA384,
         "RS512" => &signature::RSA_PKCS1_2048_8192_SHA512,
-        "EdDSA" => {
-            let VerifyKey::Ed25519(pk) = key else {
-                return Err(TokenError::Ed25519KeyRequired);
-            };
-            let sig = B64URL
-                .decode(parts[2])
-                .map_err(|_| TokenError::BadSignature)?;
-            let signed = &token[..parts[0].len() + 1 + parts[1].len()];
-            signature::UnparsedPublicKey::new(&signature::ED25519, pk)
-                .verify(signed.as_bytes(), &sig)
-                .map_err(|_| TokenError::BadSignature)?;
-            return Ok(claims);
-        }
+        "EdDSA" => &signature::ED25519,
         other => {
             let shown: String = other.chars().take(32).collect();
             return Err(TokenError::UnsupportedAlgorithm(shown));
         }
     };
-    let VerifyKey::Rsa(pkcs1) = key else {
-        return Err(TokenError::RsaKeyRequired);
+    let public: &[u8] = match (header.alg.as_str(), key) {
+        ("EdDSA", VerifyKey::Ed25519(pk)) => pk,
+        ("EdDSA", VerifyKey::Rsa(_)) => return Err(TokenError::Ed25519KeyRequired),
+        (_, VerifyKey::Rsa(pkcs1)) => pkcs1,
+        (_, VerifyKey::Ed25519(_)) => return Err(TokenError::RsaKeyRequired),
     };
     let sig = B64URL
         .decode(parts[2])
         .map_err(|_| TokenError::BadSignature)?;
     let signed = &token[..parts[0].len() + 1 + parts[1].len()];
-    signature::UnparsedPublicKey::new(alg, pkcs1)
+    signature::UnparsedPublicKey::new(alg, public)
         .verify(signed.as_bytes(), &sig)
         .map_err(|_| TokenError::BadSignature)?;
     Ok(claims)

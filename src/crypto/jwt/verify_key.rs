@@ -93,13 +93,7 @@ impl VerifyKey {
     pub(crate) fn from_file_contents(data: &[u8]) -> Result<VerifyKey, TokenError> {
         if data.starts_with(b"-----BEGIN CERTIFICATE") || data.starts_with(b"-----BEGIN PUBLIC KEY")
         {
-            let text = std::str::from_utf8(data)
-                .map_err(|_| TokenError::VerifyCertParse("not UTF-8".into()))?;
-            let block = pem::decode(text).ok_or_else(|| {
-                TokenError::VerifyCertParse(
-                    "invalid key: key must be a PEM encoded PKCS1 or PKCS8 key".into(),
-                )
-            })?;
+            let block = key_file_pem(data, TokenError::VerifyCertParse)?;
             return VerifyKey::from_der(&block.der);
         }
         let text = std::str::from_utf8(data).map_err(|_| TokenError::Ed25519PublicData)?;

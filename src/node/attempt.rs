@@ -243,11 +243,13 @@ enum Phase {
 struct Learnt {
     claims: Option<Arc<ProvisioningClaims>>,
     ecdh_public: String,
-    ed25519: Option<Ed25519Info>,
+    /// Boxed, as `csr`: only the features that ask for them fill them, and each of
+    /// the thousands of attempts under way would otherwise carry their 144 bytes.
+    ed25519: Option<Box<Ed25519Info>>,
     inventory: String,
     version: String,
     upgradable: bool,
-    csr: Option<CsrInfo>,
+    csr: Option<Box<CsrInfo>>,
 }
 
 /// What an accepted reply gave.
@@ -606,8 +608,8 @@ impl Attempt {
                 self.progress.step("helper");
                 let input = HelperInput {
                     identity: &self.identity,
-                    csr: self.learnt.csr.as_ref(),
-                    ed25519_pubkey: self.learnt.ed25519.as_ref(),
+                    csr: self.learnt.csr.as_deref(),
+                    ed25519_pubkey: self.learnt.ed25519.as_deref(),
                     inventory: &self.learnt.inventory,
                     jwt: self.learnt.claims.as_deref(),
                 };

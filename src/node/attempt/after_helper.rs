@@ -189,7 +189,7 @@ impl Attempt {
         let server_jwt = if seq.config().features.ed25519 {
             let signed = seq
                 .keys()
-                .server_jwt(identity, self.learnt.ed25519.as_ref(), answer)?;
+                .server_jwt(identity, self.learnt.ed25519.as_deref(), answer)?;
             self.progress.record(|f| {
                 f.server_jwt_id = Some(signed.claims.standard.jti.clone());
                 f.server_jwt_expires = signed.claims.standard.exp;

@@ -184,7 +184,7 @@ impl Attempt {
                 self.learnt.claims = Some(claims);
                 self.learnt.ecdh_public = ecdh;
             }
-            Value::Ed25519(info) => self.learnt.ed25519 = Some(info),
+            Value::Ed25519(info) => self.learnt.ed25519 = Some(Box::new(info)),
             Value::Inventory {
                 version,
                 upgradable,
@@ -200,7 +200,7 @@ impl Attempt {
             }
             Value::Csr(csr) => {
                 seq.keys().check_csr(identity, &csr.csr)?;
-                self.learnt.csr = Some(csr);
+                self.learnt.csr = Some(Box::new(csr));
             }
             Value::Empty => {}
         }

@@ -60,6 +60,7 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
 mod contested;
 mod discovery;
+pub(crate) use discovery::Discovered;
 #[cfg(test)]
 mod tests;
 pub(crate) use contested::{Contest, Contested};

@@ -1,9 +1,10 @@
 //! The discovery loop: one broadcast discovery at start, then one every `interval`
 //! and one whenever the election makes us leader; skipped while paused.
 //!
-//! A discovery that found more nodes than the work queue took is followed by another
-//! as soon as the queue has drained to half its capacity, instead of at the next
-//! tick while the workers idle ([`Rediscovery`]).
+//! A discovery that found more nodes than the work queue took, or dropped replies it
+//! could not decode in time, is followed by another as soon as the queue has drained
+//! to half its capacity, instead of at the next tick while the workers idle
+//! ([`Rediscovery`]).
 
 use std::time::{Duration, Instant};
 
@@ -11,13 +12,14 @@ use crossbeam_channel::{never, select, tick, Receiver};
 
 use super::{AddResult, Fleet, Source};
 use crate::choria::identity::Identity;
-use crate::choria::rpc::RpcError;
+use crate::choria::rpc::{Discovered, RpcError};
 
 /// Finds the identities of nodes in provisioning mode (a broadcast discovery).
 pub(crate) trait Discover: Send + Sync {
     /// One discovery: hands each valid identity that answered to `found` as it
-    /// comes, once, and returns how many it handed over.
-    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<u64, RpcError>;
+    /// comes, once, and says how many it handed over and how many replies it had
+    /// to drop unread.
+    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<Discovered, RpcError>;
 }
 
 /// When a discovery could not queue every node it found, the next one starts once
@@ -82,7 +84,7 @@ pub(crate) fn run_with(
                         && ended.elapsed() >= rediscovery.min_gap
                     {
                         log::info!(
-                            "Discovering again before the interval: the queue has room for the {left_out} nodes the last discovery could not queue"
+                            "Discovering again before the interval: the queue has room for the {left_out} nodes (or dropped replies) the last discovery could not queue"
                         );
                         break;
                     }
@@ -100,7 +102,9 @@ pub(crate) fn run_with(
 }
 
 /// One discovery cycle: counts it, queues every identity found, and reports a full
-/// queue once for the whole cycle. Returns how many found nodes did not fit.
+/// queue once for the whole cycle. Returns how many found nodes did not fit, plus
+/// the replies dropped unread (their nodes may not have been heard): either makes
+/// the next discovery come early.
 pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
     if fleet.pause().paused() {
         log::warn!("Skipping discovery while paused");
@@ -122,8 +126,8 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
             AddResult::Known | AddResult::Stopping | AddResult::NotOurs => {}
         },
     );
-    let found = match found {
-        Ok(n) => n,
+    let heard = match found {
+        Ok(heard) => heard,
         Err(e) => {
             metrics.discovery_errors.inc();
             log::error!("Could not discover nodes: {e}");
@@ -136,11 +140,18 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
             "The work queue is full: {full} discovered nodes could not be queued this cycle and will be retried by the next one"
         );
     }
+    if heard.dropped > 0 {
+        log::warn!(
+            "Discovery dropped {} replies it could not decode in time; their nodes are found by an early discovery",
+            heard.dropped
+        );
+    }
     log::info!(
-        "Discovered {found} nodes, {added} new ones queued ({} waiting in the queue)",
+        "Discovered {} nodes, {added} new ones queued ({} waiting in the queue)",
+        heard.senders,
         fleet.queued()
     );
-    full
+    full + usize::try_from(heard.dropped).unwrap_or(usize::MAX)
 }
 
 /// Broadcast discovery over the wire with the sliding window of §3.2: wait up to
@@ -157,7 +168,7 @@ pub(crate) struct BroadcastDiscovery {
 }
 
 impl Discover for BroadcastDiscovery {
-    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<u64, RpcError> {
+    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<Discovered, RpcError> {
         let heard = self
             .rpc
             .discover(self.initial, self.window, self.limit, found)?;
@@ -174,6 +185,6 @@ impl Discover for BroadcastDiscovery {
             heard.senders,
             heard.took.as_secs_f64()
         );
-        Ok(heard.senders)
+        Ok(heard)
     }
 }

@@ -84,7 +84,8 @@ pub struct Metrics {
     pub contested_replies: IntCounterVec,
     /// Lifecycle events dropped before use, by `reason`.
     pub dropped_events: IntCounterVec,
-    /// Discovery replies beyond the per-discovery cap of distinct senders.
+    /// Discovery replies dropped: beyond the per-discovery cap of distinct senders,
+    /// too large, or beyond the backlog waiting to be decoded.
     pub discovery_overflow: IntCounter,
     /// Finished attempts by `outcome` (one of `OUTCOMES`); see
     /// `Metrics::observe_outcome`.
@@ -440,7 +441,7 @@ impl Metrics {
             )?,
             discovery_overflow: counter(
                 "choria_provisioner_discovery_overflow",
-                "How many discovery replies came beyond the cap of distinct senders",
+                "How many discovery replies were dropped: beyond the cap of distinct senders, too large, or beyond the backlog waiting to be decoded",
             )?,
             peers: gauge(
                 "choria_provisioner_peers",

@@ -28,8 +28,12 @@ const MAX_DISCOVERY_REPLY: usize = 16 * 1024;
 /// for each discovery, at the moment a whole fleet's replies are in memory too.
 const DISCOVERY_BACKLOG: usize = 65_536;
 
-/// The most bytes of discovery replies waiting to be decoded.
-const DISCOVERY_BYTES_BACKLOG: usize = 32 * 1024 * 1024;
+/// The most bytes of discovery replies waiting to be decoded: a fleet's burst of
+/// replies waits here while the discovering thread decodes them, and 4 MiB hold
+/// about 7,000 replies of a real node (about 600 bytes each). Past it, replies are
+/// dropped and counted, and the fleet discovers again early for their nodes: a busy
+/// moment costs a node a few seconds, never memory beyond this.
+const DISCOVERY_BYTES_BACKLOG: usize = 4 * 1024 * 1024;
 
 /// What one broadcast discovery heard (its senders went to the caller as they came).
 #[derive(Debug, Default)]
@@ -40,6 +44,9 @@ pub struct Discovered {
     pub replies: u64,
     /// Replies refused (undecodable, or an invalid identity).
     pub refused: u64,
+    /// Replies dropped unread: too large, or beyond the backlog while the
+    /// discovering thread was behind. Their senders may not have been heard.
+    pub dropped: u64,
     /// How long the discovery listened.
     pub took: Duration,
 }
@@ -61,7 +68,7 @@ impl RpcClient {
     /// new transport sender to `found` as it comes, until `window` passes without a
     /// new one (after the first), `initial` passes without any, or `limit` is
     /// reached, whatever keeps arriving. The reader thread only hands each reply's
-    /// bytes over (at most 65,536 replies and 32 MiB wait); this thread decodes and
+    /// bytes over (at most 65,536 replies and 4 MiB wait); this thread decodes and
     /// validates the senders: invalid ones are counted and dropped, and at most
     /// `MAX_DISCOVERY_SENDERS` distinct ones are taken.
     pub fn discover(
@@ -76,8 +83,9 @@ impl RpcClient {
         // thread decodes them, so a flood of large replies delays no other reply.
         let (raw_tx, raw) = unbounded::<Vec<u8>>();
         let waiting_bytes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let sink = {
-            let waiting_bytes = Arc::clone(&waiting_bytes);
+            let (waiting_bytes, dropped) = (Arc::clone(&waiting_bytes), Arc::clone(&dropped));
             let metrics = Arc::clone(&self.metrics);
             Arc::new(move |routed: Routed| {
                 let Routed::Reply(bytes) = routed else {
@@ -94,6 +102,7 @@ impl RpcClient {
                         waiting_bytes.fetch_sub(len, Ordering::Relaxed);
                     }
                     metrics.discovery_overflow.inc();
+                    dropped.fetch_add(1, Ordering::Relaxed);
                     return false;
                 }
                 true
@@ -139,6 +148,7 @@ impl RpcClient {
             senders: c.seen.len() as u64,
             replies: c.replies,
             refused: c.refused,
+            dropped: dropped.load(Ordering::Relaxed),
             took: started.elapsed(),
         })
     }

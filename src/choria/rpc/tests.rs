@@ -76,8 +76,8 @@ fn forge_hash(payload: &[u8]) -> Vec<u8> {
     t.to_string().into_bytes()
 }
 
-/// Answers discovery broadcasts for `count` identities `node-<n>`, each `times`.
-fn discovery_responders(server: &NatsServer, count: usize, times: usize) -> nats::Connection {
+/// Answers each discovery broadcast with one reply per `(sender, body)`, in order.
+fn discovery_responders(server: &NatsServer, replies: Vec<(String, Vec<u8>)>) -> nats::Connection {
     let nc = nats::connect(server.url()).unwrap();
     let publisher = nc.clone();
     nc.subscribe("provisioning.broadcast.agent.discovery")
@@ -89,16 +89,22 @@ fn discovery_responders(server: &NatsServer, count: usize, times: usize) -> nats
             if request.body != b"ping" || request.filter.agent != ["choria_provision"] {
                 return Ok(());
             }
-            for n in (0..count).flat_map(|n| std::iter::repeat_n(n, times)) {
-                let sender = format!("node-{n}");
+            for (sender, body) in &replies {
                 let nanos = crate::clock::unix_nanos();
-                let payload = protocol::encode_reply(&request, &sender, b"pong", nanos, None);
+                let payload = protocol::encode_reply(&request, sender, body, nanos, None);
                 publisher.publish(&request.reply_to, payload)?;
             }
             Ok(())
         });
     nc.flush().unwrap();
     nc
+}
+
+/// `pong` from `node-0` … `node-<count - 1>`, each `times` in a row.
+fn pongs(count: usize, times: usize) -> Vec<(String, Vec<u8>)> {
+    (0..count)
+        .flat_map(|n| std::iter::repeat_n((format!("node-{n}"), b"pong".to_vec()), times))
+        .collect()
 }
 
 fn id(text: &str) -> Identity {
@@ -315,7 +321,7 @@ fn a_thousand_concurrent_requests_from_sixteen_threads_are_each_answered_by_thei
 fn discovery_of_two_hundred_nodes_answering_twice_hands_each_over_once_and_closes_early() {
     let server = NatsServer::start();
     let dir = TempDir::new("rpc");
-    let _fleet = discovery_responders(&server, 200, 2);
+    let _fleet = discovery_responders(&server, pongs(200, 2));
     let rpc = client(&server, &dir);
     let started = Instant::now();
     let mut identities = Vec::new();
@@ -337,6 +343,30 @@ fn discovery_of_two_hundred_nodes_answering_twice_hands_each_over_once_and_close
         took < Duration::from_millis(1500),
         "closed 300 ms after the last reply: {took:?}"
     );
+}
+
+#[test]
+fn discovery_replies_too_large_to_read_are_dropped_and_counted() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("rpc");
+    let mut replies = pongs(3, 1);
+    replies.push(("node-huge-1".into(), vec![b'x'; 20 * 1024]));
+    replies.push(("node-huge-2".into(), vec![b'x'; 20 * 1024]));
+    let _fleet = discovery_responders(&server, replies);
+    let rpc = client(&server, &dir);
+    let mut identities = Vec::new();
+    let found = rpc
+        .discover(
+            Duration::from_secs(2),
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+            &mut |id| identities.push(id.to_string()),
+        )
+        .unwrap();
+    identities.sort();
+    assert_eq!(identities, ["node-0", "node-1", "node-2"]);
+    assert_eq!((found.senders, found.replies, found.dropped), (3, 3, 2));
+    assert_eq!(rpc.metrics.discovery_overflow.get(), 2);
 }
 
 #[test]

@@ -2,15 +2,19 @@
 //! active-active ownership, on the rig of `tests/mod.rs`.
 
 use super::*;
+use crate::choria::rpc::Discovered;
 
 struct FixedDiscovery(Result<Vec<Identity>, RpcError>);
 
 impl discovery::Discover for FixedDiscovery {
-    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<u64, RpcError> {
+    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<Discovered, RpcError> {
         let identities = self.0.clone()?;
-        let n = identities.len() as u64;
+        let senders = identities.len() as u64;
         identities.into_iter().for_each(found);
-        Ok(n)
+        Ok(Discovered {
+            senders,
+            ..Discovered::default()
+        })
     }
 }
 
@@ -66,12 +70,15 @@ struct EndlessDiscovery {
 }
 
 impl discovery::Discover for EndlessDiscovery {
-    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<u64, RpcError> {
+    fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<Discovered, RpcError> {
         let mut calls = self.calls.lock();
         let first = calls.len() * self.per_call;
         calls.push(Instant::now());
         (first..first + self.per_call).for_each(|n| found(id(&format!("n{n}"))));
-        Ok(self.per_call as u64)
+        Ok(Discovered {
+            senders: self.per_call as u64,
+            ..Discovered::default()
+        })
     }
 }
 
@@ -126,6 +133,56 @@ fn an_overflowing_discovery_is_followed_once_the_queue_is_half_empty() {
     wait_until("the early discovery", || discovered() == 6);
     assert_eq!(cycles(), 2);
     assert_eq!(r.fleet.queued(), 4);
+    r.fleet.stop();
+    loop_thread.join().unwrap();
+}
+
+/// Hears nothing and reports `dropped` replies dropped unread on its first call.
+struct DroppingDiscovery {
+    dropped: u64,
+    calls: Mutex<Vec<Instant>>,
+}
+
+impl discovery::Discover for DroppingDiscovery {
+    fn discover(&self, _found: &mut dyn FnMut(Identity)) -> Result<Discovered, RpcError> {
+        let mut calls = self.calls.lock();
+        calls.push(Instant::now());
+        Ok(Discovered {
+            dropped: if calls.len() == 1 { self.dropped } else { 0 },
+            ..Discovered::default()
+        })
+    }
+}
+
+#[test]
+fn a_discovery_that_dropped_replies_is_followed_early_once() {
+    // The queue is empty and took everything heard, but replies were dropped unread:
+    // their nodes are looked for again after the gap, not an hour later, and a
+    // discovery that dropped nothing does not repeat.
+    let r = rig(1, 10, Duration::from_secs(60), false);
+    let fleet = Arc::clone(&r.fleet);
+    let found = Arc::new(DroppingDiscovery {
+        dropped: 7,
+        calls: Mutex::new(Vec::new()),
+    });
+    let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
+    let discoverer = Arc::clone(&found);
+    let loop_thread = std::thread::spawn(move || {
+        discovery::run_with(
+            &fleet,
+            &*discoverer,
+            Duration::from_secs(3600),
+            &trigger,
+            quick(50),
+        )
+    });
+    wait_until("the early discovery", || found.calls.lock().len() == 2);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        found.calls.lock().len(),
+        2,
+        "no third one: nothing was dropped"
+    );
     r.fleet.stop();
     loop_thread.join().unwrap();
 }

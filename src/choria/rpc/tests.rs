@@ -100,6 +100,21 @@ fn discovery_responders(server: &NatsServer, replies: Vec<(String, Vec<u8>)>) ->
     nc
 }
 
+/// One discovery as the daemon runs it (2 s for the first reply, a 300 ms window,
+/// 2 s at most): what it heard and the senders it handed over, in order.
+fn discover_all(rpc: &RpcClient) -> (Discovered, Vec<Identity>) {
+    let mut identities = Vec::new();
+    let found = rpc
+        .discover(
+            Duration::from_secs(2),
+            Duration::from_millis(300),
+            Duration::from_secs(2),
+            &mut |id| identities.push(id),
+        )
+        .unwrap();
+    (found, identities)
+}
+
 /// `pong` from `node-0` … `node-<count - 1>`, each `times` in a row.
 fn pongs(count: usize, times: usize) -> Vec<(String, Vec<u8>)> {
     (0..count)
@@ -324,15 +339,7 @@ fn discovery_of_two_hundred_nodes_answering_twice_hands_each_over_once_and_close
     let _fleet = discovery_responders(&server, pongs(200, 2));
     let rpc = client(&server, &dir);
     let started = Instant::now();
-    let mut identities = Vec::new();
-    let found = rpc
-        .discover(
-            Duration::from_secs(2),
-            Duration::from_millis(300),
-            Duration::from_secs(2),
-            &mut |id| identities.push(id),
-        )
-        .unwrap();
+    let (found, identities) = discover_all(&rpc);
     let took = started.elapsed();
     let distinct: std::collections::HashSet<_> = identities.iter().collect();
     assert_eq!((identities.len(), distinct.len()), (200, 200));
@@ -354,17 +361,9 @@ fn discovery_replies_too_large_to_read_are_dropped_and_counted() {
     replies.push(("node-huge-2".into(), vec![b'x'; 20 * 1024]));
     let _fleet = discovery_responders(&server, replies);
     let rpc = client(&server, &dir);
-    let mut identities = Vec::new();
-    let found = rpc
-        .discover(
-            Duration::from_secs(2),
-            Duration::from_millis(300),
-            Duration::from_secs(2),
-            &mut |id| identities.push(id.to_string()),
-        )
-        .unwrap();
+    let (found, mut identities) = discover_all(&rpc);
     identities.sort();
-    assert_eq!(identities, ["node-0", "node-1", "node-2"]);
+    assert_eq!(identities, [id("node-0"), id("node-1"), id("node-2")]);
     assert_eq!((found.senders, found.replies, found.dropped), (3, 3, 2));
     assert_eq!(rpc.metrics.discovery_overflow.get(), 2);
 }

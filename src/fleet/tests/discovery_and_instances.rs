@@ -82,11 +82,29 @@ impl discovery::Discover for EndlessDiscovery {
     }
 }
 
-fn quick(min_gap_ms: u64) -> discovery::Rediscovery {
-    discovery::Rediscovery {
-        min_gap: Duration::from_millis(min_gap_ms),
-        poll: Duration::from_millis(5),
-    }
+/// Runs the discovery loop on a thread of its own until the fleet stops: an hour's
+/// interval, so that only early discoveries come, at most one per `min_gap_ms`.
+fn early_discovery_loop(
+    fleet: &Arc<Fleet>,
+    discoverer: Arc<dyn discovery::Discover>,
+    min_gap_ms: u64,
+) -> std::thread::JoinHandle<()> {
+    let fleet = Arc::clone(fleet);
+    std::thread::spawn(move || {
+        // Held by the loop's thread: a closed trigger would end the loop.
+        let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
+        let rediscovery = discovery::Rediscovery {
+            min_gap: Duration::from_millis(min_gap_ms),
+            poll: Duration::from_millis(5),
+        };
+        discovery::run_with(
+            &fleet,
+            &*discoverer,
+            Duration::from_secs(3600),
+            &trigger,
+            rediscovery,
+        )
+    })
 }
 
 #[test]
@@ -99,18 +117,8 @@ fn an_overflowing_discovery_is_followed_once_the_queue_is_half_empty() {
         r.started.recv_timeout(Duration::from_secs(5)).unwrap(),
         "busy"
     );
-    let fleet = Arc::clone(&r.fleet);
-    let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
-    let loop_thread = std::thread::spawn(move || {
-        let found = FixedDiscovery(Ok((0..10).map(|n| id(&format!("n{n}"))).collect()));
-        discovery::run_with(
-            &fleet,
-            &found,
-            Duration::from_secs(3600),
-            &trigger,
-            quick(50),
-        )
-    });
+    let found = FixedDiscovery(Ok((0..10).map(|n| id(&format!("n{n}"))).collect()));
+    let loop_thread = early_discovery_loop(&r.fleet, Arc::new(found), 50);
     let cycles = || r.fleet.metrics().discover_cycles.get();
     let discovered = || r.fleet.metrics().discovered.get();
     wait_until("the first discovery", || discovered() == 4);
@@ -160,22 +168,11 @@ fn a_discovery_that_dropped_replies_is_followed_early_once() {
     // their nodes are looked for again after the gap, not an hour later, and a
     // discovery that dropped nothing does not repeat.
     let r = rig(1, 10, Duration::from_secs(60), false);
-    let fleet = Arc::clone(&r.fleet);
     let found = Arc::new(DroppingDiscovery {
         dropped: 7,
         calls: Mutex::new(Vec::new()),
     });
-    let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
-    let discoverer = Arc::clone(&found);
-    let loop_thread = std::thread::spawn(move || {
-        discovery::run_with(
-            &fleet,
-            &*discoverer,
-            Duration::from_secs(3600),
-            &trigger,
-            quick(50),
-        )
-    });
+    let loop_thread = early_discovery_loop(&r.fleet, Arc::clone(&found) as _, 50);
     wait_until("the early discovery", || found.calls.lock().len() == 2);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
@@ -192,23 +189,13 @@ fn early_discoveries_come_at_most_once_per_min_gap() {
     // Every discovery overflows a queue of 2 that two quick workers empty at once: only
     // the gap holds the loop back.
     let r = rig(2, 2, Duration::from_secs(60), false);
-    let fleet = Arc::clone(&r.fleet);
     let found = Arc::new(EndlessDiscovery {
         per_call: 10,
         calls: Mutex::new(Vec::new()),
     });
-    let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
-    let discoverer = Arc::clone(&found);
     let gap = Duration::from_millis(150);
-    let loop_thread = std::thread::spawn(move || {
-        discovery::run_with(
-            &fleet,
-            &*discoverer,
-            Duration::from_secs(3600),
-            &trigger,
-            quick(gap.as_millis() as u64),
-        )
-    });
+    let loop_thread =
+        early_discovery_loop(&r.fleet, Arc::clone(&found) as _, gap.as_millis() as u64);
     std::thread::sleep(Duration::from_millis(1000));
     r.fleet.stop();
     loop_thread.join().unwrap();
@@ -231,18 +218,8 @@ fn early_discoveries_come_at_most_once_per_min_gap() {
 #[test]
 fn a_discovery_that_fits_waits_for_the_interval() {
     let r = rig(2, 100, Duration::from_secs(60), false);
-    let fleet = Arc::clone(&r.fleet);
-    let (_trigger_tx, trigger) = crossbeam_channel::bounded(1);
-    let loop_thread = std::thread::spawn(move || {
-        let found = FixedDiscovery(Ok(vec![id("a"), id("b")]));
-        discovery::run_with(
-            &fleet,
-            &found,
-            Duration::from_secs(3600),
-            &trigger,
-            quick(1),
-        )
-    });
+    let found = FixedDiscovery(Ok(vec![id("a"), id("b")]));
+    let loop_thread = early_discovery_loop(&r.fleet, Arc::new(found), 1);
     wait_until("both provisioned", || {
         r.fleet.metrics().provisioned.get() == 2
     });

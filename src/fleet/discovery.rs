@@ -151,7 +151,7 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
         heard.senders,
         fleet.queued()
     );
-    full + usize::try_from(heard.dropped).unwrap_or(usize::MAX)
+    full.saturating_add(usize::try_from(heard.dropped).unwrap_or(usize::MAX))
 }
 
 /// Broadcast discovery over the wire with the sliding window of §3.2: wait up to

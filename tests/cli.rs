@@ -91,6 +91,14 @@ impl Rig {
         ]
     }
 
+    /// `choria-provisioner` run on this rig's files, which must exit 1 at start: its
+    /// stderr.
+    fn refused_at_start(&self) -> String {
+        let o = Command::new(BIN).args(self.args()).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{o:?}");
+        stderr(&o)
+    }
+
     /// `choria-provisioner check` on this rig's files.
     fn check(&self) -> Output {
         Command::new(BIN)
@@ -286,9 +294,7 @@ fn check_on_a_broken_config_lists_every_problem() {
 #[test]
 fn run_with_a_broken_config_exits_1_with_go_s_error_line() {
     let rig = Rig::new("interval: 10s\n");
-    let o = Command::new(BIN).args(rig.args()).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    let e = stderr(&o);
+    let e = rig.refused_at_start();
     assert!(
         e.starts_with("choria-provisioner: error: Provisioning could not be configured: "),
         "{e}"
@@ -299,9 +305,7 @@ fn run_with_a_broken_config_exits_1_with_go_s_error_line() {
 fn garbage_config_exits_1_naming_the_file() {
     let rig = Rig::new("");
     std::fs::write(&rig.yaml, [0xff, 0xfe, 0x00, 0x12, b':', b'[']).unwrap();
-    let o = Command::new(BIN).args(rig.args()).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    let e = stderr(&o);
+    let e = rig.refused_at_start();
     assert!(e.contains(&rig.yaml.display().to_string()), "{e}");
     assert!(!e.contains("panicked"), "{e}");
 }
@@ -654,9 +658,7 @@ fn an_undecodable_jwt_verify_cert_is_refused_at_start() {
         format!("{yaml}jwt_verify_cert: {}\n", cert.display()),
     )
     .unwrap();
-    let o = Command::new(BIN).args(rig.args()).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    let e = stderr(&o);
+    let e = rig.refused_at_start();
     assert!(
         e.contains("Provisioning could not be configured: jwt_verify_cert:"),
         "{e}"

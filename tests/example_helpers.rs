@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use choria_provisioner::choria::identity::Identity;
-use choria_provisioner::node::helper::{CsrInfo, Ed25519Info, Helper, HelperInput};
+use choria_provisioner::node::helper::{CsrInfo, Ed25519Info, Helper, HelperInput, HelperOutput};
 
 fn example(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -34,24 +34,32 @@ fn has(programs: &[&str]) -> bool {
     missing.is_empty()
 }
 
-fn input(inventory: &str, csr: Option<&CsrInfo>, ed: Option<&Ed25519Info>) -> Vec<u8> {
-    serde_json::to_vec(&HelperInput {
+/// What `helper` answers for n1.example.net with `inventory` and, by feature, its CSR
+/// or ed25519 key.
+fn run(
+    helper: &Helper,
+    inventory: &str,
+    csr: Option<&CsrInfo>,
+    ed: Option<&Ed25519Info>,
+) -> HelperOutput {
+    let input = serde_json::to_vec(&HelperInput {
         identity: &Identity::parse("n1.example.net").unwrap(),
         csr,
         ed25519_pubkey: ed,
         inventory,
         jwt: None,
     })
-    .unwrap()
+    .unwrap();
+    helper
+        .run("n1.example.net", &input, false, &[], None)
+        .unwrap()
+        .output
 }
 
 #[test]
 fn the_shell_helper_configures_the_node() {
     let h = Helper::new(&example("provision-helper.sh"), Duration::from_secs(5));
-    let out = h
-        .run("n1.example.net", &input("{}", None, None), false, &[], None)
-        .unwrap()
-        .output;
+    let out = run(&h, "{}", None, None);
     assert!(!out.defer);
     assert_eq!(out.configuration["identity"], "n1.example.net");
     assert_eq!(out.configuration["plugin.choria.server.provision"], "false");
@@ -63,16 +71,12 @@ fn the_python_helper_defers_shuts_down_and_configures() {
         return;
     }
     let h = Helper::new(&example("provision-helper.py"), Duration::from_secs(10));
-    let run = |inv: &str| {
-        h.run("n1.example.net", &input(inv, None, None), false, &[], None)
-            .unwrap()
-            .output
-    };
-    let out = run(r#"{"facts":{}}"#);
+    let answer = |inv: &str| run(&h, inv, None, None);
+    let out = answer(r#"{"facts":{}}"#);
     assert!(out.defer, "no role: deferred");
-    let out = run(r#"{"facts":{"role":"web","decommissioned":true}}"#);
+    let out = answer(r#"{"facts":{"role":"web","decommissioned":true}}"#);
     assert!(out.shutdown && !out.defer);
-    let out = run(r#"{"facts":{"role":"web"}}"#);
+    let out = answer(r#"{"facts":{"role":"web"}}"#);
     assert!(!out.defer && !out.shutdown);
     assert_eq!(out.configuration["plugin.choria.server.provision"], "false");
 }
@@ -86,7 +90,7 @@ fn the_python_helper_signs_a_csr_with_the_configured_ca() {
     let Some(tls) = support::make_tls(&dir) else {
         return;
     };
-    let run = |args: &[&str]| {
+    let openssl = |args: &[&str]| {
         assert!(std::process::Command::new("openssl")
             .args(args)
             .current_dir(dir.path())
@@ -95,7 +99,7 @@ fn the_python_helper_signs_a_csr_with_the_configured_ca() {
             .status
             .success())
     };
-    run(&[
+    openssl(&[
         "req",
         "-newkey",
         "rsa:2048",
@@ -119,16 +123,7 @@ fn the_python_helper_signs_a_csr_with_the_configured_ca() {
         example("provision-helper.py")
     );
     let h = Helper::new(&helper_cmd, Duration::from_secs(10));
-    let out = h
-        .run(
-            "n1.example.net",
-            &input(r#"{"facts":{"role":"web"}}"#, Some(&csr), None),
-            false,
-            &[],
-            None,
-        )
-        .unwrap()
-        .output;
+    let out = run(&h, r#"{"facts":{"role":"web"}}"#, Some(&csr), None);
     assert!(!out.defer, "{}", out.msg);
     assert!(out.certificate.starts_with("-----BEGIN CERTIFICATE-----"));
     assert!(out.ca.contains("BEGIN CERTIFICATE"));
@@ -154,16 +149,7 @@ fn the_ed25519_helper_asks_for_server_claims() {
         ),
         Duration::from_secs(10),
     );
-    let out = h
-        .run(
-            "n1.example.net",
-            &input("{}", None, Some(&ed)),
-            false,
-            &[],
-            None,
-        )
-        .unwrap()
-        .output;
+    let out = run(&h, "{}", None, Some(&ed));
     assert!(!out.defer, "{}", out.msg);
     assert_eq!(
         out.configuration["plugin.security.choria.seed_file"],

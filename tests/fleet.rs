@@ -14,6 +14,13 @@ use support::broker::{ChoriaBroker, Network};
 use support::rig::*;
 use support::NatsServer;
 
+/// A simulated fleet of `nodes` that have all booted, failing the test after `within`.
+fn booted(server: &NatsServer, nodes: u64, within: Duration) -> choria_provisioner::sim::Sim {
+    let fleet = sim(&server.url(), nodes as usize, |_| {});
+    wait_until("booted", within, || fleet.progress().booted == nodes);
+    fleet
+}
+
 #[test]
 fn a_thousand_nodes_are_provisioned_exactly_once_including_nodes_that_come_back() {
     let server = NatsServer::start();
@@ -118,10 +125,7 @@ fn nodes_found_by_events_only_on(meeting: Meeting) {
 #[test]
 fn nodes_found_by_discovery_only() {
     let server = NatsServer::start();
-    let fleet = sim(&server.url(), 50, |_| {});
-    wait_until("booted", Duration::from_secs(10), || {
-        fleet.progress().booted == 50
-    });
+    let fleet = booted(&server, 50, Duration::from_secs(10));
     // Listening to another component: no startup event reaches the provisioner.
     let prov = Provisioner::start(
         &server.url(),
@@ -138,10 +142,7 @@ fn nodes_found_by_discovery_only() {
 #[test]
 fn a_full_queue_loses_no_node() {
     let server = NatsServer::start();
-    let fleet = sim(&server.url(), 60, |_| {});
-    wait_until("booted", Duration::from_secs(10), || {
-        fleet.progress().booted == 60
-    });
+    let fleet = booted(&server, 60, Duration::from_secs(10));
     let _prov = Provisioner::start(
         &server.url(),
         "p1.test",
@@ -158,10 +159,7 @@ fn a_full_queue_loses_no_node() {
 #[test]
 fn a_discovery_that_overflows_the_queue_is_followed_before_the_interval() {
     let server = NatsServer::start();
-    let fleet = sim(&server.url(), 40, |_| {});
-    wait_until("booted", Duration::from_secs(10), || {
-        fleet.progress().booted == 40
-    });
+    let fleet = booted(&server, 40, Duration::from_secs(10));
     // No startup event reaches the provisioner and the interval is an hour: only
     // early discoveries can find the nodes a queue of 5 leaves out.
     let gap = Duration::from_millis(300);
@@ -243,10 +241,7 @@ fn a_broker_restart_mid_run_loses_no_node() {
 #[test]
 fn ten_thousand_simulated_nodes_start_and_answer_one_discovery() {
     let server = NatsServer::start();
-    let fleet = sim(&server.url(), 10_000, |_| {});
-    wait_until("booted", Duration::from_secs(30), || {
-        fleet.progress().booted == 10_000
-    });
+    let fleet = booted(&server, 10_000, Duration::from_secs(30));
     let prov = Provisioner::start_paused(&server.url(), "p1.test", "", fast(), true);
     let mut identities = std::collections::HashSet::new();
     let found = prov

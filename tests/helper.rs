@@ -21,8 +21,17 @@ fn input() -> Vec<u8> {
 }
 
 fn helper(dir: &TempDir, body: &str) -> Helper {
-    let path = dir.script("helper.sh", &format!("#!/bin/sh\n{body}\n"));
-    Helper::new(&path.display().to_string(), Duration::from_secs(2))
+    script_helper(
+        dir,
+        "helper.sh",
+        &format!("#!/bin/sh\n{body}\n"),
+        Duration::from_secs(2),
+    )
+}
+
+/// A helper running the script `name`, written into `dir` with `text`.
+fn script_helper(dir: &TempDir, name: &str, text: &str, timeout: Duration) -> Helper {
+    Helper::new(&dir.script(name, text).display().to_string(), timeout)
 }
 
 #[test]
@@ -141,16 +150,13 @@ fn a_hanging_helper_and_its_children_are_killed_at_the_timeout() {
     let dir = TempDir::new("helper");
     let pidfile = dir.path().join("grandchild.pid");
     // The grandchild keeps stdout open; only killing the process group ends the read.
-    let h = Helper::new(
-        &dir.script(
-            "hang.sh",
-            &format!(
-                "#!/bin/sh\nsleep 30 &\necho $! > {}\nsleep 30\n",
-                pidfile.display()
-            ),
-        )
-        .display()
-        .to_string(),
+    let h = script_helper(
+        &dir,
+        "hang.sh",
+        &format!(
+            "#!/bin/sh\nsleep 30 &\necho $! > {}\nsleep 30\n",
+            pidfile.display()
+        ),
         Duration::from_millis(500),
     );
     let started = Instant::now();
@@ -222,13 +228,10 @@ fn a_flood_on_stderr_neither_blocks_the_helper_nor_is_kept() {
 #[test]
 fn a_helper_that_closes_its_output_but_lingers_is_killed_at_the_timeout() {
     let dir = TempDir::new("helper");
-    let h = Helper::new(
-        &dir.script(
-            "linger.sh",
-            "#!/bin/sh\necho '{\"defer\": true}'\nexec >&- 2>&-\nsleep 30\n",
-        )
-        .display()
-        .to_string(),
+    let h = script_helper(
+        &dir,
+        "linger.sh",
+        "#!/bin/sh\necho '{\"defer\": true}'\nexec >&- 2>&-\nsleep 30\n",
         Duration::from_millis(500),
     );
     let started = Instant::now();
@@ -242,10 +245,10 @@ fn a_helper_in_its_own_session_holding_the_pipes_cannot_hold_the_run() {
     let dir = TempDir::new("helper");
     // setsid moves the grandchild out of the process group: killing the group does
     // not close its copy of stdout, so the run must stop waiting on its own.
-    let h = Helper::new(
-        &dir.script("escape.sh", "#!/bin/sh\nsetsid sleep 5 &\nsleep 30\n")
-            .display()
-            .to_string(),
+    let h = script_helper(
+        &dir,
+        "escape.sh",
+        "#!/bin/sh\nsetsid sleep 5 &\nsleep 30\n",
         Duration::from_millis(300),
     );
     let started = Instant::now();
@@ -387,17 +390,10 @@ fn a_timeout_kills_only_the_processes_of_its_own_run() {
     let dir = TempDir::new("helper");
     let d = dir.path().display();
     // Another run at the same time, with a background child of its own.
-    let other = Helper::new(
-        &dir.script(
-            "other.sh",
-            &format!(
-                "#!/bin/sh\nsleep 2 &\necho $! > {d}/other.pid\nwait\necho '{{\"defer\": true, \"msg\": \"other\"}}'\n"
-            ),
-        )
-        .display()
-        .to_string(),
-        Duration::from_secs(10),
+    let script = format!(
+        "#!/bin/sh\nsleep 2 &\necho $! > {d}/other.pid\nwait\necho '{{\"defer\": true, \"msg\": \"other\"}}'\n"
     );
+    let other = script_helper(&dir, "other.sh", &script, Duration::from_secs(10));
     let other = std::thread::spawn(move || other.run("n2", &input(), false, &[], None));
     let other_child = pid_in(&dir, "other.pid");
     killed_within_the_bound(
@@ -415,10 +411,10 @@ fn helpers_started_while_another_run_is_killed_are_left_alone() {
     let dir = TempDir::new("helper");
     // Between fork and exec a new helper holds copies of every descriptor of the
     // daemon, the killed run's pipes among them: it must not be taken for a holder.
-    let honest = Helper::new(
-        &dir.script("honest.sh", "#!/bin/sh\necho '{\"defer\": true}'\n")
-            .display()
-            .to_string(),
+    let honest = script_helper(
+        &dir,
+        "honest.sh",
+        "#!/bin/sh\necho '{\"defer\": true}'\n",
         Duration::from_secs(5),
     );
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -1297,120 +1297,48 @@ fn hostile_jwts_csrs_and_keys_from_nodes_fail_those_nodes_with_their_own_error()
         serde_json::json!({"purpose": "choria_provisioning", "cht": "s3cret", "chu": server.url(),
             "iat": now, "exp": exp, "iss": "issuer", "ou": "choria"})
     };
+    let later = now + 3600;
+    let unsigned = |alg: &str| {
+        jwt_with(
+            &serde_json::json!({"alg": alg}),
+            &claims(later.into()),
+            None,
+        )
+    };
     let eddsa = serde_json::json!({"alg": "EdDSA", "typ": "JWT"});
-    let good_jwt = jwt_with(&eddsa, &claims((now + 3600).into()), Some(ISSUER_SEED));
+    let signed = |exp: i64, seed| jwt_with(&eddsa, &claims(exp.into()), Some(seed));
+    let good_jwt = signed(later, ISSUER_SEED);
     let csr_block = |label: &str, body: &str| {
         format!("-----BEGIN {label}-----\n{body}\n-----END {label}-----\n")
     };
-    // (identity, jwt reply, gencsr reply, the error its attempt must end with)
+    let request = "CERTIFICATE REQUEST";
+    // (identity, less ".tokens.test"; jwt reply; gencsr reply; the error its attempt
+    // must end with)
+    #[rustfmt::skip]
     let cases: Vec<(&str, String, String, &str)> = vec![
-        (
-            "evil-jwt-alg-none.tokens.test",
-            jwt_with(
-                &serde_json::json!({"alg": "none"}),
-                &claims((now + 3600).into()),
-                None,
-            ),
-            String::new(),
-            "signing method none is invalid",
-        ),
-        (
-            "evil-jwt-hs256.tokens.test",
-            jwt_with(
-                &serde_json::json!({"alg": "HS256"}),
-                &claims((now + 3600).into()),
-                None,
-            ),
-            String::new(),
-            "signing method HS256 is invalid",
-        ),
-        (
-            "evil-jwt-other-key.tokens.test",
-            jwt_with(&eddsa, &claims((now + 3600).into()), Some([9; 32])),
-            String::new(),
-            "token signature is invalid",
-        ),
-        (
-            "evil-jwt-expired.tokens.test",
-            jwt_with(&eddsa, &claims((now - 60).into()), Some(ISSUER_SEED)),
-            String::new(),
-            "token is expired",
-        ),
-        (
-            "evil-jwt-three-dots.tokens.test",
-            "a.b.c".into(),
-            String::new(),
-            "token is malformed",
-        ),
-        (
-            "evil-jwt-bad-base64.tokens.test",
-            "!!!.???.***".into(),
-            String::new(),
-            "token is malformed",
-        ),
-        (
-            "evil-jwt-300-kib.tokens.test",
-            "a".repeat(300 * 1024),
-            String::new(),
-            "exceeds",
-        ),
-        (
-            "evil-jwt-empty.tokens.test",
-            String::new(),
-            String::new(),
-            "no JWT received from evil-jwt-empty",
-        ),
+        ("evil-jwt-alg-none", unsigned("none"), String::new(), "signing method none is invalid"),
+        ("evil-jwt-hs256", unsigned("HS256"), String::new(), "signing method HS256 is invalid"),
+        ("evil-jwt-other-key", signed(later, [9; 32]), String::new(), "token signature is invalid"),
+        ("evil-jwt-expired", signed(now - 60, ISSUER_SEED), String::new(), "token is expired"),
+        ("evil-jwt-three-dots", "a.b.c".into(), String::new(), "token is malformed"),
+        ("evil-jwt-bad-base64", "!!!.???.***".into(), String::new(), "token is malformed"),
+        ("evil-jwt-300-kib", "a".repeat(300 * 1024), String::new(), "exceeds"),
+        ("evil-jwt-empty", String::new(), String::new(), "no JWT received from evil-jwt-empty"),
         // A valid signature over an exp of i64::MAX: accepted without overflow, so the
         // attempt goes on to fail at its CSR.
-        (
-            "evil-jwt-exp-max.tokens.test",
-            jwt_with(&eddsa, &claims(i64::MAX.into()), Some(ISSUER_SEED)),
-            "hello".into(),
-            "could not parse CSR: no PEM block found",
-        ),
-        (
-            "evil-csr-not-pem.tokens.test",
-            good_jwt.clone(),
-            "hello".into(),
-            "no PEM block found",
-        ),
-        (
-            "evil-csr-certificate-block.tokens.test",
-            good_jwt.clone(),
-            csr_block("CERTIFICATE", "AAAA"),
-            "PEM block is \"CERTIFICATE\"",
-        ),
-        (
-            "evil-csr-garbage-der.tokens.test",
-            good_jwt.clone(),
-            csr_block("CERTIFICATE REQUEST", "AAAAAAAA"),
-            "invalid CSR from evil-csr-garbage-der",
-        ),
-        (
-            "evil-csr-bad-base64.tokens.test",
-            good_jwt.clone(),
-            csr_block("CERTIFICATE REQUEST", "!!!!"),
-            "invalid CSR from evil-csr-bad-base64",
-        ),
-        (
-            "evil-csr-other-cn.tokens.test",
-            good_jwt.clone(),
-            fixture("csr-n1.pem"),
-            "does not match identity evil-csr-other-cn",
-        ),
-        (
-            "evil-csr-no-cn.tokens.test",
-            good_jwt.clone(),
-            fixture("csr-no-cn.pem"),
-            "expected one common name",
-        ),
-        (
-            "evil-csr-huge.tokens.test",
-            good_jwt.clone(),
-            csr_block("CERTIFICATE REQUEST", &"A".repeat(200_000)),
-            "exceeds",
-        ),
+        ("evil-jwt-exp-max", signed(i64::MAX, ISSUER_SEED), "hello".into(), "could not parse CSR: no PEM block found"),
+        ("evil-csr-not-pem", good_jwt.clone(), "hello".into(), "no PEM block found"),
+        ("evil-csr-certificate-block", good_jwt.clone(), csr_block("CERTIFICATE", "AAAA"), "PEM block is \"CERTIFICATE\""),
+        ("evil-csr-garbage-der", good_jwt.clone(), csr_block(request, "AAAAAAAA"), "invalid CSR from evil-csr-garbage-der"),
+        ("evil-csr-bad-base64", good_jwt.clone(), csr_block(request, "!!!!"), "invalid CSR from evil-csr-bad-base64"),
+        ("evil-csr-other-cn", good_jwt.clone(), fixture("csr-n1.pem"), "does not match identity evil-csr-other-cn"),
+        ("evil-csr-no-cn", good_jwt.clone(), fixture("csr-no-cn.pem"), "expected one common name"),
+        ("evil-csr-huge", good_jwt.clone(), csr_block(request, &"A".repeat(200_000)), "exceeds"),
     ];
+    let cases: Vec<(String, String, String, &str)> = cases
+        .into_iter()
+        .map(|(name, jwt, csr, error)| (format!("{name}.tokens.test"), jwt, csr, error))
+        .collect();
     let attacker = Hostile::connect(&server.url(), None);
     let _discovery = attacker.answer_discovery(cases.iter().map(|c| c.0.to_string()).collect());
     let replies: std::collections::HashMap<String, (String, String)> = cases

@@ -25,8 +25,7 @@ fn jwt_checks_the_token_and_the_provisioning_lock() {
     assert_eq!(r["data"], json!({}));
     let r = call(&rig.nc, &node, "jwt", json!({"token": 5}));
     assert_eq!(r["statuscode"], 4, "{r}");
-    let r = call(&rig.nc, &node, "jwt", json!({"token": "s3cret"}));
-    assert_status(&r, 0, "OK");
+    let r = call_ok(&rig.nc, &node, "jwt", json!({"token": "s3cret"}));
     let jwt = r["data"]["jwt"].as_str().unwrap();
     let claims: Value = serde_json::from_slice(
         &base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -76,13 +75,12 @@ fn jwt_checks_the_token_and_the_provisioning_lock() {
 #[test]
 fn gen25519_signs_the_nonce_and_gencsr_makes_rsa_as_real_nodes_do() {
     let rig = rig(2, |o| o.csr_key = CsrKey::Rsa);
-    let r = call(
+    let r = call_ok(
         &rig.nc,
         &id(0),
         "gen25519",
         json!({"nonce": "abc123", "token": ""}),
     );
-    assert_status(&r, 0, "OK");
     choria_provisioner::crypto::nonce::verify_nonce_signature(
         r["data"]["public_key"].as_str().unwrap(),
         "abc123",
@@ -91,13 +89,12 @@ fn gen25519_signs_the_nonce_and_gencsr_makes_rsa_as_real_nodes_do() {
     .expect("the nonce signature verifies");
     assert_eq!(r["data"]["directory"], "/etc/choria");
 
-    let r = call(
+    let r = call_ok(
         &rig.nc,
         &id(0),
         "gencsr",
         json!({"cn": "", "C": "GB", "o": "Example", "OU": "Ops", "L": "London", "ST": "Ignored"}),
     );
-    assert_status(&r, 0, "OK");
     let csr = r["data"]["csr"].as_str().unwrap();
     let names = choria_provisioner::crypto::csr::parse_csr(csr).unwrap();
     assert_eq!(names.common_name, id(0));
@@ -247,8 +244,7 @@ fn configure_writes_what_it_is_sent_and_refuses_what_go_refuses() {
     );
     assert!(encrypted.contains("Proc-Type: 4,ENCRYPTED"));
     assert!(encrypted.contains("DEK-Info: AES-256-CBC,"));
-    let r = call(&rig.nc, &node, "configure", tls(&encrypted, &our_public));
-    assert_status(&r, 0, "OK");
+    let r = call_ok(&rig.nc, &node, "configure", tls(&encrypted, &our_public));
     assert_eq!(
         r["data"]["message"],
         "Wrote 3 lines to /etc/choria/server.conf"
@@ -317,23 +313,13 @@ fn restart_release_update_and_shutdown() {
     );
     assert_status(&r, 1, "Version updates is not enabled in the configuration");
 
-    let r = call(&rig.nc, &id(2), "shutdown", json!({"token": "t"}));
-    assert_status(&r, 0, "OK");
+    let r = call_ok(&rig.nc, &id(2), "shutdown", json!({"token": "t"}));
     assert!(r["data"]["message"]
         .as_str()
         .unwrap()
         .starts_with("Shutting Choria Server down after "));
     // A node that shut down or left answers nothing.
-    assert!(call_as(
-        &rig.nc,
-        &id(2),
-        "rpcutil",
-        "inventory",
-        json!({}),
-        SENDER,
-        SILENCE
-    )
-    .is_none());
+    assert!(inventory_within(&rig.nc, &id(2), SILENCE).is_none());
     let deadline = Instant::now() + WAIT;
     while rig.sim.summary().nodes[0].phase != Phase::Provisioned && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
@@ -342,16 +328,7 @@ fn restart_release_update_and_shutdown() {
     assert_eq!(summary.nodes[0].phase, Phase::Provisioned);
     assert_eq!(summary.nodes[2].phase, Phase::Shutdown);
     assert_eq!(summary.progress.shut_down, 1);
-    assert!(call_as(
-        &rig.nc,
-        &id(0),
-        "rpcutil",
-        "inventory",
-        json!({}),
-        SENDER,
-        SILENCE
-    )
-    .is_none());
+    assert!(inventory_within(&rig.nc, &id(0), SILENCE).is_none());
     // What real servers publish: provisioned after each configure, shutdown before a
     // restart and on shutdown (startup events of the boot are skipped).
     let mut seen = Vec::new();
@@ -382,13 +359,12 @@ fn restart_release_update_and_shutdown() {
         .subscribe("choria.lifecycle.event.upgraded.provision_mode_server")
         .unwrap();
     up.nc.flush().unwrap();
-    let r = call(
+    call_ok(
         &up.nc,
         &id(0),
         "release_update",
         json!({"version": "0.31.0", "repository": "https://repo.example.net/choria"}),
     );
-    assert_status(&r, 0, "OK");
     let event = upgraded.next_timeout(WAIT).expect("an upgraded event");
     let event = choria_provisioner::choria::lifecycle::decode(&event.data).unwrap();
     assert_eq!(
@@ -474,19 +450,8 @@ fn every_fault_mode_shows_up() {
             .map(|(i, _)| i)
             .unwrap_or_else(|| panic!("no node with {fault:?}"))
     };
-    let inventory_within = |n: usize, wait: Duration| {
-        call_as(
-            &rig.nc,
-            &id(n),
-            "rpcutil",
-            "inventory",
-            json!({}),
-            SENDER,
-            wait,
-        )
-    };
-    let inventory = |n: usize| inventory_within(n, WAIT);
-    let silent_to = |n: usize| inventory_within(n, SILENCE).is_none();
+    let inventory = |n: usize| inventory_within(&rig.nc, &id(n), WAIT);
+    let silent_to = |n: usize| inventory_within(&rig.nc, &id(n), SILENCE).is_none();
 
     let silent = first(Fault::Silent, 0);
     assert!(silent_to(silent) && silent_to(silent));

@@ -90,19 +90,7 @@ fn keys_end_to_end(v2: bool) -> Value {
     assert!(wait_for_port(port, Duration::from_secs(10)));
     let yaml = dir.path().join("choria-provisioner.yaml");
     let cfg = dir.path().join("choria.cfg");
-    let check = Command::new(bin("provisioner"))
-        .args(["check", "--config"])
-        .arg(&yaml)
-        .arg("--choria-config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
+    support::passing_check(bin("provisioner"), &yaml, &cfg);
     let log = dir.path().join("provisioner.log");
     let _provisioner = Killed(
         Command::new(bin("provisioner"))

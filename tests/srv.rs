@@ -221,19 +221,7 @@ fn srv_in_a_namespace() {
             dir.path().join("p.log").display()
         ),
     );
-    let check = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&yaml)
-        .arg("--choria-config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&check.stdout).to_string();
-    assert!(
-        check.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    let out = support::passing_check(BIN, &yaml, &cfg);
     assert!(
         out.contains("lookup: SRV _mcollective-server._tcp.example.net: 2 brokers"),
         "{out}"

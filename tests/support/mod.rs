@@ -19,6 +19,29 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// `program check` on a provisioner configuration and a Choria client configuration,
+/// which must pass: its stdout.
+pub fn passing_check(
+    program: impl AsRef<std::ffi::OsStr>,
+    yaml: &std::path::Path,
+    cfg: &std::path::Path,
+) -> String {
+    let check = Command::new(program)
+        .args(["check", "--config"])
+        .arg(yaml)
+        .arg("--choria-config")
+        .arg(cfg)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&check.stdout).to_string();
+    assert!(
+        check.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    out
+}
+
 /// A plain HTTP/1.0 GET on 127.0.0.1; returns (status, body).
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
     use std::io::{Read, Write};

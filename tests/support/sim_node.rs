@@ -246,6 +246,26 @@ pub fn call(nc: &nats::Connection, identity: &str, action: &str, data: Value) ->
         .unwrap_or_else(|| panic!("{action}: no reply"))
 }
 
+/// [`call`], which must be answered `0 OK`: the reply.
+pub fn call_ok(nc: &nats::Connection, identity: &str, action: &str, data: Value) -> Value {
+    let reply = call(nc, identity, action, data);
+    assert_status(&reply, 0, "OK");
+    reply
+}
+
+/// `rpcutil#inventory` of `identity`, or `None` when it answers nothing within `wait`.
+pub fn inventory_within(nc: &nats::Connection, identity: &str, wait: Duration) -> Option<Value> {
+    call_as(
+        nc,
+        identity,
+        "rpcutil",
+        "inventory",
+        json!({}),
+        SENDER,
+        wait,
+    )
+}
+
 pub fn assert_status(reply: &Value, code: i64, msg: &str) {
     assert_eq!(reply["statuscode"], code, "{reply}");
     assert_eq!(reply["statusmsg"], msg, "{reply}");

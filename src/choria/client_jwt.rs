@@ -89,7 +89,6 @@ pub struct ClientClaims {
     #[serde(default, deserialize_with = "numeric_date")]
     pub nbf: Option<i64>,
     /// The `permissions` object (`{"provisioner": true, ...}`), in the token's order.
-    #[serde(default)]
     pub permissions: Option<serde_json::Map<String, serde_json::Value>>,
 }
 

@@ -57,7 +57,6 @@ struct ApiError {
 
 #[derive(Deserialize)]
 struct PubAck {
-    #[serde(default)]
     error: Option<ApiError>,
     #[serde(default)]
     seq: u64,
@@ -96,7 +95,6 @@ struct StreamConfig {
 
 #[derive(Deserialize)]
 struct StreamInfo {
-    #[serde(default)]
     error: Option<ApiError>,
     config: Option<StreamConfig>,
 }

@@ -64,7 +64,6 @@ pub(crate) struct Response {
     #[serde(default)]
     pub paused: bool,
     /// The operator's pause, if any.
-    #[serde(default)]
     pub operator_pause: Option<OperatorPause>,
     /// What was done, for the operator.
     #[serde(default)]

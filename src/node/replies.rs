@@ -12,10 +12,8 @@ use crate::choria::protocol::mcorpc::ReplyData;
 #[derive(Deserialize)]
 pub(crate) struct JwtReply {
     /// The provisioning JWT the node was given.
-    #[serde(default)]
     pub(crate) jwt: Option<String>,
     /// The node's X25519 public key for key transport (hex).
-    #[serde(default)]
     pub(crate) ecdh_public: Option<String>,
 }
 
@@ -23,13 +21,10 @@ pub(crate) struct JwtReply {
 #[derive(Deserialize)]
 pub(crate) struct Gen25519Reply {
     /// Hex ed25519 public key.
-    #[serde(default)]
     pub(crate) public_key: Option<String>,
     /// Directory holding `server.seed`.
-    #[serde(default)]
     pub(crate) directory: Option<String>,
     /// Hex signature of the nonce.
-    #[serde(default)]
     pub(crate) signature: Option<String>,
 }
 
@@ -37,13 +32,10 @@ pub(crate) struct Gen25519Reply {
 #[derive(Deserialize)]
 pub(crate) struct GencsrReply {
     /// PEM CSR.
-    #[serde(default)]
     pub(crate) csr: Option<String>,
     /// PEM public key.
-    #[serde(default)]
     pub(crate) public_key: Option<String>,
     /// SSL directory on the node.
-    #[serde(default)]
     pub(crate) ssldir: Option<String>,
 }
 
@@ -55,7 +47,6 @@ pub(crate) struct InventoryReply<'a> {
     #[serde(default, borrow)]
     pub(crate) version: Option<std::borrow::Cow<'a, str>>,
     /// Whether the server can upgrade itself.
-    #[serde(default)]
     pub(crate) upgradable: Option<bool>,
 }
 

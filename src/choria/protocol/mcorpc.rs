@@ -133,10 +133,8 @@ pub struct RpcReply {
 
 #[derive(Deserialize)]
 struct WireReply {
-    #[serde(default)]
     action: Option<String>,
     statuscode: u64,
-    #[serde(default)]
     statusmsg: Option<String>,
     #[serde(default)]
     data: serde_json::Value,
@@ -260,7 +258,6 @@ struct WireReplyText<'a> {
     #[serde(default, rename = "action")]
     _action: Option<std::borrow::Cow<'a, str>>,
     statuscode: u64,
-    #[serde(default)]
     statusmsg: Option<String>,
     #[serde(default, borrow)]
     data: Option<&'a serde_json::value::RawValue>,

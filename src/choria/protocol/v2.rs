@@ -47,9 +47,7 @@ struct TransportIn<'a> {
 
 #[derive(Deserialize, Default)]
 struct HeadersIn {
-    #[serde(default)]
     reply: Option<String>,
-    #[serde(default)]
     sender: Option<String>,
 }
 

@@ -175,7 +175,6 @@ pub struct ProvisioningClaims {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub chpwd: String,
     /// Free-form extra data; `null` when unset.
-    #[serde(default)]
     pub extensions: Option<serde_json::Map<String, serde_json::Value>>,
     /// Organisation; verification fills in `choria` when empty.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -275,7 +274,6 @@ pub(crate) struct RequestedServerClaims {
     #[serde(default)]
     pub pub_subjects: Vec<String>,
     /// Permissions; used when present.
-    #[serde(default)]
     pub permissions: Option<ServerPermissions>,
 }
 

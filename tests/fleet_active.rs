@@ -165,10 +165,8 @@ fn the_nodes_of_an_instance_that_dies_are_finished_by_the_others() {
     let lock = Duration::from_secs(6);
     let ps = start_with(&server, &["a.lon", "b.lon", "c.lon"], &yaml, no_ticks(lock));
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
-    let fleet = sim(&server.url(), 240, |o| {
+    let fleet = jwt_sim(&server.url(), 240, |o| {
         o.lock_window = Some(lock);
-        o.issuer_seed = Some(ISSUER_SEED);
-        o.token = "s3cret".into();
     });
     let c = &ps[2];
     wait_until("c is busy", Duration::from_secs(20), || {
@@ -508,10 +506,8 @@ fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
         support::http_get(port, "/readyz").0 == 200
     });
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
-    let fleet = sim(&server.url(), 300, |o| {
+    let fleet = jwt_sim(&server.url(), 300, |o| {
         o.lock_window = Some(lock);
-        o.issuer_seed = Some(ISSUER_SEED);
-        o.token = "s3cret".into();
     });
     wait_until("c is busy", Duration::from_secs(20), || {
         restarted_by(&fleet.summary(), "c.lon") >= 10

@@ -38,10 +38,7 @@ fn assert_rpcs(identity: &str, rpcs: &[String], together: &[&str], then: &[&str]
 #[test]
 fn feature_jwt_verifies_each_node_s_provisioning_jwt() {
     let server = NatsServer::start();
-    let fleet = sim(&server.url(), 20, |o| {
-        o.issuer_seed = Some(ISSUER_SEED);
-        o.token = "s3cret".into();
-    });
+    let fleet = jwt_sim(&server.url(), 20, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", &jwt_settings(), fast());
     wait_provisioned(&fleet, 20, Duration::from_secs(60));
     for node in fleet.summary().nodes {

@@ -23,8 +23,8 @@ use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
 use choria_provisioner::sim::{Phase, Sim};
 use support::hostile::{ok, Hostile, RawPublisher};
 use support::rig::{
-    fast, helper_answering, issuer_public_hex, jwt_settings, sim, wait_provisioned, wait_until,
-    Provisioner, ISSUER_SEED,
+    fast, helper_answering, issuer_public_hex, jwt_settings, jwt_sim, sim, wait_provisioned,
+    wait_until, Provisioner, ISSUER_SEED,
 };
 use support::{NatsServer, TempDir};
 
@@ -398,10 +398,7 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
         (body.action == "jwt").then(|| forged.clone())
     }));
     attacker.flush();
-    let fleet = sim(&server.url(), 10, |o| {
-        o.issuer_seed = Some(ISSUER_SEED);
-        o.token = "s3cret".into();
-    });
+    let fleet = jwt_sim(&server.url(), 10, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", &thief.config(&dir), fast());
     contested_then_provisioned(
         Garbage::ForgesValidReplies,
@@ -494,9 +491,7 @@ fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed
     }));
     attacker.flush();
     // The nodes answer 300 ms late: the flood has always filled the inbox by then.
-    let fleet = sim(&server.url(), 10, |o| {
-        o.issuer_seed = Some(ISSUER_SEED);
-        o.token = "s3cret".into();
+    let fleet = jwt_sim(&server.url(), 10, |o| {
         o.faults = choria_provisioner::sim::Faults {
             slow: 1.0,
             slow_by: Duration::from_millis(300),
@@ -845,9 +840,7 @@ fn flood_inventory_replies(jwt: bool) {
         None
     }));
     attacker.flush();
-    let fleet = sim(&server.url(), 10, |o| {
-        o.issuer_seed = Some(ISSUER_SEED);
-        o.token = "s3cret".into();
+    let fleet = jwt_sim(&server.url(), 10, |o| {
         o.faults = choria_provisioner::sim::Faults {
             slow: 1.0,
             slow_by: Duration::from_millis(if jwt { 300 } else { 400 }),
@@ -1361,10 +1354,7 @@ fn hostile_jwts_csrs_and_keys_from_nodes_fail_those_nodes_with_their_own_error()
         })
     }));
     attacker.flush();
-    let fleet = sim(&server.url(), 6, |o| {
-        o.issuer_seed = Some(ISSUER_SEED);
-        o.token = "s3cret".into();
-    });
+    let fleet = jwt_sim(&server.url(), 6, |_| {});
     let prov = Provisioner::start(
         &server.url(),
         "p1.tokens.test",

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
 
 use super::support::hostile::{ok, Hostile};
-use super::support::rig::{fast, sim, wait_provisioned, wait_until, Provisioner};
+use super::support::rig::{fast, jwt_sim, sim, wait_provisioned, wait_until, Provisioner};
 use super::support::{NatsServer, TempDir};
-use super::{assert_all_provisioned_once, assert_connection_held, reader, KeyThief, ISSUER_SEED};
+use super::{assert_all_provisioned_once, assert_connection_held, reader, KeyThief};
 
 /// Publishes startup events for made-up identities, `per_second` of them, until
 /// dropped.
@@ -131,9 +131,7 @@ fn slow_nodes_raced(slow_by: Duration) {
         _ => None,
     }));
     attacker.flush();
-    let fleet = sim(&server.url(), 10, |o| {
-        o.issuer_seed = Some(ISSUER_SEED);
-        o.token = "s3cret".into();
+    let fleet = jwt_sim(&server.url(), 10, |o| {
         o.faults.slow = 1.0;
         o.faults.slow_by = slow_by;
     });

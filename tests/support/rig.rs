@@ -192,6 +192,16 @@ pub fn jwt_settings() -> String {
     )
 }
 
+/// A simulated fleet for [`jwt_settings`]: each node holds a provisioning JWT that
+/// [`ISSUER_SEED`] signed, with the token `s3cret`; then adjusted by `f`.
+pub fn jwt_sim(url: &str, nodes: usize, f: impl FnOnce(&mut SimOptions)) -> Sim {
+    sim(url, nodes, |o| {
+        o.issuer_seed = Some(ISSUER_SEED);
+        o.token = "s3cret".into();
+        f(o);
+    })
+}
+
 pub fn public_of(seed: &[u8; 32]) -> Vec<u8> {
     use ring::signature::KeyPair as _;
     ring::signature::Ed25519KeyPair::from_seed_unchecked(seed)

@@ -307,3 +307,33 @@ fn unsafe_code_lives_in_sys_alone() {
     assert!(blocks <= 8, "src/sys.rs has {blocks} unsafe blocks");
     assert!(code.matches("// SAFETY:").count() >= blocks);
 }
+
+/// ARCHITECTURE.md, "The library's face": the daemon's binary calls one item of the
+/// library, and the simulator and the fuzz targets' entry points are compiled only
+/// with their features, never into the packaged daemon.
+#[test]
+fn the_daemon_calls_one_item_and_the_test_parts_need_their_features() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let main = std::fs::read_to_string(root.join("main.rs")).unwrap();
+    let called: Vec<&str> = main
+        .match_indices("choria_provisioner::")
+        .map(|(i, _)| main[i..].split('(').next().unwrap_or_default())
+        .collect();
+    assert_eq!(called, ["choria_provisioner::cli::main"]);
+    let lib = std::fs::read_to_string(root.join("lib.rs")).unwrap();
+    for (feature, module) in [("sim", "pub mod sim;"), ("fuzzing", "pub mod fuzzing;")] {
+        let at = lib
+            .find(module)
+            .unwrap_or_else(|| panic!("{module} in lib.rs"));
+        // The attributes right above the module: a gate, a hidden doc, a path.
+        let attributes: Vec<&str> = lib[..at]
+            .lines()
+            .rev()
+            .take_while(|l| l.trim_start().starts_with("#["))
+            .collect();
+        assert!(
+            attributes.contains(&format!("#[cfg(feature = \"{feature}\")]").as_str()),
+            "{module} is not gated by the {feature} feature: {attributes:?}"
+        );
+    }
+}

@@ -268,36 +268,43 @@ fn apply_features(
     }
 }
 
+/// A count where absent or 0 means the key's default (`None`): negative is refused
+/// with `negative`, and with `most`, more than its number with its message.
+fn count(
+    key: &str,
+    n: Option<i64>,
+    negative: &str,
+    most: Option<(i64, &str)>,
+) -> Result<Option<usize>, Problem> {
+    match (n, most) {
+        (None | Some(0), _) => Ok(None),
+        (Some(n), _) if n < 0 => Err(Problem::with_value(key, n.to_string(), negative)),
+        (Some(n), Some((most, why))) if n > most => {
+            Err(Problem::with_value(key, n.to_string(), why))
+        }
+        (Some(n), _) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+    }
+}
+
 /// `workers`: negative is refused (Go silently starts no worker at all), 0 means one
 /// per CPU, and more than 4,096 threads is refused as a likely typo.
 fn workers(n: Option<i64>) -> Result<Option<usize>, Problem> {
-    match n {
-        None | Some(0) => Ok(None),
-        Some(n) if n < 0 => Err(Problem::with_value(
-            "workers",
-            n.to_string(),
-            "must not be negative (Go would start no worker and provision nothing); use 0 for one per CPU",
-        )),
-        Some(n) if n > 4096 => Err(Problem::with_value(
-            "workers",
-            n.to_string(),
-            "is more than 4096 worker threads; each holds one node at a time, a few hundred is plenty",
-        )),
-        Some(n) => Ok(Some(n as usize)),
-    }
+    count(
+        "workers",
+        n,
+        "must not be negative (Go would start no worker and provision nothing); use 0 for one per CPU",
+        Some((4096, "is more than 4096 worker threads; each holds one node at a time, a few hundred is plenty")),
+    )
 }
 
 /// `upgrades_max_in_flight`: absent or 0 is unlimited (as Go), negative is refused.
 fn max_in_flight(n: Option<i64>) -> Result<Option<usize>, Problem> {
-    match n {
-        None | Some(0) => Ok(None),
-        Some(n) if n < 0 => Err(Problem::with_value(
-            "upgrades_max_in_flight",
-            n.to_string(),
-            "must not be negative; use 0 (or leave it out) for no limit",
-        )),
-        Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
-    }
+    count(
+        "upgrades_max_in_flight",
+        n,
+        "must not be negative; use 0 (or leave it out) for no limit",
+        None,
+    )
 }
 
 /// `/re/` is accepted for a pattern, as in Go: a pattern matching `^/.+/$` has every

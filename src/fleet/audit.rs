@@ -119,51 +119,46 @@ impl AuditLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_nats_server::TempDir;
 
-    fn dir(tag: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("choria-prov-audit-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// An audit log on `path`, with the metrics it counts its failures in.
+    fn opened(path: &Path) -> (AuditLog, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new("t").unwrap());
+        (AuditLog::open(path, Arc::clone(&metrics)), metrics)
     }
 
     #[test]
     fn lines_are_appended_and_a_rotated_file_is_reopened() {
-        let d = dir("rotate");
-        let path = d.join("audit.log");
-        let metrics = Arc::new(Metrics::new("t").unwrap());
-        let log = AuditLog::open(&path, Arc::clone(&metrics));
+        let d = TempDir::new("audit-rotate");
+        let path = d.path().join("audit.log");
+        let (log, metrics) = opened(&path);
         log.write(r#"{"n":1}"#);
-        std::fs::rename(&path, d.join("audit.log.1")).unwrap();
+        std::fs::rename(&path, d.path().join("audit.log.1")).unwrap();
         log.write(r#"{"n":2}"#);
         log.reopen().unwrap();
         log.write(r#"{"n":3}"#);
         assert_eq!(
-            std::fs::read_to_string(d.join("audit.log.1")).unwrap(),
+            std::fs::read_to_string(d.path().join("audit.log.1")).unwrap(),
             "{\"n\":1}\n{\"n\":2}\n"
         );
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"n\":3}\n");
         assert_eq!(metrics.audit_write_errors.get(), 0);
-        let _ = std::fs::remove_dir_all(d);
     }
 
     #[test]
     fn failures_are_counted_and_heal() {
-        let d = dir("heal");
-        let path = d.join("sub/audit.log");
-        let metrics = Arc::new(Metrics::new("t").unwrap());
-        let log = AuditLog::open(&path, Arc::clone(&metrics));
+        let d = TempDir::new("audit-heal");
+        let path = d.path().join("sub/audit.log");
+        let (log, metrics) = opened(&path);
         assert_eq!(metrics.audit_write_errors.get(), 1, "open failed");
         log.write("{}");
         assert_eq!(metrics.audit_write_errors.get(), 2);
-        std::fs::create_dir_all(d.join("sub")).unwrap();
+        std::fs::create_dir_all(d.path().join("sub")).unwrap();
         log.write("{}");
         assert_eq!(metrics.audit_write_errors.get(), 2, "healed");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{}\n");
         let full = AuditLog::open(Path::new("/dev/full"), Arc::clone(&metrics));
         full.write("{}");
         assert_eq!(metrics.audit_write_errors.get(), 3, "ENOSPC counted");
-        let _ = std::fs::remove_dir_all(d);
     }
 }

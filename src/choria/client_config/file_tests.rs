@@ -1,6 +1,6 @@
 //! The Choria client configuration parser on a realistic file.
 
-use crate::choria::client_config::{ClientConfig, SecurityProvider, TlsFiles};
+use crate::choria::client_config::{ClientConfig, ClientConfigError, SecurityProvider, TlsFiles};
 use crate::test_nats_server::TempDir;
 use std::time::Duration;
 
@@ -21,6 +21,12 @@ value.with.equals = a=b=c
 this line is not a setting
 empty.value =
 ";
+
+/// `text` loaded as a `choria.cfg` with no `plugin.d` beside it.
+fn load(text: &str) -> Result<ClientConfig, ClientConfigError> {
+    let dir = TempDir::new("ccfg");
+    ClientConfig::load(&dir.write("choria.cfg", text))
+}
 
 #[test]
 fn realistic_file_with_comments_and_plugin_d() {
@@ -84,9 +90,7 @@ fn realistic_file_with_comments_and_plugin_d() {
 
 #[test]
 fn no_brokers_means_srv_records_and_a_bad_srv_domain_is_refused() {
-    let dir = TempDir::new("ccfg");
-    let path = dir.write("choria.cfg", "identity = x.example.net\n");
-    let c = ClientConfig::load(&path).unwrap();
+    let c = load("identity = x.example.net\n").unwrap();
     assert!(c.use_srv, "go-choria's default");
     assert!(!c.randomize_middleware_hosts, "go-choria's default");
     let problems: Vec<String> = c.validate().iter().map(|p| p.to_string()).collect();
@@ -94,22 +98,18 @@ fn no_brokers_means_srv_records_and_a_bad_srv_domain_is_refused() {
         !problems.iter().any(|p| p.contains("middleware_hosts")),
         "{problems:?}"
     );
-    let path = dir.write(
-        "choria.cfg",
+    let e = load(
         "identity = x.example.net\nplugin.choria.srv_domain = bad..domain\n\
          plugin.choria.randomize_middleware_hosts = maybe\n",
-    );
-    let e = ClientConfig::load(&path).unwrap_err().to_string();
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
         e.contains("plugin.choria.randomize_middleware_hosts")
             && e.contains("must be true or false"),
         "{e}"
     );
-    let path = dir.write(
-        "choria.cfg",
-        "identity = x.example.net\nplugin.choria.srv_domain = bad..domain.\n",
-    );
-    let c = ClientConfig::load(&path).unwrap();
+    let c = load("identity = x.example.net\nplugin.choria.srv_domain = bad..domain.\n").unwrap();
     let problems: Vec<String> = c.validate().iter().map(|p| p.to_string()).collect();
     assert!(
         problems
@@ -122,12 +122,7 @@ fn no_brokers_means_srv_records_and_a_bad_srv_domain_is_refused() {
 
 #[test]
 fn puppet_provider_uses_the_ssl_dir_layout() {
-    let dir = TempDir::new("ccfg");
-    let path = dir.write(
-        "choria.cfg",
-        "identity = p.example.net\nplugin.choria.ssldir = /var/ssl\nplugin.choria.middleware_hosts = b:4222\n",
-    );
-    let c = ClientConfig::load(&path).unwrap();
+    let c = load("identity = p.example.net\nplugin.choria.ssldir = /var/ssl\nplugin.choria.middleware_hosts = b:4222\n").unwrap();
     let files = c.tls_files().unwrap();
     assert_eq!(
         files.certificate.unwrap(),
@@ -145,16 +140,16 @@ fn puppet_provider_uses_the_ssl_dir_layout() {
 
 #[test]
 fn bad_values_are_problems() {
-    let dir = TempDir::new("ccfg");
-    let path = dir.write(
-        "choria.cfg",
+    let err = load(
         "identity = x\nttl = soon\nplugin.security.provider = vault\ndiscovery_timeout = 5min\n",
-    );
-    let err = ClientConfig::load(&path).unwrap_err().to_string();
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("3 problems in"), "{err}");
     assert!(err.contains("ttl: \"soon\""), "{err}");
     assert!(err.contains("plugin.security.provider: \"vault\""), "{err}");
     assert!(err.contains("discovery_timeout: \"5min\""), "{err}");
+    let dir = TempDir::new("ccfg");
     let missing = ClientConfig::load(&dir.path().join("nope.cfg")).unwrap_err();
     assert!(
         missing.to_string().ends_with("nope.cfg: (file): not found"),
@@ -166,12 +161,7 @@ fn bad_values_are_problems() {
 /// password included.
 #[test]
 fn debug_output_never_shows_setting_values() {
-    let dir = TempDir::new("ccfg-debug");
-    let path = dir.write(
-        "choria.cfg",
-        "identity = p.example.net\nplugin.nats.pass = hunter2-secret\nplugin.choria.middleware_hosts = b:4222\n",
-    );
-    let c = ClientConfig::load(&path).unwrap();
+    let c = load("identity = p.example.net\nplugin.nats.pass = hunter2-secret\nplugin.choria.middleware_hosts = b:4222\n").unwrap();
     assert_eq!(c.get("plugin.nats.pass"), Some("hunter2-secret"));
     let shown = format!("{c:?}");
     assert!(!shown.contains("hunter2-secret"), "{shown}");

@@ -43,6 +43,15 @@ fn reply_subject() -> String {
     )
 }
 
+/// The secure layer of a transport: its `data`, base64-decoded, as JSON.
+fn secure_layer(transport: &[u8]) -> serde_json::Value {
+    let transport: serde_json::Value = serde_json::from_slice(transport).unwrap();
+    let data = STANDARD
+        .decode(transport["data"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&data).unwrap()
+}
+
 #[test]
 fn v1_request_is_byte_for_byte_the_worked_example() {
     assert_eq!(
@@ -122,13 +131,7 @@ fn v1_discovery_reply_hash_matches_the_spec() {
         1_767_225_590 * 1_000_000_000,
         None,
     );
-    let transport: serde_json::Value = serde_json::from_slice(&reply).unwrap();
-    let secure: serde_json::Value = serde_json::from_slice(
-        &STANDARD
-            .decode(transport["data"].as_str().unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let secure = secure_layer(&reply);
     assert_eq!(
         secure["message"],
         r#"{"protocol":"choria:reply:1","message":"pong","envelope":{"requestid":"0a1b2c3d4e5f40718293a4b5c6d7e8f9","senderid":"n1.example.net","agent":"discovery","time":1767225590}}"#
@@ -440,13 +443,7 @@ fn v1_requests_are_signed_with_the_file_provider_rsa_key() {
         let (_, payload) =
             protocol::encode_request(&inventory_spec(Protocol::V1), "r", &creds, Protocol::V1)
                 .unwrap();
-        let transport: serde_json::Value = serde_json::from_slice(&payload).unwrap();
-        let secure: serde_json::Value = serde_json::from_slice(
-            &STANDARD
-                .decode(transport["data"].as_str().unwrap())
-                .unwrap(),
-        )
-        .unwrap();
+        let secure = secure_layer(&payload);
         assert_eq!(secure["pubcert"], cert);
         let signature = STANDARD
             .decode(secure["signature"].as_str().unwrap())

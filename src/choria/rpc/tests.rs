@@ -127,7 +127,8 @@ fn id(text: &str) -> Identity {
 }
 
 /// An insecure client of `server`, as the daemon builds it.
-fn client(server: &NatsServer, dir: &TempDir) -> RpcClient {
+fn client(server: &NatsServer) -> RpcClient {
+    let dir = TempDir::new("rpc");
     let cfg = dir.write(
         "choria.cfg",
         &format!(
@@ -180,9 +181,8 @@ fn judged(
 #[test]
 fn a_request_reaches_its_node_and_the_reply_is_routed_back_and_accepted() {
     let server = NatsServer::start();
-    let dir = TempDir::new("rpc");
     let _node = responder(&server, "n1.example.net", Mode::Good);
-    let rpc = client(&server, &dir);
+    let rpc = client(&server);
     let data = serde_json::json!({"token": "t"});
     let (request, route, rx) = send(&rpc, "n1.example.net", PROVISION_AGENT, data);
     assert_eq!(rpc.router().pending(), 1, "routed while the route is kept");
@@ -214,10 +214,9 @@ fn a_request_reaches_its_node_and_the_reply_is_routed_back_and_accepted() {
 #[test]
 fn a_reply_from_another_sender_or_with_a_wrong_hash_is_rejected_with_its_reason() {
     let server = NatsServer::start();
-    let dir = TempDir::new("rpc");
     let _impostor = responder(&server, "n1.example.net", Mode::WrongSender);
     let _forger = responder(&server, "n2.example.net", Mode::WrongHash);
-    let rpc = client(&server, &dir);
+    let rpc = client(&server);
     let within = Duration::from_secs(5);
     let (request, _route, rx) = send(&rpc, "n1.example.net", RPCUTIL_AGENT, serde_json::json!({}));
     let why = judged(&rpc, "n1.example.net", &request, &rx, within)
@@ -251,8 +250,7 @@ fn probed(rpc: &RpcClient, node: &str) -> bool {
 #[test]
 fn no_responders_comes_at_once_and_a_probe_tells_the_broker_s_status_from_a_forged_one() {
     let server = NatsServer::start();
-    let dir = TempDir::new("rpc");
-    let rpc = client(&server, &dir);
+    let rpc = client(&server);
     // Nobody subscribes: nats-server's status, at once.
     let (_, _route, rx) = send(
         &rpc,
@@ -301,9 +299,8 @@ fn no_responders_comes_at_once_and_a_probe_tells_the_broker_s_status_from_a_forg
 #[test]
 fn a_thousand_concurrent_requests_from_sixteen_threads_are_each_answered_by_their_node() {
     let server = NatsServer::start();
-    let dir = TempDir::new("rpc");
     let _nodes = responder(&server, "*", Mode::Good);
-    let rpc = client(&server, &dir);
+    let rpc = client(&server);
     std::thread::scope(|s| {
         for t in 0..16 {
             let rpc = &rpc;
@@ -335,9 +332,8 @@ fn a_thousand_concurrent_requests_from_sixteen_threads_are_each_answered_by_thei
 #[test]
 fn discovery_of_two_hundred_nodes_answering_twice_hands_each_over_once_and_closes_early() {
     let server = NatsServer::start();
-    let dir = TempDir::new("rpc");
     let _fleet = discovery_responders(&server, pongs(200, 2));
-    let rpc = client(&server, &dir);
+    let rpc = client(&server);
     let started = Instant::now();
     let (found, identities) = discover_all(&rpc);
     let took = started.elapsed();
@@ -355,12 +351,11 @@ fn discovery_of_two_hundred_nodes_answering_twice_hands_each_over_once_and_close
 #[test]
 fn discovery_replies_too_large_to_read_are_dropped_and_counted() {
     let server = NatsServer::start();
-    let dir = TempDir::new("rpc");
     let mut replies = pongs(3, 1);
     replies.push(("node-huge-1".into(), vec![b'x'; 20 * 1024]));
     replies.push(("node-huge-2".into(), vec![b'x'; 20 * 1024]));
     let _fleet = discovery_responders(&server, replies);
-    let rpc = client(&server, &dir);
+    let rpc = client(&server);
     let (found, mut identities) = discover_all(&rpc);
     identities.sort();
     assert_eq!(identities, [id("node-0"), id("node-1"), id("node-2")]);
@@ -371,8 +366,7 @@ fn discovery_replies_too_large_to_read_are_dropped_and_counted() {
 #[test]
 fn discovery_with_nobody_listening_ends_at_the_initial_wait() {
     let server = NatsServer::start();
-    let dir = TempDir::new("rpc");
-    let rpc = client(&server, &dir);
+    let rpc = client(&server);
     let started = Instant::now();
     let found = rpc
         .discover(

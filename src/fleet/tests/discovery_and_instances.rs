@@ -63,13 +63,25 @@ fn the_discovery_loop_runs_at_once_and_on_trigger() {
     loop_thread.join().unwrap();
 }
 
-/// Finds `per_call` identities never seen before on every call, and records when.
-struct EndlessDiscovery {
+/// On every call finds `per_call` identities never seen before, and on its first
+/// call reports `dropped_first` replies dropped unread; records when it was called.
+struct ScriptedDiscovery {
     per_call: usize,
+    dropped_first: u64,
     calls: Mutex<Vec<Instant>>,
 }
 
-impl discovery::Discover for EndlessDiscovery {
+impl ScriptedDiscovery {
+    fn new(per_call: usize, dropped_first: u64) -> Arc<ScriptedDiscovery> {
+        Arc::new(ScriptedDiscovery {
+            per_call,
+            dropped_first,
+            calls: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl discovery::Discover for ScriptedDiscovery {
     fn discover(&self, found: &mut dyn FnMut(Identity)) -> Result<Discovered, RpcError> {
         let mut calls = self.calls.lock();
         let first = calls.len() * self.per_call;
@@ -77,6 +89,11 @@ impl discovery::Discover for EndlessDiscovery {
         (first..first + self.per_call).for_each(|n| found(id(&format!("n{n}"))));
         Ok(Discovered {
             senders: self.per_call as u64,
+            dropped: if calls.len() == 1 {
+                self.dropped_first
+            } else {
+                0
+            },
             ..Discovered::default()
         })
     }
@@ -145,33 +162,13 @@ fn an_overflowing_discovery_is_followed_once_the_queue_is_half_empty() {
     loop_thread.join().unwrap();
 }
 
-/// Hears nothing and reports `dropped` replies dropped unread on its first call.
-struct DroppingDiscovery {
-    dropped: u64,
-    calls: Mutex<Vec<Instant>>,
-}
-
-impl discovery::Discover for DroppingDiscovery {
-    fn discover(&self, _found: &mut dyn FnMut(Identity)) -> Result<Discovered, RpcError> {
-        let mut calls = self.calls.lock();
-        calls.push(Instant::now());
-        Ok(Discovered {
-            dropped: if calls.len() == 1 { self.dropped } else { 0 },
-            ..Discovered::default()
-        })
-    }
-}
-
 #[test]
 fn a_discovery_that_dropped_replies_is_followed_early_once() {
     // The queue is empty and took everything heard, but replies were dropped unread:
     // their nodes are looked for again after the gap, not an hour later, and a
     // discovery that dropped nothing does not repeat.
     let r = rig(1, 10, Duration::from_secs(60), false);
-    let found = Arc::new(DroppingDiscovery {
-        dropped: 7,
-        calls: Mutex::new(Vec::new()),
-    });
+    let found = ScriptedDiscovery::new(0, 7);
     let loop_thread = early_discovery_loop(&r.fleet, Arc::clone(&found) as _, 50);
     wait_until("the early discovery", || found.calls.lock().len() == 2);
     std::thread::sleep(Duration::from_millis(300));
@@ -189,10 +186,7 @@ fn early_discoveries_come_at_most_once_per_min_gap() {
     // Every discovery overflows a queue of 2 that two quick workers empty at once: only
     // the gap holds the loop back.
     let r = rig(2, 2, Duration::from_secs(60), false);
-    let found = Arc::new(EndlessDiscovery {
-        per_call: 10,
-        calls: Mutex::new(Vec::new()),
-    });
+    let found = ScriptedDiscovery::new(10, 0);
     let gap = Duration::from_millis(150);
     let loop_thread =
         early_discovery_loop(&r.fleet, Arc::clone(&found) as _, gap.as_millis() as u64);

@@ -498,28 +498,27 @@ fn a_silent_node_is_tried_five_times_for_inventory_then_fails_naming_the_tries()
     );
 }
 
+/// An attempt whose `configure` the node refuses with `statusmsg`, which must be
+/// asked once and not again: the rig and how the attempt ended.
+fn configure_refused(statusmsg: &'static str) -> (Rig, Outcome) {
+    let node = FakeNode::answering(&[("configure", &[Answer::Status(1, statusmsg)])]);
+    let r = rig(node, CONFIGURED, |_| {});
+    let outcome = r.attempt();
+    assert_eq!(r.node.count("configure"), 1);
+    (r, outcome)
+}
+
 #[test]
 fn a_wrong_token_is_refused_at_once_without_retries() {
-    let node = FakeNode::answering(&[(
-        "configure",
-        &[Answer::Status(1, "Incorrect provision token supplied")],
-    )]);
-    let r = rig(node, CONFIGURED, |_| {});
-    assert!(matches!(r.attempt(), Outcome::Failed(_)));
-    assert_eq!(r.node.count("configure"), 1);
+    let (_, outcome) = configure_refused("Incorrect provision token supplied");
+    assert!(matches!(outcome, Outcome::Failed(_)), "{outcome}");
 }
 
 #[test]
 fn a_node_locked_by_another_provisioner_is_left_to_it_without_an_error() {
-    let node = FakeNode::answering(&[(
-        "configure",
-        &[Answer::Status(1, "Could not obtain provisioning lock")],
-    )]);
-    let r = rig(node, CONFIGURED, |_| {});
-    let outcome = r.attempt();
+    let (r, outcome) = configure_refused("Could not obtain provisioning lock");
     assert!(matches!(outcome, Outcome::Locked(_)), "{outcome}");
     assert!(!outcome.is_error() && !outcome.is_success());
-    assert_eq!(r.node.count("configure"), 1);
     assert_eq!(
         r.metrics
             .rpc_errors

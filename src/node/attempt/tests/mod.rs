@@ -339,6 +339,14 @@ fn n1() -> Identity {
     Identity::parse("n1.example.net").unwrap()
 }
 
+/// `outcome` is a contest whose message says `what`.
+fn assert_contested(outcome: &Outcome, what: &str) {
+    assert!(
+        matches!(outcome, Outcome::Contested(m) if m.contains(what)),
+        "{outcome}"
+    );
+}
+
 #[test]
 fn a_plain_node_is_inventoried_configured_and_restarted() {
     let r = rig(FakeNode::answering(&[]), CONFIGURED, |_| {});
@@ -545,10 +553,7 @@ fn a_contested_reply_stops_the_attempt_before_configure() {
         c.reply_grace = Duration::from_millis(50)
     });
     let outcome = r.attempt();
-    assert!(
-        matches!(&outcome, Outcome::Contested(m) if m.contains("rpcutil#inventory was answered twice")),
-        "{outcome}"
-    );
+    assert_contested(&outcome, "rpcutil#inventory was answered twice");
     assert!(outcome.needs_cooldown(), "tried again only later");
     assert_eq!(r.node.calls(), ["inventory"], "no configure was sent");
 }
@@ -611,10 +616,7 @@ fn a_flooded_call_stops_the_attempt_at_once_and_is_not_retried() {
         let node = FakeNode::answering(&[(action, &[Answer::Flooded])]);
         let r = rig(node, CONFIGURED, |_| {});
         let outcome = r.attempt();
-        assert!(
-            matches!(&outcome, Outcome::Contested(m) if m.contains(&format!("#{action} was answered in the name of n1.example.net more often than a node answers (3 replies dropped unread"))),
-            "{action}: {outcome}"
-        );
+        assert_contested(&outcome, &format!("#{action} was answered in the name of n1.example.net more often than a node answers (3 replies dropped unread"));
         assert!(outcome.needs_cooldown(), "{action}: tried again only later");
         assert_eq!(
             r.node.calls(),

@@ -90,9 +90,7 @@ fn every_attempt_is_audited_with_its_facts_and_never_a_secret() {
         ),
         fast(),
     );
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 6
-    });
+    wait_provisioned(&fleet, 6, Duration::from_secs(60));
     wait_until("all audited", Duration::from_secs(10), || {
         audit_lines(&audit).len() >= 6
     });
@@ -233,16 +231,11 @@ fn an_audit_file_that_cannot_be_written_is_counted_and_provisioning_goes_on() {
     let server = NatsServer::start();
     let fleet = sim(&server.url(), 5, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", "audit_file: /dev/full\n", fast());
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 5
-    });
+    wait_provisioned(&fleet, 5, Duration::from_secs(60));
     wait_until("counted", Duration::from_secs(5), || {
         prov.metrics.audit_write_errors.get() >= 5
     });
-    assert!(prov
-        .metrics
-        .render()
-        .contains("choria_provisioner_audit_write_errors{site=\"test\"}"));
+    prov.assert_renders("choria_provisioner_audit_write_errors{site=\"test\"}");
     // Warned about at most once a minute, not once per line.
     let warnings = support::logs::lines_with("Could not write the audit file /dev/full");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -253,13 +246,7 @@ fn an_audit_file_that_cannot_be_written_is_counted_and_provisioning_goes_on() {
 fn nodes_shows_every_state_and_the_command_prints_it() {
     let server = NatsServer::start();
     // Slow nodes: some queued and some in flight while we look.
-    let fleet = sim(&server.url(), 12, |o| {
-        o.faults = choria_provisioner::sim::Faults {
-            slow: 1.0,
-            slow_by: Duration::from_millis(400),
-            ..Default::default()
-        }
-    });
+    let fleet = sim(&server.url(), 12, all_late(Duration::from_millis(400)));
     let long_cooldown = choria_provisioner::fleet::daemon::DaemonOptions {
         cooldown: Duration::from_secs(60),
         ..fast()
@@ -307,9 +294,7 @@ fn nodes_shows_every_state_and_the_command_prints_it() {
         table.contains("STATE") && table.contains("IDENTITY"),
         "{table}"
     );
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 12
-    });
+    wait_provisioned(&fleet, 12, Duration::from_secs(60));
     let doc: Value = serde_json::from_str(&support::http_get(port, "/nodes").1).unwrap();
     assert_eq!(doc["recent"].as_array().unwrap().len(), 12, "{doc}");
     assert!(
@@ -391,11 +376,7 @@ fn upgrades_max_in_flight_caps_the_nodes_away_upgrading() {
                 ..fast()
             },
         );
-        wait_until(
-            "all upgraded and provisioned",
-            Duration::from_secs(90),
-            || fleet.progress().provisioned == 10,
-        );
+        wait_provisioned(&fleet, 10, Duration::from_secs(90));
         for node in fleet.summary().nodes {
             assert_eq!(node.upgrades, ["0.31.0"], "{}", node.identity);
         }

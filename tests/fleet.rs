@@ -79,10 +79,7 @@ fn a_fleet_with_ten_percent_faulty_nodes_is_provisioned() {
             > 0),
         "garbage replies were rejected"
     );
-    assert!(prov
-        .metrics
-        .render()
-        .contains("choria_provisioner_rpc_time_count"));
+    prov.assert_renders("choria_provisioner_rpc_time_count");
 }
 
 #[test]
@@ -178,9 +175,7 @@ fn a_discovery_that_overflows_the_queue_is_followed_before_the_interval() {
             ..fast()
         },
     );
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 40
-    });
+    wait_provisioned(&fleet, 40, Duration::from_secs(60));
     let elapsed = started.elapsed();
     assert_provisioned(&fleet.summary(), |_| 1);
     assert_eq!(prov.metrics.discovered.get(), 40);

@@ -123,9 +123,7 @@ fn three_instances_provision_a_thousand_nodes_once_each_with_fair_shares() {
     // Booted after the provisioners: found through startup events (one queue group,
     // handed to their owners) and discovery.
     let fleet = sim(&server.url(), 1000, |_| {});
-    wait_until("all provisioned", Duration::from_secs(90), || {
-        fleet.progress().provisioned == 1000
-    });
+    wait_provisioned(&fleet, 1000, Duration::from_secs(90));
     let summary = fleet.summary();
     assert_provisioned(&summary, |_| 1);
     let mut total = 0;
@@ -285,9 +283,7 @@ fn a_clean_stop_hands_the_share_over_at_once() {
     let took = stopped.elapsed();
     assert!(took < Duration::from_secs(2), "handover took {took:?}");
     let b = stopper.join().unwrap();
-    wait_until("all provisioned", Duration::from_secs(40), || {
-        fleet.progress().provisioned == 200
-    });
+    wait_provisioned(&fleet, 200, Duration::from_secs(40));
     let summary = fleet.summary();
     assert_provisioned(&summary, |_| 1);
     assert_eq!(
@@ -311,9 +307,7 @@ fn servers_without_the_lock_are_provisioned_once_with_a_warning() {
         o.version = "0.28.0".into();
         o.prefix = "old-".into();
     });
-    wait_until("all provisioned", Duration::from_secs(30), || {
-        fleet.progress().provisioned == 200
-    });
+    wait_provisioned(&fleet, 200, Duration::from_secs(30));
     let summary = fleet.summary();
     assert_provisioned(&summary, |_| 1);
     assert!(touched_twice(&summary).is_empty());
@@ -343,9 +337,7 @@ fn two_instances_through_a_choria_broker() {
         .collect();
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 2);
     let fleet = meeting.fleet(60, |_| {});
-    wait_until("all provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 60
-    });
+    wait_provisioned(&fleet, 60, Duration::from_secs(60));
     let summary = fleet.summary();
     assert_provisioned(&summary, |_| 1);
     assert!(touched_twice(&summary).is_empty());
@@ -452,9 +444,7 @@ fn a_paused_instance_gives_its_share_away_until_resumed() {
     });
     assert_eq!(b.metrics.share.get(), 0.0);
     let fleet = sim(&server.url(), 50, |_| {});
-    wait_until("a provisions them all", Duration::from_secs(20), || {
-        fleet.progress().provisioned == 50
-    });
+    wait_provisioned(&fleet, 50, Duration::from_secs(20));
     assert_eq!(a.metrics.provisioned.get(), 50);
     assert_eq!(b.metrics.provisioned.get(), 0);
     assert!(b.pause.release_operator().is_some());
@@ -522,9 +512,7 @@ fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
         "c dropped after {:?}",
         died.elapsed()
     );
-    wait_until("all provisioned", Duration::from_secs(30), || {
-        fleet.progress().provisioned == 300
-    });
+    wait_provisioned(&fleet, 300, Duration::from_secs(30));
     let summary = fleet.summary();
     assert_provisioned(&summary, |_| 1);
     let by_c = restarted_by(&summary, "c.lon");

@@ -36,9 +36,7 @@ fn two_provisioners_with_leader_election_on(meeting: Meeting) {
         leader_of(&a) || leader_of(&b)
     });
     let first = meeting.fleet(50, |o| o.prefix = "first-".into());
-    wait_until("first batch provisioned", Duration::from_secs(60), || {
-        first.progress().provisioned == 50
-    });
+    wait_provisioned(&first, 50, Duration::from_secs(60));
     let (leader, standby) = if leader_of(&a) {
         (&mut a, &mut b)
     } else {
@@ -63,9 +61,7 @@ fn two_provisioners_with_leader_election_on(meeting: Meeting) {
         started.elapsed()
     );
     let second = meeting.fleet(50, |o| o.prefix = "second-".into());
-    wait_until("second batch provisioned", Duration::from_secs(60), || {
-        second.progress().provisioned == 50
-    });
+    wait_provisioned(&second, 50, Duration::from_secs(60));
     assert_eq!(standby.metrics.provisioned.get(), 50);
     assert_provisioned(&first.summary(), |_| 1);
     assert_provisioned(&second.summary(), |_| 1);
@@ -100,9 +96,7 @@ fn when_the_leader_s_connection_dies_the_standby_takes_over_after_the_ttl() {
     );
     assert_eq!(a.metrics.paused.get(), 1, "the old leader paused itself");
     let fleet = sim(&node_url, 30, |_| {});
-    wait_until("b provisions", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 30
-    });
+    wait_provisioned(&fleet, 30, Duration::from_secs(60));
     assert_eq!(b.metrics.provisioned.get(), 30);
     assert_eq!(a.metrics.provisioned.get(), 0);
     assert_provisioned(&fleet.summary(), |_| 1);

@@ -80,10 +80,8 @@ fn feature_jwt_refuses_a_jwt_from_another_issuer_and_a_wrong_token() {
     wait_until("refused", Duration::from_secs(30), || {
         wrong.metrics.provision_errors.get() >= 5
     });
-    assert!(wrong
-        .metrics
-        .render()
-        .contains("choria_provisioner_rpc_errors{rpc=\"rpcutil#inventory\",site=\"test\"} 0"));
+    wrong
+        .assert_renders("choria_provisioner_rpc_errors{rpc=\"rpcutil#inventory\",site=\"test\"} 0");
     assert_eq!(fleet.progress().configured, 0);
 }
 
@@ -161,11 +159,7 @@ fn feature_upgrades_upgrades_then_provisions_and_equal_versions_skip_the_upgrade
         fast(),
     );
     let metrics = Arc::clone(&prov.metrics);
-    wait_until(
-        "all upgraded and provisioned",
-        Duration::from_secs(60),
-        || fleet.progress().provisioned == 10,
-    );
+    wait_provisioned(&fleet, 10, Duration::from_secs(60));
     for node in fleet.summary().nodes {
         assert_eq!(node.upgrades, ["0.31.0"], "{}", node.identity);
         assert_eq!(node.version, "0.31.0");
@@ -558,11 +552,7 @@ fn an_expired_signing_token_signs_nothing_until_a_new_one_is_loaded_on_sighup() 
         o.issuer_seed = Some(ISSUER_SEED);
         o.prefix = "booted-".into();
     });
-    wait_until(
-        "provisioned through the new token",
-        Duration::from_secs(60),
-        || booted.progress().provisioned == 3,
-    );
+    wait_provisioned(&booted, 3, Duration::from_secs(60));
     assert_eq!(
         logged(&format!(
             "Reloaded the key files: jwt_signing_token {}: id old-chain expiring ",

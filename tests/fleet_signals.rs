@@ -51,9 +51,7 @@ fn sigterm_mid_run_exits_0_within_the_bound_and_a_second_run_finishes_the_rest()
     let done = fleet.progress().provisioned;
     assert!(done < 200, "the first run was interrupted ({done} done)");
     let mut second = spawn_binary(&dir, &server.url());
-    wait_until("the rest provisioned", Duration::from_secs(120), || {
-        fleet.progress().provisioned == 200
-    });
+    wait_provisioned(&fleet, 200, Duration::from_secs(120));
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
     assert_eq!(second.wait().unwrap().code(), Some(0));
@@ -66,13 +64,7 @@ fn sigterm_mid_run_exits_0_within_the_bound_and_a_second_run_finishes_the_rest()
 fn a_second_signal_exits_at_once() {
     let server = NatsServer::start();
     // One node that answers only after 10 s: the worker waits inside an RPC.
-    let fleet = sim(&server.url(), 1, |o| {
-        o.faults = Faults {
-            slow: 1.0,
-            slow_by: Duration::from_secs(10),
-            ..Faults::default()
-        }
-    });
+    let fleet = sim(&server.url(), 1, all_late(Duration::from_secs(10)));
     let dir = TempDir::new("second-signal");
     let mut child = spawn_with(
         env!("CARGO_BIN_EXE_choria-provisioner"),

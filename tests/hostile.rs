@@ -23,8 +23,8 @@ use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
 use choria_provisioner::sim::{Phase, Sim};
 use support::hostile::{ok, Hostile, RawPublisher};
 use support::rig::{
-    fast, helper_answering, issuer_public_hex, jwt_settings, jwt_sim, sim, wait_provisioned,
-    wait_until, Provisioner, ISSUER_SEED,
+    all_late, fast, helper_answering, issuer_public_hex, jwt_settings, jwt_sim, sim,
+    wait_provisioned, wait_until, Provisioner, ISSUER_SEED,
 };
 use support::{NatsServer, TempDir};
 
@@ -82,6 +82,24 @@ fn spy(server: &NatsServer) -> (nats::Connection, crossbeam_channel::Receiver<St
     (nc, rx)
 }
 
+/// Waits until the 10 nodes of `fleet` are provisioned once each, and checks that
+/// every one of [`BAD_IDENTITIES`], and one of 5,000 bytes, was refused from `source`
+/// and counted with its reason.
+fn provisioned_refusing_every_bad_identity(prov: &Provisioner, fleet: &Sim, source: &str) {
+    wait_provisioned(fleet, 10, Duration::from_secs(60));
+    assert_all_provisioned_once(fleet);
+    for (name, _, reason) in BAD_IDENTITIES {
+        assert!(
+            prov.counter("refused_identities", &[source, reason]) >= 1,
+            "{name}: not counted as {reason}"
+        );
+    }
+    assert!(
+        prov.counter("refused_identities", &[source, "too_long"]) >= 1,
+        "5,000 bytes"
+    );
+}
+
 #[test]
 fn hostile_identities_in_discovery_replies_are_refused_counted_and_never_published_to() {
     let server = NatsServer::start();
@@ -93,18 +111,7 @@ fn hostile_identities_in_discovery_replies_are_refused_counted_and_never_publish
     attacker.flush();
     let fleet = sim(&server.url(), 10, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
-    wait_provisioned(&fleet, 10, Duration::from_secs(60));
-    assert_all_provisioned_once(&fleet);
-    for (name, _, reason) in BAD_IDENTITIES {
-        assert!(
-            prov.counter("refused_identities", &["discovery", reason]) >= 1,
-            "{name}: not counted as {reason}"
-        );
-    }
-    assert!(
-        prov.counter("refused_identities", &["discovery", "too_long"]) >= 1,
-        "5,000 bytes"
-    );
+    provisioned_refusing_every_bad_identity(&prov, &fleet, "discovery");
     assert!(
         injected.try_recv().is_err(),
         "a message reached a subject the provisioner never chose"
@@ -126,14 +133,7 @@ fn hostile_identities_in_startup_events_are_refused_counted_and_never_queued() {
     }
     attacker.startup_event(&"e".repeat(5000), "provision_mode_server");
     attacker.flush();
-    wait_provisioned(&fleet, 10, Duration::from_secs(60));
-    assert_all_provisioned_once(&fleet);
-    for (name, _, reason) in BAD_IDENTITIES {
-        assert!(
-            prov.counter("refused_identities", &["event", reason]) >= 1,
-            "{name}: not counted as {reason}"
-        );
-    }
+    provisioned_refusing_every_bad_identity(&prov, &fleet, "event");
     assert_eq!(
         prov.counter("dropped_events", &["invalid_identity"]),
         BAD_IDENTITIES.len() as u64 + 1
@@ -246,62 +246,79 @@ fn attacker_decrypts(secret: &[u8; 32], data: &serde_json::Value, key_der: &[u8]
         .is_ok_and(|der| der == key_der)
 }
 
-/// What the attacker of [`contested_then_provisioned`] sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Garbage {
-    /// Valid replies in the node's name, or anything else that must stop every attempt.
-    ForgesValidReplies,
-    /// Undecodable replies only.
-    MayBeReadInTime,
+/// A race under way: the provisioner, its fleet of 10 nodes, the attacker with its
+/// racing subscription, and hostile nodes that only read.
+struct Race<'a> {
+    prov: &'a Provisioner,
+    fleet: &'a Sim,
+    attacker: &'a Hostile,
+    readers: &'a [&'a Hostile],
+    race: nats::Handler,
 }
 
-/// Waits until `rpc` was contested for each of the 10 nodes of `fleet` while
-/// `attacker` races it, checks that nothing was configured or sent (nor seen by
-/// `readers`) and that `nothing_issued` holds, then stops the race and waits until every
-/// node is provisioned exactly once. With `Garbage::MayBeReadInTime`, a node may be
-/// configured meanwhile: a flood of undecodable replies that the workers happen to
-/// read as fast as it comes (a loaded machine delivers it in trickles) overflows no
-/// inbox, every forgery is read and refused, and the node's own reply is rightly
-/// accepted; only a flood that overflowed stops an attempt.
-#[allow(clippy::too_many_arguments)] // one scenario's parts, each named at the call
-fn contested_then_provisioned(
-    garbage: Garbage,
-    prov: &Provisioner,
-    fleet: &Sim,
-    attacker: &Hostile,
-    readers: &[&Hostile],
+/// The parts of a [`Race`], in its fields' order.
+fn racing<'a>(
+    prov: &'a Provisioner,
+    fleet: &'a Sim,
+    attacker: &'a Hostile,
+    readers: &'a [&'a Hostile],
     race: nats::Handler,
-    rpc: &str,
-    nothing_issued: impl FnOnce() -> bool,
-) {
-    wait_until("every node contested", Duration::from_secs(30), || {
-        prov.counter("contested_replies", &[rpc]) >= 10
-    });
-    // Garbage read in time is refused and the node's own reply accepted: such an
-    // attempt rightly goes on to configure its node, which every reader sees.
-    if garbage == Garbage::ForgesValidReplies {
+) -> Race<'a> {
+    Race {
+        prov,
+        fleet,
+        attacker,
+        readers,
+        race,
+    }
+}
+
+impl Race<'_> {
+    /// Waits until `rpc` was contested for each node while the attacker forges valid
+    /// replies (or anything else that must stop every attempt), checks that nothing
+    /// was configured or sent (nor seen by the readers) and that `nothing_issued`
+    /// holds, then stops the race and waits until every node is provisioned exactly
+    /// once.
+    fn contested_then_provisioned(self, rpc: &str, nothing_issued: impl FnOnce() -> bool) {
+        self.wait_contested(rpc);
         assert_eq!(
-            fleet.progress().configured,
+            self.fleet.progress().configured,
             0,
             "nothing configured under attack"
         );
-        for hostile in std::iter::once(attacker).chain(readers.iter().copied()) {
+        for hostile in std::iter::once(self.attacker).chain(self.readers.iter().copied()) {
             assert!(
                 hostile.loot.configures.lock().is_empty(),
                 "no configure was sent while the {rpc} replies were contested"
             );
         }
         assert!(nothing_issued(), "nothing issued while contested");
+        self.stop_and_provision();
     }
-    assert!(attacker.loot.forged.load(Ordering::Relaxed) >= 10);
-    race.unsubscribe().unwrap();
-    attacker.flush();
-    wait_until(
-        "provisioned once the race stops",
-        Duration::from_secs(60),
-        || fleet.progress().provisioned == 10,
-    );
-    assert_all_provisioned_once(fleet);
+
+    /// As [`Race::contested_then_provisioned`] for an attacker sending undecodable
+    /// replies only, where a node may be configured meanwhile: a flood that the
+    /// workers happen to read as fast as it comes (a loaded machine delivers it in
+    /// trickles) overflows no inbox, every forgery is read and refused, and the node's
+    /// own reply is rightly accepted; only a flood that overflowed stops an attempt.
+    fn flooded_then_provisioned(self, rpc: &str) {
+        self.wait_contested(rpc);
+        self.stop_and_provision();
+    }
+
+    fn wait_contested(&self, rpc: &str) {
+        wait_until("every node contested", Duration::from_secs(30), || {
+            self.prov.counter("contested_replies", &[rpc]) >= 10
+        });
+    }
+
+    fn stop_and_provision(self) {
+        assert!(self.attacker.loot.forged.load(Ordering::Relaxed) >= 10);
+        self.race.unsubscribe().unwrap();
+        self.attacker.flush();
+        wait_provisioned(self.fleet, 10, Duration::from_secs(60));
+        assert_all_provisioned_once(self.fleet);
+    }
 }
 
 /// Every `configure` `reader` saw (at least one per node of 10) carries a non-empty
@@ -400,16 +417,8 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
     attacker.flush();
     let fleet = jwt_sim(&server.url(), 10, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", &thief.config(&dir), fast());
-    contested_then_provisioned(
-        Garbage::ForgesValidReplies,
-        &prov,
-        &fleet,
-        &attacker,
-        &[&reader],
-        race,
-        "choria_provision#jwt",
-        || true,
-    );
+    racing(&prov, &fleet, &attacker, &[&reader], race)
+        .contested_then_provisioned("choria_provision#jwt", || true);
     for node in fleet.summary().nodes {
         let got = node.private_key.expect("the node got its key");
         let got = choria_provisioner::crypto::pem::decode(&got).unwrap().der;
@@ -440,16 +449,8 @@ fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
     // A grace ten times the production one: the attacker and the nodes answer at
     // once, but on a loaded machine either thread can be late by more than 50 ms.
     let prov = Provisioner::start(&server.url(), "p1.test", "reply_grace: 500ms\n", fast());
-    contested_then_provisioned(
-        Garbage::ForgesValidReplies,
-        &prov,
-        &fleet,
-        &attacker,
-        &[],
-        race,
-        "rpcutil#inventory",
-        || true,
-    );
+    racing(&prov, &fleet, &attacker, &[], race)
+        .contested_then_provisioned("rpcutil#inventory", || true);
     assert_connection_held(&prov);
 }
 
@@ -491,24 +492,10 @@ fn a_forgery_followed_by_a_flood_cannot_push_the_real_reply_out_and_go_unnoticed
     }));
     attacker.flush();
     // The nodes answer 300 ms late: the flood has always filled the inbox by then.
-    let fleet = jwt_sim(&server.url(), 10, |o| {
-        o.faults = choria_provisioner::sim::Faults {
-            slow: 1.0,
-            slow_by: Duration::from_millis(300),
-            ..Default::default()
-        };
-    });
+    let fleet = jwt_sim(&server.url(), 10, all_late(Duration::from_millis(300)));
     let prov = Provisioner::start(&server.url(), "p1.test", &thief.config(&dir), fast());
-    contested_then_provisioned(
-        Garbage::ForgesValidReplies,
-        &prov,
-        &fleet,
-        &attacker,
-        &[&reader],
-        race,
-        "choria_provision#jwt",
-        || true,
-    );
+    racing(&prov, &fleet, &attacker, &[&reader], race)
+        .contested_then_provisioned("choria_provision#jwt", || true);
     assert!(
         prov.counter("rejected_replies", &["overflow"]) >= 10,
         "every reply dropped from a full inbox is counted"
@@ -595,16 +582,10 @@ fn a_node_racing_other_nodes_gen25519_replies_gets_no_server_jwt_and_they_are_pr
     );
     // Provisioned under the choria security provider: each node booted with a server
     // JWT for its own seed, signed by the issuer.
-    contested_then_provisioned(
-        Garbage::ForgesValidReplies,
-        &prov,
-        &fleet,
-        &attacker,
-        &[&reader],
-        race,
-        "choria_provision#gen25519",
-        || fleet.summary().nodes.iter().all(|n| n.server_jwt.is_none()),
-    );
+    racing(&prov, &fleet, &attacker, &[&reader], race)
+        .contested_then_provisioned("choria_provision#gen25519", || {
+            fleet.summary().nodes.iter().all(|n| n.server_jwt.is_none())
+        });
     for node in fleet.summary().nodes {
         let jwt = node.server_jwt.expect("the node got a server JWT");
         assert_ne!(
@@ -714,13 +695,7 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
         &format!("helper: {helper}\nfeatures: {{pki: true}}\nworkers: 2\ncsr_reply_grace: 5s\n"),
         fast(),
     );
-    contested_then_provisioned(
-        Garbage::ForgesValidReplies,
-        &prov,
-        &fleet,
-        &attacker,
-        &[&reader],
-        race,
+    racing(&prov, &fleet, &attacker, &[&reader], race).contested_then_provisioned(
         "choria_provision#gencsr",
         || {
             fleet
@@ -790,13 +765,7 @@ fn replies_in_the_attacker_s_own_name_and_garbage_are_rejected_and_counted() {
     // The real nodes answer 400 ms late, so the junk always meets a route that is
     // still open (on a loaded machine the attacker could otherwise come after the
     // attempt had moved on).
-    let fleet = sim(&server.url(), 10, |o| {
-        o.faults = choria_provisioner::sim::Faults {
-            slow: 1.0,
-            slow_by: Duration::from_millis(400),
-            ..Default::default()
-        }
-    });
+    let fleet = sim(&server.url(), 10, all_late(Duration::from_millis(400)));
     let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
     wait_provisioned(&fleet, 10, Duration::from_secs(60));
     assert_all_provisioned_once(&fleet);
@@ -840,29 +809,18 @@ fn flood_inventory_replies(jwt: bool) {
         None
     }));
     attacker.flush();
-    let fleet = jwt_sim(&server.url(), 10, |o| {
-        o.faults = choria_provisioner::sim::Faults {
-            slow: 1.0,
-            slow_by: Duration::from_millis(if jwt { 300 } else { 400 }),
-            ..Default::default()
-        }
-    });
+    let fleet = jwt_sim(
+        &server.url(),
+        10,
+        all_late(Duration::from_millis(if jwt { 300 } else { 400 })),
+    );
     let config = if jwt {
         jwt_settings()
     } else {
         "token: s3cret\n".to_string()
     };
     let prov = Provisioner::start(&server.url(), "p1.test", &config, fast());
-    contested_then_provisioned(
-        Garbage::MayBeReadInTime,
-        &prov,
-        &fleet,
-        &attacker,
-        &[],
-        race,
-        "rpcutil#inventory",
-        || true,
-    );
+    racing(&prov, &fleet, &attacker, &[], race).flooded_then_provisioned("rpcutil#inventory");
     let overflow = prov
         .daemon()
         .rpc()
@@ -1155,9 +1113,7 @@ fn the_broker_password_never_reaches_a_node_in_seen_by() {
     attacker.flush();
     let fleet = sim(&node_url, 3, |_| {});
     let prov = Provisioner::start(&url, "p1.test", "", fast());
-    wait_until("provisioned", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 3
-    });
+    wait_provisioned(&fleet, 3, Duration::from_secs(60));
     let raw = raw.lock();
     assert!(raw.len() >= 9, "the attacker read the requests");
     for request in raw.iter() {
@@ -1240,9 +1196,7 @@ fn forged_resignations_during_ha_never_make_a_second_leader() {
         );
     }
     let fleet = sim(&node_url, 20, |_| {});
-    wait_until("provisioned by the leader", Duration::from_secs(60), || {
-        fleet.progress().provisioned == 20
-    });
+    wait_provisioned(&fleet, 20, Duration::from_secs(60));
     assert_all_provisioned_once(&fleet);
     assert!(leads(leader) && !leads(standby), "one leader throughout");
     assert_eq!(

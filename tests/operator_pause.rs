@@ -125,9 +125,7 @@ fn a_pause_holds_for_10_s_and_across_a_restart_and_resume_provisions_everyone() 
     );
     assert!(out.contains("a discovery starts now"), "{out}");
     let resumed = Instant::now();
-    wait_until("all five provisioned", Duration::from_secs(20), || {
-        fleet.progress().provisioned == 5
-    });
+    wait_provisioned(&fleet, 5, Duration::from_secs(20));
     println!("provisioned {:?} after resume", resumed.elapsed());
     assert!(
         !dir.path().join("paused").exists(),

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
 
 use super::support::hostile::{ok, Hostile};
-use super::support::rig::{fast, jwt_sim, sim, wait_provisioned, wait_until, Provisioner};
+use super::support::rig::{
+    all_late, fast, jwt_sim, sim, wait_provisioned, wait_until, Provisioner,
+};
 use super::support::{NatsServer, TempDir};
 use super::{assert_all_provisioned_once, assert_connection_held, reader, KeyThief};
 
@@ -131,10 +133,7 @@ fn slow_nodes_raced(slow_by: Duration) {
         _ => None,
     }));
     attacker.flush();
-    let fleet = jwt_sim(&server.url(), 10, |o| {
-        o.faults.slow = 1.0;
-        o.faults.slow_by = slow_by;
-    });
+    let fleet = jwt_sim(&server.url(), 10, all_late(slow_by));
     let config = format!("reply_grace: 2s\n{}", thief.config(&dir));
     let prov = Provisioner::start(&server.url(), "p1.test", &config, fast());
     let contested = || {

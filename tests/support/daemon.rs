@@ -122,6 +122,12 @@ impl InProcess {
             .get()
     }
 
+    /// Checks that its metrics exposition holds `series`.
+    pub fn assert_renders(&self, series: &str) {
+        let text = self.metrics.render();
+        assert!(text.contains(series), "{series} missing from\n{text}");
+    }
+
     /// The value of the counter `family` with `labels` in its metrics.
     pub fn counter(&self, family: &str, labels: &[&str]) -> u64 {
         let m = &self.metrics;

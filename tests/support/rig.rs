@@ -34,6 +34,14 @@ pub fn sim(url: &str, nodes: usize, f: impl FnOnce(&mut SimOptions)) -> Sim {
     Sim::start(url, options).unwrap()
 }
 
+/// A simulator adjustment: every node answers every request `by` late.
+pub fn all_late(by: Duration) -> impl FnOnce(&mut SimOptions) {
+    move |o| {
+        o.faults.slow = 1.0;
+        o.faults.slow_by = by;
+    }
+}
+
 /// Waits for `f`, failing the test after `within`.
 pub fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;

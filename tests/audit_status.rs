@@ -461,11 +461,9 @@ fn sighup_reopens_the_audit_file_of_the_binary() {
     let first = sim(&server.url(), 3, |o| o.prefix = "first-".into());
     let dir = TempDir::new("audit-hup");
     let audit = dir.path().join("audit.log");
-    let mut child = support::daemon::spawn_with(
-        env!("CARGO_BIN_EXE_choria-provisioner"),
+    let mut child = support::daemon::spawn(
         &dir,
         &server.url(),
-        &support::daemon::example_helper(),
         &format!(
             "workers: 4\nshutdown_timeout: 3s\naudit_file: {}\n",
             audit.display()

@@ -504,11 +504,9 @@ fn an_expired_signing_token_signs_nothing_until_a_new_one_is_loaded_on_sighup() 
         .unwrap();
     let token_file = dir.write("signer.jwt", &expired);
     let fleet = sim(&server.url(), 3, |o| o.issuer_seed = Some(ISSUER_SEED));
-    let mut child = support::daemon::spawn_with(
-        env!("CARGO_BIN_EXE_choria-provisioner"),
+    let mut child = support::daemon::spawn(
         &dir,
         &server.url(),
-        &support::daemon::example_helper(),
         &format!(
             "workers: 2\nshutdown_timeout: 3s\n\
              features: {{ed25519: true}}\njwt_verify_cert: {}\njwt_signing_key: {}\n\

@@ -7,20 +7,14 @@ mod support;
 use std::time::{Duration, Instant};
 
 use choria_provisioner::sim::{Faults, Phase};
-use support::daemon::spawn_with;
+use support::daemon::{spawn, spawn_with};
 use support::rig::*;
 use support::{NatsServer, TempDir};
 
 /// The provisioner binary against `url` with the example helper, logging to a file in
 /// `dir`.
 fn spawn_binary(dir: &TempDir, url: &str) -> std::process::Child {
-    spawn_with(
-        env!("CARGO_BIN_EXE_choria-provisioner"),
-        dir,
-        url,
-        &support::daemon::example_helper(),
-        "workers: 4\nshutdown_timeout: 3s\n",
-    )
+    spawn(dir, url, "workers: 4\nshutdown_timeout: 3s\n")
 }
 
 #[test]
@@ -66,13 +60,7 @@ fn a_second_signal_exits_at_once() {
     // One node that answers only after 10 s: the worker waits inside an RPC.
     let fleet = sim(&server.url(), 1, all_late(Duration::from_secs(10)));
     let dir = TempDir::new("second-signal");
-    let mut child = spawn_with(
-        env!("CARGO_BIN_EXE_choria-provisioner"),
-        &dir,
-        &server.url(),
-        &support::daemon::example_helper(),
-        "shutdown_timeout: 30s\n",
-    );
+    let mut child = spawn(&dir, &server.url(), "shutdown_timeout: 30s\n");
     wait_until(
         "the first RPC is in flight",
         Duration::from_secs(30),

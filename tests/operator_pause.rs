@@ -16,11 +16,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
 
 /// The provisioner binary with a control socket, a pause file and a monitor port.
 fn spawn(dir: &TempDir, url: &str, port: u16) -> Child {
-    let child = support::daemon::spawn_with(
-        BIN,
+    let child = support::daemon::spawn(
         dir,
         url,
-        &support::daemon::example_helper(),
         &format!(
             "workers: 2\nshutdown_timeout: 3s\nmonitor_host: 127.0.0.1\nmonitor_port: {port}\n\
              control_socket: {}\npause_file: {}\n",

@@ -178,6 +178,14 @@ pub fn base_yaml(yaml: &str) -> String {
     format!("{workers}{helper}{grace}shutdown_timeout: 5s\n{yaml}")
 }
 
+/// The provisioner's binary against `url` with the example helper: [`spawn_with`].
+pub fn spawn(dir: &TempDir, url: &str, yaml: &str) -> std::process::Child {
+    // Cargo names the binary to integration tests only; the examples that compile
+    // this file too would find it on PATH.
+    let bin = option_env!("CARGO_BIN_EXE_choria-provisioner").unwrap_or("choria-provisioner");
+    spawn_with(bin, dir, url, &example_helper(), yaml)
+}
+
 /// The provisioner binary `bin` (the test's `CARGO_BIN_EXE_choria-provisioner`;
 /// the example that shares this module has none) with `helper` and extra YAML,
 /// logging to a file in `dir`.

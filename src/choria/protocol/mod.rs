@@ -482,6 +482,37 @@ pub fn encode_reply(
     }
 }
 
+/// A transport as it is read, with its version's headers `H`: borrowed where the input
+/// has no escape (the base64 data never has one), so no copy is made.
+#[derive(Deserialize)]
+struct TransportIn<'a, H> {
+    #[serde(borrow)]
+    protocol: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    data: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    headers: H,
+}
+
+impl<H> TransportIn<'_, H> {
+    /// The data, base64-decoded, and the headers, once the transport's protocol is
+    /// `expected`.
+    fn open(self, expected: &str) -> Result<(Vec<u8>, H), ProtocolError> {
+        expect_protocol(Layer::Transport, &self.protocol, expected)?;
+        Ok((unb64(&self.data, Layer::Transport, "data")?, self.headers))
+    }
+}
+
+/// A transport as serde would write it, with its version's headers `H`: what each
+/// version's `transport` writes by hand is checked against it.
+#[cfg(test)]
+#[derive(Serialize)]
+struct TransportOut<'a, H> {
+    protocol: &'a str,
+    data: String,
+    headers: H,
+}
+
 /// Checks that a layer carries the protocol string it must.
 fn expect_protocol(layer: Layer, actual: &str, expected: &str) -> Result<(), ProtocolError> {
     if actual == expected {

@@ -9,8 +9,8 @@ use std::cell::RefCell;
 use super::credentials::Credentials;
 use super::scratch;
 use super::{
-    expect_protocol, gojson, hash, hash_is, server_body, unb64, unb64_into, DecodedReply,
-    DecodedRequest, Filter, Layer, Protocol, ProtocolError, RequestSpec,
+    expect_protocol, gojson, hash, hash_is, server_body, unb64_into, DecodedReply, DecodedRequest,
+    Filter, Layer, Protocol, ProtocolError, RequestSpec,
 };
 
 /// Transport protocol string.
@@ -19,15 +19,6 @@ const SECURE_REQUEST: &str = "choria:secure:request:1";
 const SECURE_REPLY: &str = "choria:secure:reply:1";
 const REQUEST: &str = "choria:request:1";
 const REPLY: &str = "choria:reply:1";
-
-/// The transport as serde would write it; [`transport`] writes these bytes by hand.
-#[cfg(test)]
-#[derive(Serialize)]
-struct Transport<'a> {
-    protocol: &'a str,
-    data: String,
-    headers: Headers<'a>,
-}
 
 /// The headers as serde would write them; [`write_headers`] writes these bytes by hand.
 #[cfg(test)]
@@ -41,16 +32,8 @@ struct Headers<'a> {
     seen_by: Vec<[&'a str; 3]>,
 }
 
-/// Borrowed where the input has no escape (the base64 data never has one): no copy.
-#[derive(Deserialize)]
-struct TransportIn<'a> {
-    #[serde(borrow)]
-    protocol: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    data: std::borrow::Cow<'a, str>,
-    #[serde(borrow, default)]
-    headers: HeadersIn<'a>,
-}
+/// A v1 transport as it is read.
+type TransportIn<'a> = super::TransportIn<'a, HeadersIn<'a>>;
 
 /// The headers a reader uses, borrowed from the transport where nothing is escaped
 /// (an RPC reply's are read and dropped: no copies).
@@ -260,8 +243,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ProtocolError> {
 }
 
 fn open_parsed(t: TransportIn<'_>) -> Result<(Vec<u8>, HeadersIn<'_>), ProtocolError> {
-    expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
-    Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
+    t.open(TRANSPORT)
 }
 
 pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
@@ -403,6 +385,7 @@ pub(super) fn encode_reply(
 #[cfg(test)]
 mod tests {
     use super::super::b64;
+    use super::super::TransportOut;
     use super::*;
 
     /// The hand-written envelopes are the structs serialised.
@@ -444,7 +427,7 @@ mod tests {
             pubcert: "insecure".into(),
         });
         let by_serde = |data: &[u8], reply_to, seen_by: Option<&str>| {
-            gojson::to_vec(&Transport {
+            gojson::to_vec(&TransportOut {
                 protocol: TRANSPORT,
                 data: b64(data),
                 headers: Headers {

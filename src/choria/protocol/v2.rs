@@ -17,32 +17,12 @@ const SECURE_REPLY: &str = "io.choria.protocol.v2.secure_reply";
 const REQUEST: &str = "io.choria.protocol.v2.request";
 const REPLY: &str = "io.choria.protocol.v2.reply";
 
-/// The transport as serde would write it; [`transport`] writes these bytes by hand.
-#[cfg(test)]
-#[derive(Serialize)]
-struct Transport<'a> {
-    protocol: &'a str,
-    data: String,
-    headers: Headers<'a>,
-}
-
 #[derive(Serialize)]
 struct Headers<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     reply: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     sender: &'a str,
-}
-
-/// Borrowed where the input has no escape (the base64 data never has one): no copy.
-#[derive(Deserialize)]
-struct TransportIn<'a> {
-    #[serde(borrow)]
-    protocol: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    data: std::borrow::Cow<'a, str>,
-    #[serde(default)]
-    headers: HeadersIn,
 }
 
 #[derive(Deserialize, Default)]
@@ -140,10 +120,9 @@ pub(super) fn encode_request(
 }
 
 fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
-    let t: TransportIn =
+    let t: super::TransportIn<HeadersIn> =
         serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
-    expect_protocol(Layer::Transport, &t.protocol, TRANSPORT)?;
-    Ok((unb64(&t.data, Layer::Transport, "data")?, t.headers))
+    t.open(TRANSPORT)
 }
 
 pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
@@ -233,6 +212,7 @@ pub(super) fn encode_reply(
 
 #[cfg(test)]
 mod tests {
+    use super::super::TransportOut;
     use super::*;
 
     #[test]
@@ -243,7 +223,7 @@ mod tests {
             transport(&mut written, data, reply, sender);
             assert_eq!(
                 written,
-                gojson::to_vec(&Transport {
+                gojson::to_vec(&TransportOut {
                     protocol: TRANSPORT,
                     data: b64(data),
                     headers: Headers { reply, sender },

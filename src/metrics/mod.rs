@@ -231,15 +231,16 @@ impl Metrics {
             registry.register(Box::new(g.clone()))?;
             Ok(g)
         };
-        let rpc_errors = IntCounterVec::new(
-            site_opts(
-                "choria_provisioner_rpc_errors",
-                "How many rpc related errors were encountered",
-                site,
-            ),
+        let site_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(site_opts(name, help, site), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok::<_, prometheus::Error>(c)
+        };
+        let rpc_errors = site_vec(
+            "choria_provisioner_rpc_errors",
+            "How many rpc related errors were encountered",
             &["rpc"],
         )?;
-        registry.register(Box::new(rpc_errors.clone()))?;
         let election_campaigns = IntCounterVec::new(
             Opts::new(
                 "choria_election_campaigns",
@@ -265,11 +266,6 @@ impl Metrics {
         )?;
         registry.register(Box::new(election_interval_seconds.clone()))?;
 
-        let site_vec = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(site_opts(name, help, site), labels)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok::<_, prometheus::Error>(c)
-        };
         let refused_identities = site_vec(
             "choria_provisioner_refused_identities",
             "How many node identities were refused as invalid",

@@ -137,42 +137,22 @@ fn upgrade_decisions() {
     let upgrade = |version: &str, upgradable: bool| {
         Answer::Ok(json!({"version": version, "upgradable": upgradable}))
     };
+    let configured: &[&str] = &["inventory", "configure", "restart"];
+    let done = |o: &Outcome| *o == Outcome::Done;
+    #[rustfmt::skip]
     let cases: [UpgradeCase; 5] = [
-        (
-            "a newer version is installed and the node comes back",
-            upgrade("0.30.2", true),
-            false,
-            &["inventory", "release_update"],
-            |o| *o == Outcome::Upgraded,
-        ),
-        (
-            "the same version is skipped and the node configured",
-            upgrade("0.31.0", true),
-            false,
-            &["inventory", "configure", "restart"],
-            |o| *o == Outcome::Done,
-        ),
-        (
-            "a node that cannot upgrade fails",
-            upgrade("0.30.2", false),
-            false,
-            &["inventory"],
-            |o| matches!(o, Outcome::Failed(m) if m.contains("does not support upgrades")),
-        ),
-        (
-            "a node that cannot upgrade is configured when upgrades are optional",
-            upgrade("0.30.2", false),
-            true,
-            &["inventory", "configure", "restart"],
-            |o| *o == Outcome::Done,
-        ),
-        (
-            "no version in inventory fails",
-            Answer::Ok(json!({})),
-            false,
-            &["inventory"],
-            |o| matches!(o, Outcome::Failed(m) if m.contains("did not receive a version")),
-        ),
+        ("a newer version is installed and the node comes back",
+            upgrade("0.30.2", true), false, &["inventory", "release_update"], |o| *o == Outcome::Upgraded),
+        ("the same version is skipped and the node configured",
+            upgrade("0.31.0", true), false, configured, done),
+        ("a node that cannot upgrade fails",
+            upgrade("0.30.2", false), false, &["inventory"],
+            |o| matches!(o, Outcome::Failed(m) if m.contains("does not support upgrades"))),
+        ("a node that cannot upgrade is configured when upgrades are optional",
+            upgrade("0.30.2", false), true, configured, done),
+        ("no version in inventory fails",
+            Answer::Ok(json!({})), false, &["inventory"],
+            |o| matches!(o, Outcome::Failed(m) if m.contains("did not receive a version"))),
     ];
     for (name, inventory, optional, rpcs, expect) in cases {
         let node = FakeNode::answering(&[("inventory", &[inventory])]);

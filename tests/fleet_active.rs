@@ -92,6 +92,44 @@ fn slow_helper(dir: &TempDir, delay: &str) -> String {
     )
 }
 
+/// The provisioning lock of the dying-instance tests. Long enough that the survivors
+/// reach the dead instance's nodes while they are still locked even on a loaded
+/// machine (3 s was not, with a profiler running).
+const LOCK: Duration = Duration::from_secs(6);
+
+/// The settings of the dying-instance tests. With the jwt feature the first RPC
+/// (`jwt`) takes the node's provisioning lock, so every node the dying instance has in
+/// flight (in its slow helper) is locked when it dies. At most four attempts under
+/// way, so it holds few locks when it dies, each short (the grace is not these tests'
+/// subject) so the survivors reach them in time.
+fn dying_instance_yaml(dir: &TempDir) -> String {
+    format!(
+        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\n{}",
+        slow_helper(dir, "0.05"),
+        jwt_settings()
+    )
+}
+
+/// The nodes c.lon touched first but did not finish, each checked to have been
+/// finished within `bound` of c's first touch.
+fn held_by_c_finished_within<'a>(summary: &'a Summary, bound: Duration) -> Vec<&'a str> {
+    let held: Vec<_> = summary
+        .nodes
+        .iter()
+        .filter(|n| n.callers.first().map(String::as_str) == Some("c.lon"))
+        .filter(|n| n.restarted_by.as_deref() != Some("c.lon"))
+        .collect();
+    for n in &held {
+        let took = Duration::from_millis(n.provisioning_ms.unwrap());
+        assert!(
+            took < bound,
+            "{} finished {took:?} after c first touched it",
+            n.identity
+        );
+    }
+    held.iter().map(|n| n.identity.as_str()).collect()
+}
+
 fn restarted_by(summary: &Summary, who: &str) -> usize {
     summary
         .nodes
@@ -149,22 +187,11 @@ fn three_instances_provision_a_thousand_nodes_once_each_with_fair_shares() {
 fn the_nodes_of_an_instance_that_dies_are_finished_by_the_others() {
     let server = NatsServer::start();
     let dir = TempDir::new("active-kill");
-    // With the jwt feature the first RPC (`jwt`) takes the node's provisioning lock,
-    // so every node c has in flight (in its slow helper) is locked when it dies.
-    // At most four attempts under way, so c holds few locks when it dies, each short
-    // (the grace is not this test's subject) so the survivors reach them in time.
-    let yaml = format!(
-        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\n{}",
-        slow_helper(&dir, "0.05"),
-        jwt_settings()
-    );
-    // Long enough that the survivors reach the dead instance's nodes while they are
-    // still locked even on a loaded machine (3 s was not, with a profiler running).
-    let lock = Duration::from_secs(6);
-    let ps = start_with(&server, &["a.lon", "b.lon", "c.lon"], &yaml, no_ticks(lock));
+    let yaml = dying_instance_yaml(&dir);
+    let ps = start_with(&server, &["a.lon", "b.lon", "c.lon"], &yaml, no_ticks(LOCK));
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
     let fleet = jwt_sim(&server.url(), 240, |o| {
-        o.lock_window = Some(lock);
+        o.lock_window = Some(LOCK);
     });
     let c = &ps[2];
     wait_until("c is busy", Duration::from_secs(20), || {
@@ -194,37 +221,24 @@ fn the_nodes_of_an_instance_that_dies_are_finished_by_the_others() {
         now == 240
     });
     assert!(
-        longest <= lock,
+        longest <= LOCK,
         "provisioning paused for {longest:?}, longer than the lock window"
     );
     let summary = fleet.summary();
     assert_provisioned(&summary, |_| 1);
     // The nodes c held: refused to the others while locked (not an error), offered
-    // again once the lock window has passed (no discovery tick in this test).
-    let held: Vec<_> = summary
-        .nodes
-        .iter()
-        .filter(|n| n.callers.first().map(String::as_str) == Some("c.lon"))
-        .filter(|n| n.restarted_by.as_deref() != Some("c.lon"))
-        .collect();
+    // again once the lock window has passed (no discovery tick in this test). A held
+    // node's lock lasts a window from c's last use of it; a survivor that meets it
+    // leaves the node alone for a window from then (it cannot see when the lock
+    // ends), so the node is done within two windows of c's first touch, plus the time
+    // c held it and the attempt itself (3 s for a loaded machine).
+    let held = held_by_c_finished_within(&summary, 2 * LOCK + Duration::from_secs(3));
     assert!(!held.is_empty(), "c held nodes when it died");
     let locked: u64 = [a, b]
         .iter()
         .map(|p| p.metrics.outcomes.with_label_values(&["locked"]).get())
         .sum();
     assert!(locked > 0, "the others met c's locks");
-    // A held node's lock lasts a window from c's last use of it; a survivor that meets
-    // it leaves the node alone for a window from then (it cannot see when the lock
-    // ends), so the node is done within two windows of c's first touch, plus the time
-    // c held it and the attempt itself (3 s for a loaded machine).
-    for n in &held {
-        let took = Duration::from_millis(n.provisioning_ms.unwrap());
-        assert!(
-            took < 2 * lock + Duration::from_secs(3),
-            "{} finished {took:?} after c first touched it",
-            n.identity
-        );
-    }
     assert!(c.metrics.provisioned.get() <= c_done_at_death + 4);
     let survivors = a.metrics.provisioned.get() + b.metrics.provisioned.get();
     assert_eq!(
@@ -457,47 +471,24 @@ fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
     use choria_provisioner::fleet::membership::{HEARTBEAT, SILENT_BEATS};
     let server = NatsServer::start();
     let dir = TempDir::new("active-sigkill");
-    // At most four attempts under way, so c holds few locks when it dies, each short
-    // (the grace is not this test's subject) so the survivors reach them in time.
-    let yaml = format!(
-        "{}workers: 4\nmax_waiting_attempts: 4\nreply_grace: 20ms\n{}",
-        slow_helper(&dir, "0.05"),
-        jwt_settings()
-    );
+    let yaml = dying_instance_yaml(&dir);
     // c is a real `choria-provisioner run` with the production heartbeat (2 s).
     let port = support::free_port();
-    let c_yaml = dir.write(
-        "c.yaml",
-        &format!("{yaml}choria_insecure: true\nmonitor_port: {port}\nmonitor_host: 127.0.0.1\n"),
+    let mut c = support::daemon::spawn_with(
+        env!("CARGO_BIN_EXE_choria-provisioner"),
+        &dir,
+        "c.lon",
+        &server.url(),
+        &format!("{yaml}monitor_port: {port}\nmonitor_host: 127.0.0.1\n"),
     );
-    let c_cfg = dir.write(
-        "c.cfg",
-        &format!(
-            "identity = c.lon\nplugin.choria.middleware_hosts = {}\n",
-            server.url()
-        ),
-    );
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_choria-provisioner"))
-        .arg("run")
-        .arg("--config")
-        .arg(&c_yaml)
-        .arg("--choria-config")
-        .arg(&c_cfg)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // Long enough that the survivors reach the dead instance's nodes while they are
-    // still locked even on a loaded machine (3 s was not, with a profiler running).
-    let lock = Duration::from_secs(6);
-    let ps = start_with(&server, &["a.lon", "b.lon"], &yaml, no_ticks(lock));
+    let ps = start_with(&server, &["a.lon", "b.lon"], &yaml, no_ticks(LOCK));
     assert!(support::wait_for_port(port, Duration::from_secs(10)));
     wait_until("c ready", Duration::from_secs(10), || {
         support::http_get(port, "/readyz").0 == 200
     });
     wait_for_members(&ps.iter().collect::<Vec<_>>(), 3);
     let fleet = jwt_sim(&server.url(), 300, |o| {
-        o.lock_window = Some(lock);
+        o.lock_window = Some(LOCK);
     });
     wait_until("c is busy", Duration::from_secs(20), || {
         restarted_by(&fleet.summary(), "c.lon") >= 10
@@ -521,19 +512,7 @@ fn the_nodes_of_a_sigkilled_process_are_finished_by_the_others() {
     // c's nodes in flight waited for its silence to be noticed and the lock: a window
     // from c's last use, and a survivor that met it leaves the node alone for a
     // window from then (the survivors never discover on a timer here): no longer.
-    for n in summary
-        .nodes
-        .iter()
-        .filter(|n| n.callers.first().map(String::as_str) == Some("c.lon"))
-        .filter(|n| n.restarted_by.as_deref() != Some("c.lon"))
-    {
-        let took = Duration::from_millis(n.provisioning_ms.unwrap());
-        assert!(
-            took < silent + 2 * lock + Duration::from_secs(3),
-            "{} finished {took:?} after c first touched it",
-            n.identity
-        );
-    }
+    held_by_c_finished_within(&summary, silent + 2 * LOCK + Duration::from_secs(3));
     for p in &ps {
         assert_eq!(p.metrics.provision_errors.get(), 0, "{}", p.identity);
     }

@@ -101,9 +101,12 @@ fn stopping_kills_a_running_helper_and_exits_0_within_the_bound() {
     let mut child = spawn_with(
         env!("CARGO_BIN_EXE_choria-provisioner"),
         &dir,
+        "p1.test",
         &server.url(),
-        &slow,
-        "helper_timeout: 60s\nshutdown_timeout: 10s\n",
+        &format!(
+            "helper: {}\nhelper_timeout: 60s\nshutdown_timeout: 10s\n",
+            slow.display()
+        ),
     );
     wait_until("the helper runs", Duration::from_secs(30), || {
         fleet.summary().nodes[0].rpcs.len() == 1

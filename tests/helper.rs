@@ -34,6 +34,16 @@ fn script_helper(dir: &TempDir, name: &str, text: &str, timeout: Duration) -> He
     Helper::new(&dir.script(name, text).display().to_string(), timeout)
 }
 
+/// Runs `body` as a helper script with `timeout`, checks that the run ended in a
+/// timeout, and returns its error and how long it took.
+fn timed_out(dir: &TempDir, body: &str, timeout: Duration) -> (HelperError, Duration) {
+    let h = script_helper(dir, "helper.sh", &format!("#!/bin/sh\n{body}\n"), timeout);
+    let started = Instant::now();
+    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
+    assert!(matches!(e, HelperError::Timeout(..)), "{e:?}");
+    (e, started.elapsed())
+}
+
 #[test]
 fn receives_the_input_and_returns_the_configuration() {
     let dir = TempDir::new("helper");
@@ -150,22 +160,9 @@ fn a_hanging_helper_and_its_children_are_killed_at_the_timeout() {
     let dir = TempDir::new("helper");
     let pidfile = dir.path().join("grandchild.pid");
     // The grandchild keeps stdout open; only killing the process group ends the read.
-    let h = script_helper(
-        &dir,
-        "hang.sh",
-        &format!(
-            "#!/bin/sh\nsleep 30 &\necho $! > {}\nsleep 30\n",
-            pidfile.display()
-        ),
-        Duration::from_millis(500),
-    );
-    let started = Instant::now();
-    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "bounded by the timeout"
-    );
-    assert!(matches!(e, HelperError::Timeout(..)), "{e:?}");
+    let body = format!("sleep 30 &\necho $! > {}\nsleep 30", pidfile.display());
+    let (e, took) = timed_out(&dir, &body, Duration::from_millis(500));
+    assert!(took < Duration::from_secs(5), "bounded by the timeout");
     assert!(e.to_string().contains("signal: killed"), "{e}");
     let grandchild: i32 = std::fs::read_to_string(&pidfile)
         .unwrap()
@@ -228,16 +225,9 @@ fn a_flood_on_stderr_neither_blocks_the_helper_nor_is_kept() {
 #[test]
 fn a_helper_that_closes_its_output_but_lingers_is_killed_at_the_timeout() {
     let dir = TempDir::new("helper");
-    let h = script_helper(
-        &dir,
-        "linger.sh",
-        "#!/bin/sh\necho '{\"defer\": true}'\nexec >&- 2>&-\nsleep 30\n",
-        Duration::from_millis(500),
-    );
-    let started = Instant::now();
-    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
-    assert!(matches!(e, HelperError::Timeout(..)), "{e:?}");
-    assert!(started.elapsed() < Duration::from_secs(3));
+    let body = "echo '{\"defer\": true}'\nexec >&- 2>&-\nsleep 30";
+    let (_, took) = timed_out(&dir, body, Duration::from_millis(500));
+    assert!(took < Duration::from_secs(3), "bounded: {took:?}");
 }
 
 #[test]
@@ -245,20 +235,9 @@ fn a_helper_in_its_own_session_holding_the_pipes_cannot_hold_the_run() {
     let dir = TempDir::new("helper");
     // setsid moves the grandchild out of the process group: killing the group does
     // not close its copy of stdout, so the run must stop waiting on its own.
-    let h = script_helper(
-        &dir,
-        "escape.sh",
-        "#!/bin/sh\nsetsid sleep 5 &\nsleep 30\n",
-        Duration::from_millis(300),
-    );
-    let started = Instant::now();
-    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
-    assert!(matches!(e, HelperError::Timeout(..)), "{e:?}");
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "bounded: {:?}",
-        started.elapsed()
-    );
+    let body = "setsid sleep 5 &\nsleep 30";
+    let (_, took) = timed_out(&dir, body, Duration::from_millis(300));
+    assert!(took < Duration::from_secs(3), "bounded: {took:?}");
 }
 
 /// True while `pid` runs: its `/proc` entry exists and is not a zombie (a killed
@@ -291,17 +270,14 @@ fn pid_in(dir: &TempDir, name: &str) -> i32 {
 /// timeout + 1 s of the start.
 fn killed_within_the_bound(dir: &TempDir, script: &str, pids: &[&str]) {
     let timeout = Duration::from_millis(500);
-    let path = dir.script("escape.sh", &format!("#!/bin/sh\n{script}\n"));
-    let h = Helper::new(&path.display().to_string(), timeout);
     let started = Instant::now();
-    let e = h.run("n1", &input(), false, &[], None).unwrap_err();
-    let returned = started.elapsed();
-    assert!(matches!(e, HelperError::Timeout(..)), "{e:?}");
+    let body = format!("cd '{}'\n{script}", dir.path().display());
+    let (e, returned) = timed_out(dir, &body, timeout);
     assert_eq!(
         e.to_string(),
         format!(
             "could not wait for {}: signal: killed (it ran longer than 0.5s)",
-            path.display()
+            dir.path().join("helper.sh").display()
         )
     );
     assert!(
@@ -325,29 +301,17 @@ fn a_helper_that_setsids_itself_and_hangs_is_killed_with_its_session() {
     let dir = TempDir::new("helper");
     // The helper leads its process group, so setsid(1) forks: the helper exits and
     // its copy carries on in a new session, holding the pipes, no longer our child.
-    killed_within_the_bound(
-        &dir,
-        &format!(
-            "exec setsid sh -c 'echo $$ > {}/session.pid; exec sleep 30'",
-            dir.path().display()
-        ),
-        &["session.pid"],
-    );
+    let script = "exec setsid sh -c 'echo $$ > session.pid; exec sleep 30'";
+    killed_within_the_bound(&dir, script, &["session.pid"]);
 }
 
 #[test]
 fn a_helper_whose_child_moves_to_a_new_process_group_is_killed_with_it() {
     let dir = TempDir::new("helper");
-    let d = dir.path().display();
-    killed_within_the_bound(
-        &dir,
-        &format!(
-            "perl -e 'setpgrp(0, 0) or die; open(my $f, \">\", \"{d}/group.pid\") or die; print $f $$; close $f; sleep 30' &\n\
-             echo $$ > {d}/helper.pid\n\
-             sleep 30"
-        ),
-        &["group.pid", "helper.pid"],
-    );
+    let script = "perl -e 'setpgrp(0, 0) or die; open(my $f, \">\", \"group.pid\") or die; print $f $$; close $f; sleep 30' &\n\
+                  echo $$ > helper.pid\n\
+                  sleep 30";
+    killed_within_the_bound(&dir, script, &["group.pid", "helper.pid"]);
     // The child really was in another group, so killing the helper's group alone
     // would have missed it (checked after the fact from what it wrote: its pid is
     // not the helper's).
@@ -357,16 +321,10 @@ fn a_helper_whose_child_moves_to_a_new_process_group_is_killed_with_it() {
 #[test]
 fn a_child_that_escapes_with_setsid_and_holds_stdout_is_killed_after_the_helper_answered() {
     let dir = TempDir::new("helper");
-    killed_within_the_bound(
-        &dir,
-        &format!(
-            "setsid sh -c 'echo $$ > {}/escaped.pid; exec sleep 30' &\n\
-             echo '{{\"defer\": true}}'\n\
-             exit 0",
-            dir.path().display()
-        ),
-        &["escaped.pid"],
-    );
+    let script = "setsid sh -c 'echo $$ > escaped.pid; exec sleep 30' &\n\
+                  echo '{\"defer\": true}'\n\
+                  exit 0";
+    killed_within_the_bound(&dir, script, &["escaped.pid"]);
 }
 
 #[test]
@@ -374,15 +332,9 @@ fn a_daemonised_grandchild_without_the_pipes_is_found_by_the_run_marker() {
     let dir = TempDir::new("helper");
     // Double fork into a new session with the pipes closed: its parent exits, so no
     // ppid, group, session or pipe links it to the helper; only its environment does.
-    killed_within_the_bound(
-        &dir,
-        &format!(
-            "setsid sh -c 'sh -c \"echo \\$\\$ > {}/daemon.pid; exec sleep 30\" </dev/null >/dev/null 2>&1 & exit 0' </dev/null >/dev/null 2>&1 &\n\
-             sleep 30",
-            dir.path().display()
-        ),
-        &["daemon.pid"],
-    );
+    let script = "setsid sh -c 'sh -c \"echo \\$\\$ > daemon.pid; exec sleep 30\" </dev/null >/dev/null 2>&1 & exit 0' </dev/null >/dev/null 2>&1 &\n\
+                  sleep 30";
+    killed_within_the_bound(&dir, script, &["daemon.pid"]);
 }
 
 #[test]
@@ -396,11 +348,8 @@ fn a_timeout_kills_only_the_processes_of_its_own_run() {
     let other = script_helper(&dir, "other.sh", &script, Duration::from_secs(10));
     let other = std::thread::spawn(move || other.run("n2", &input(), false, &[], None));
     let other_child = pid_in(&dir, "other.pid");
-    killed_within_the_bound(
-        &dir,
-        &format!("sleep 30 &\necho $! > {d}/mine.pid\nsleep 30"),
-        &["mine.pid"],
-    );
+    let script = "sleep 30 &\necho $! > mine.pid\nsleep 30";
+    killed_within_the_bound(&dir, script, &["mine.pid"]);
     assert!(alive(other_child), "the other run's child was left alone");
     let out = other.join().unwrap().unwrap().output;
     assert_eq!(out.msg, "other");
@@ -431,14 +380,8 @@ fn helpers_started_while_another_run_is_killed_are_left_alone() {
         })
         .collect();
     for round in 0..3 {
-        killed_within_the_bound(
-            &dir,
-            &format!(
-                "setsid sleep 30 &\necho $! > {}/mine{round}.pid\nsleep 30",
-                dir.path().display()
-            ),
-            &[&format!("mine{round}.pid")],
-        );
+        let script = format!("setsid sleep 30 &\necho $! > mine{round}.pid\nsleep 30");
+        killed_within_the_bound(&dir, &script, &[&format!("mine{round}.pid")]);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let runs: Vec<_> = spawners

@@ -183,28 +183,28 @@ pub fn spawn(dir: &TempDir, url: &str, yaml: &str) -> std::process::Child {
     // Cargo names the binary to integration tests only; the examples that compile
     // this file too would find it on PATH.
     let bin = option_env!("CARGO_BIN_EXE_choria-provisioner").unwrap_or("choria-provisioner");
-    spawn_with(bin, dir, url, &example_helper(), yaml)
+    let yaml = format!("helper: {}\n{yaml}", example_helper().display());
+    spawn_with(bin, dir, "p1.test", url, &yaml)
 }
 
 /// The provisioner binary `bin` (the test's `CARGO_BIN_EXE_choria-provisioner`;
-/// the example that shares this module has none) with `helper` and extra YAML,
-/// logging to a file in `dir`.
+/// the example that shares this module has none) as `identity`, with `yaml` (which
+/// names the helper), logging to a file in `dir`.
 pub fn spawn_with(
     bin: &str,
     dir: &TempDir,
+    identity: &str,
     url: &str,
-    helper: &std::path::Path,
     yaml: &str,
 ) -> std::process::Child {
     let cfg = dir.write(
         "choria.cfg",
-        &format!("identity = p1.test\nplugin.choria.middleware_hosts = {url}\n"),
+        &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n"),
     );
     let yaml = dir.write(
         "p.yaml",
         &format!(
-            "helper: {}\nchoria_insecure: true\nlogfile: {}\n{yaml}",
-            helper.display(),
+            "choria_insecure: true\nlogfile: {}\n{yaml}",
             dir.path().join("p.log").display()
         ),
     );

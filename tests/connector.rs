@@ -33,6 +33,17 @@ fn client(dir: &TempDir, url: &str, cfg: &str, yaml: &str) -> ClientConfig {
     c
 }
 
+/// An insecure client of `url` that logs in with the provisioning `password`.
+fn with_password(dir: &TempDir, url: &str, password: &str) -> ClientConfig {
+    let yaml = format!("choria_insecure: true\nbroker_provisioning_password: {password}\n");
+    client(dir, url, "", &yaml)
+}
+
+/// A connector's metrics, for one test.
+fn metrics() -> Arc<Metrics> {
+    Arc::new(Metrics::new("t").unwrap())
+}
+
 /// The connections nats-server's monitoring port reports.
 fn connz(monitor: u16) -> serde_json::Value {
     let (status, body) = http_get(monitor, "/connz?auth=1");
@@ -45,13 +56,8 @@ fn connects_with_the_provisioning_password_and_names_the_connection() {
     let monitor = free_port();
     let server = NatsServer::with_config(&format!("{USERS}\nhttp: 127.0.0.1:{monitor}"));
     let dir = TempDir::new("conn");
-    let c = client(
-        &dir,
-        &server.url(),
-        "",
-        "choria_insecure: true\nbroker_provisioning_password: s3cret\n",
-    );
-    let metrics = Arc::new(Metrics::new("t").unwrap());
+    let c = with_password(&dir, &server.url(), "s3cret");
+    let metrics = metrics();
     let (_stop, shutdown) = bounded::<()>(0);
     let conn = Connector::connect(&c, &metrics, &shutdown).expect("connects");
     assert!(conn.is_connected());
@@ -72,13 +78,8 @@ fn connects_with_the_provisioning_password_and_names_the_connection() {
 fn a_wrong_password_is_retried_until_shutdown() {
     let server = NatsServer::with_config(USERS);
     let dir = TempDir::new("conn");
-    let c = client(
-        &dir,
-        &server.url(),
-        "",
-        "choria_insecure: true\nbroker_provisioning_password: wrong\n",
-    );
-    let metrics = Arc::new(Metrics::new("t").unwrap());
+    let c = with_password(&dir, &server.url(), "wrong");
+    let metrics = metrics();
     let (stop, shutdown) = bounded::<()>(0);
     let m = Arc::clone(&metrics);
     let handle = std::thread::spawn(move || Connector::connect(&c, &m, &shutdown));
@@ -114,7 +115,7 @@ fn tls_with_a_generated_ca_user_and_password() {
         "broker_provisioning_password: s3cret\n",
     );
     assert!(c.validate().is_empty(), "{:?}", c.validate());
-    let metrics = Arc::new(Metrics::new("t").unwrap());
+    let metrics = metrics();
     let (_stop, shutdown) = bounded::<()>(0);
     let conn = Connector::connect(&c, &metrics, &shutdown).expect("TLS connect");
     let (_sub, got) = listen(&conn, "tls.test");
@@ -138,7 +139,7 @@ fn tls_configured_but_server_without_tls_never_falls_back_to_plaintext() {
     let Some(tls) = make_tls(&dir) else { return };
     let server = NatsServer::start();
     let c = client(&dir, &server.url(), &tls.client_settings(), "");
-    let metrics = Arc::new(Metrics::new("t").unwrap());
+    let metrics = metrics();
     let (stop, shutdown) = bounded::<()>(0);
     let m = Arc::clone(&metrics);
     let handle = std::thread::spawn(move || Connector::connect(&c, &m, &shutdown));
@@ -175,7 +176,7 @@ fn reconnects_after_the_server_restarts() {
     let mut server = NatsServer::start();
     let dir = TempDir::new("conn");
     let c = client(&dir, &server.url(), "", "choria_insecure: true\n");
-    let metrics = Arc::new(Metrics::new("t").unwrap());
+    let metrics = metrics();
     let (_stop, shutdown) = bounded::<()>(0);
     let conn = Connector::connect(&c, &metrics, &shutdown).unwrap();
     let (_sub, got) = listen(&conn, "after.restart");

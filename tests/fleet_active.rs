@@ -112,7 +112,7 @@ fn dying_instance_yaml(dir: &TempDir) -> String {
 
 /// The nodes c.lon touched first but did not finish, each checked to have been
 /// finished within `bound` of c's first touch.
-fn held_by_c_finished_within<'a>(summary: &'a Summary, bound: Duration) -> Vec<&'a str> {
+fn held_by_c_finished_within(summary: &Summary, bound: Duration) -> Vec<&str> {
     let held: Vec<_> = summary
         .nodes
         .iter()

@@ -44,6 +44,15 @@ fn cli(dir: &TempDir, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// [`cli`], checked to succeed; its standard output.
+fn cli_ok(dir: &TempDir, args: &[&str]) -> String {
+    let o = cli(dir, args);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{args:?}: {out}{err}");
+    out
+}
+
 fn stop(mut child: Child) {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -66,13 +75,7 @@ fn a_pause_holds_for_10_s_and_across_a_restart_and_resume_provisions_everyone() 
     let port = free_port();
     let first = spawn(&dir, &server.url(), port);
     assert_eq!(mode(&dir.path().join("control.sock")), 0o600);
-    let o = cli(&dir, &["pause", "--reason", "CA outage"]);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = cli_ok(&dir, &["pause", "--reason", "CA outage"]);
     assert!(out.contains("paused by an operator: CA outage"), "{out}");
     // Five nodes boot while paused: their startup events are not acted on.
     let fleet = sim(&server.url(), 5, |_| {});
@@ -114,13 +117,7 @@ fn a_pause_holds_for_10_s_and_across_a_restart_and_resume_provisions_everyone() 
         "provisioned after a restart"
     );
     // Resume: a discovery at once finds all five.
-    let o = cli(&dir, &["resume"]);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = cli_ok(&dir, &["resume"]);
     assert!(out.contains("a discovery starts now"), "{out}");
     let resumed = Instant::now();
     wait_provisioned(&fleet, 5, Duration::from_secs(20));

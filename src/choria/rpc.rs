@@ -176,15 +176,6 @@ pub struct RpcClient {
     rpcutil_filter: Filter,
 }
 
-impl fmt::Debug for RpcClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RpcClient")
-            .field("identity", &self.identity)
-            .field("protocol", &self.protocol)
-            .finish()
-    }
-}
-
 impl RpcClient {
     /// Builds the client for `connector` with the identity, caller id, protocol version
     /// and credentials that `client` selects.

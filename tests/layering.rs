@@ -336,4 +336,33 @@ fn the_daemon_calls_one_item_and_the_test_parts_need_their_features() {
             "{module} is not gated by the {feature} feature: {attributes:?}"
         );
     }
+    // The node's half of the wire: every `node_side` module is compiled only for the
+    // unit tests and the features that play a node, never by default.
+    let gate = "#[cfg(any(test, feature = \"node-side\"))]";
+    let mut declared = 0;
+    for (path, text) in src("") {
+        for (at, _) in text.match_indices("mod node_side;") {
+            declared += 1;
+            let line_start = text[..at].rfind('\n').unwrap_or(0);
+            let above = text[..line_start]
+                .lines()
+                .next_back()
+                .unwrap_or_default()
+                .trim();
+            assert_eq!(above, gate, "{}: node_side is not gated", path.display());
+        }
+    }
+    assert_eq!(declared, 5, "protocol, v1, v2, mcorpc and key_transport");
+    let manifest = std::fs::read_to_string(root.join("../Cargo.toml")).unwrap();
+    assert!(manifest.contains("default = []\n"), "no default feature");
+    for feature in ["sim", "fuzzing"] {
+        let line = manifest
+            .lines()
+            .find(|l| l.starts_with(&format!("{feature} = [")))
+            .unwrap_or_else(|| panic!("feature {feature}"));
+        assert!(
+            line.contains("\"node-side\""),
+            "{feature} plays a node: {line}"
+        );
+    }
 }

@@ -28,7 +28,8 @@ impl std::fmt::Debug for Block {
 }
 
 impl Block {
-    /// The value of header `name`.
+    /// The value of header `name` (only the node side reads one: `DEK-Info`).
+    #[cfg(any(test, feature = "node-side"))]
     pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()

@@ -5,11 +5,11 @@
 
 use std::fmt;
 
-use super::mcorpc::{RpcReply, RpcRequestBody};
-use super::{DecodedReply, DecodedRequest, RequestSpec};
+use super::mcorpc::RpcRequestBody;
+use super::{DecodedReply, RequestSpec};
 
 /// `<N bytes>`.
-struct Size(usize);
+pub(super) struct Size(pub(super) usize);
 
 impl fmt::Debug for Size {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -18,7 +18,7 @@ impl fmt::Debug for Size {
 }
 
 /// The keys of an object (values hidden); the kind of anything else.
-struct Keys<'a>(&'a serde_json::Value);
+pub(super) struct Keys<'a>(pub(super) &'a serde_json::Value);
 
 impl fmt::Debug for Keys<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -65,24 +65,6 @@ impl fmt::Debug for DecodedReply {
     }
 }
 
-impl fmt::Debug for DecodedRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DecodedRequest")
-            .field("protocol", &self.protocol)
-            .field("request_id", &self.request_id)
-            .field("sender_id", &self.sender_id)
-            .field("caller_id", &self.caller_id)
-            .field("collective", &self.collective)
-            .field("agent", &self.agent)
-            .field("ttl", &self.ttl)
-            .field("time", &self.time)
-            .field("filter", &self.filter)
-            .field("body", &Size(self.body.len()))
-            .field("reply_to", &self.reply_to)
-            .finish()
-    }
-}
-
 impl fmt::Debug for RpcRequestBody {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RpcRequestBody")
@@ -93,20 +75,10 @@ impl fmt::Debug for RpcRequestBody {
     }
 }
 
-impl fmt::Debug for RpcReply {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RpcReply")
-            .field("action", &self.action)
-            .field("statuscode", &self.statuscode)
-            .field("statusmsg", &self.statusmsg)
-            .field("data", &Keys(&self.data))
-            .finish()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::{Filter, Protocol};
+    use super::super::mcorpc::RpcReply;
+    use super::super::{DecodedRequest, Filter, Protocol};
     use super::*;
     use serde_json::json;
 

@@ -1,6 +1,7 @@
 //! Choria protocol v1 and v2 envelopes (go-choria's `protocol/v1` and `protocol/v2`), both
-//! directions: the provisioner encodes requests and decodes replies, the fleet
-//! simulator decodes requests and encodes replies.
+//! directions: the provisioner encodes requests and decodes replies; the node's half
+//! (decode a request, encode a reply: the fleet simulator's) is in `node_side`,
+//! which the daemon does not compile.
 //!
 //! Every decoder takes arbitrary network bytes and returns a typed
 //! [`ProtocolError`] naming the layer that failed; none panics. Hashes are checked
@@ -12,6 +13,8 @@ mod credentials;
 mod debug;
 pub(crate) mod gojson;
 pub mod mcorpc;
+#[cfg(any(test, feature = "node-side"))]
+mod node_side;
 mod scan;
 pub(crate) mod scratch;
 mod v1;
@@ -27,15 +30,18 @@ use crate::crypto::ids;
 use crate::untrusted::shown;
 
 pub use credentials::{certname, client_identity, Credentials};
+#[cfg(test)]
+use node_side::Rejection;
+#[cfg(any(test, feature = "node-side"))]
+pub use node_side::{
+    decode_request, encode_reply, encode_request, DecodedRequest, DISCOVERY_REPLY,
+};
 
 /// Largest payload any decoder accepts (NATS' own default limit is 1 MiB).
 pub(crate) const MAX_PAYLOAD: usize = 8 * 1024 * 1024;
 
 /// The discovery request body: base64 of `ping`, sent as text.
 pub const DISCOVERY_REQUEST: &[u8] = b"cGluZw==";
-
-/// The discovery reply body.
-pub const DISCOVERY_REPLY: &[u8] = b"pong";
 
 /// Protocol version of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,115 +216,6 @@ pub struct DecodedReply {
     pub body: Vec<u8>,
 }
 
-/// A request as a node reads it.
-#[derive(Clone, PartialEq)]
-pub struct DecodedRequest {
-    /// Version it came in.
-    pub protocol: Protocol,
-    /// Request id.
-    pub request_id: String,
-    /// Sender identity.
-    pub sender_id: String,
-    /// Caller id.
-    pub caller_id: String,
-    /// Collective.
-    pub collective: String,
-    /// Agent.
-    pub agent: String,
-    /// TTL, seconds.
-    pub ttl: i64,
-    /// Creation time, Unix seconds.
-    pub time: i64,
-    /// Filter.
-    pub filter: Filter,
-    /// Body bytes (base64-decoded where the server would decode it).
-    pub body: Vec<u8>,
-    /// Subject to reply to, from the transport header.
-    pub reply_to: String,
-}
-
-/// Why a provisioning-mode server drops a request without replying.
-#[cfg(any(test, feature = "sim", feature = "fuzzing"))]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Rejection {
-    /// Not for the `provisioning` collective.
-    Collective(String),
-    /// The request id has the wrong length for its version.
-    RequestId(String),
-    /// TTL below the v1 schema minimum of 30 (v2: below 1).
-    Ttl(i64),
-    /// Created outside `(now - ttl, now + ttl)`.
-    Expired {
-        /// Request time.
-        time: i64,
-        /// Server time.
-        now: i64,
-    },
-    /// The version differs from the one the node's security provider speaks.
-    Version(Protocol),
-    /// No reply subject.
-    NoReplyTo,
-}
-
-#[cfg(any(test, feature = "sim", feature = "fuzzing"))]
-impl fmt::Display for Rejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Rejection::Collective(c) => {
-                write!(f, "collective \"{}\" is not provisioning", shown(c))
-            }
-            Rejection::RequestId(id) => {
-                write!(f, "request id \"{}\" has the wrong length", shown(id))
-            }
-            Rejection::Ttl(t) => write!(f, "ttl {t} is below the minimum"),
-            Rejection::Expired { time, now } => {
-                write!(f, "request created at {time} is outside the ttl at {now}")
-            }
-            Rejection::Version(p) => write!(f, "protocol {p:?} is not spoken here"),
-            Rejection::NoReplyTo => write!(f, "no reply subject"),
-        }
-    }
-}
-
-#[cfg(any(test, feature = "sim", feature = "fuzzing"))]
-impl DecodedRequest {
-    /// The checks a provisioning-mode server makes before dispatching (§2.10): a
-    /// failure means the request is dropped without a reply.
-    pub(crate) fn validate_for_provisioning(
-        &self,
-        speaks: Protocol,
-        now: i64,
-    ) -> Result<(), Rejection> {
-        if self.protocol != speaks {
-            return Err(Rejection::Version(self.protocol));
-        }
-        let (id_ok, min_ttl) = match self.protocol {
-            Protocol::V1 => (self.request_id.len() == 32, 30),
-            Protocol::V2 => (!self.request_id.is_empty(), 1),
-        };
-        if !id_ok {
-            return Err(Rejection::RequestId(self.request_id.clone()));
-        }
-        if self.ttl < min_ttl {
-            return Err(Rejection::Ttl(self.ttl));
-        }
-        if self.collective != "provisioning" {
-            return Err(Rejection::Collective(self.collective.clone()));
-        }
-        // Both values come from the wire (or the clock): saturate, never overflow.
-        if self.time <= now.saturating_sub(self.ttl) || self.time >= now.saturating_add(self.ttl) {
-            return Err(Rejection::Expired {
-                time: self.time,
-                now,
-            });
-        }
-        if self.reply_to.is_empty() {
-            return Err(Rejection::NoReplyTo);
-        }
-        Ok(())
-    }
-}
-
 /// A new request id for `protocol`.
 pub(crate) fn new_request_id(protocol: Protocol) -> String {
     match protocol {
@@ -337,18 +234,6 @@ pub fn reply_prefix(
         "{collective}.reply.{}",
         hex::encode(Md5::digest(caller_id.as_bytes()))
     ))
-}
-
-/// Encodes a request; returns its id and the NATS payload.
-pub fn encode_request(
-    spec: &RequestSpec,
-    reply_to: &str,
-    credentials: &Credentials,
-    protocol: Protocol,
-) -> Result<(String, Vec<u8>), ProtocolError> {
-    let mut payload = Vec::new();
-    let id = encode_request_into(spec, reply_to, credentials, protocol, &mut payload)?;
-    Ok((id.into_owned(), payload))
 }
 
 /// [`encode_request`] into `out` (appended), so a caller can reuse its buffer; returns
@@ -456,32 +341,6 @@ pub(crate) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
     Ok(sender)
 }
 
-/// Decodes a request payload of either version (server side); the simulator reads
-/// one per request.
-pub fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
-    by_version(
-        bytes,
-        v1::decode_parsed_request,
-        v1::decode_request,
-        v2::decode_request,
-    )
-}
-
-/// Encodes a reply to `request` from `sender` with `body` made at `time_ns`;
-/// `seen_by` is the broker URL for v1's informational `seen-by` header.
-pub fn encode_reply(
-    request: &DecodedRequest,
-    sender: &str,
-    body: &[u8],
-    time_ns: i64,
-    seen_by: Option<&str>,
-) -> Vec<u8> {
-    match request.protocol {
-        Protocol::V1 => v1::encode_reply(request, sender, body, time_ns / 1_000_000_000, seen_by),
-        Protocol::V2 => v2::encode_reply(request, sender, body, time_ns),
-    }
-}
-
 /// A transport as it is read, with its version's headers `H`: borrowed where the input
 /// has no escape (the base64 data never has one), so no copy is made.
 #[derive(Deserialize)]
@@ -559,14 +418,6 @@ fn hash_is(bytes: &[u8], expected: &str) -> bool {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
     let mut text = [0u8; 44]; // 32 bytes in padded base64
     matches!(B64.encode_slice(digest.as_ref(), &mut text), Ok(44) if text[..] == *expected.as_bytes())
-}
-
-/// The body a server dispatches: base64-decoded if it decodes, else as sent (§2.8).
-fn server_body(message: &[u8]) -> Vec<u8> {
-    std::str::from_utf8(message)
-        .ok()
-        .and_then(|text| B64.decode(text).ok())
-        .unwrap_or_else(|| message.to_vec())
 }
 
 #[cfg(test)]

@@ -9,9 +9,12 @@ use std::cell::RefCell;
 use super::credentials::Credentials;
 use super::scratch;
 use super::{
-    expect_protocol, gojson, hash, hash_is, server_body, unb64_into, DecodedReply, DecodedRequest,
-    Filter, Layer, Protocol, ProtocolError, RequestSpec,
+    expect_protocol, gojson, hash_is, unb64_into, DecodedReply, Layer, Protocol, ProtocolError,
+    RequestSpec,
 };
+
+#[cfg(any(test, feature = "node-side"))]
+pub(super) mod node_side;
 
 /// Transport protocol string.
 pub(super) const TRANSPORT: &str = "choria:transport:1";
@@ -39,18 +42,11 @@ type TransportIn<'a> = super::TransportIn<'a, HeadersIn<'a>>;
 /// (an RPC reply's are read and dropped: no copies).
 #[derive(Deserialize, Default)]
 struct HeadersIn<'a> {
+    #[cfg(any(test, feature = "node-side"))]
     #[serde(borrow, rename = "reply-to", default)]
     reply_to: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     mc_sender: Option<Cow<'a, str>>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct SecureRequest {
-    protocol: String,
-    message: String,
-    signature: String,
-    pubcert: String,
 }
 
 /// The secure reply as serde would write it; [`encode_reply`] writes it by hand and
@@ -75,38 +71,10 @@ struct SecureReplyIn<'a> {
 }
 
 #[derive(Serialize, Deserialize)]
-struct Request {
-    protocol: String,
-    message: String,
-    envelope: RequestEnvelope,
-}
-
-#[derive(Serialize, Deserialize)]
-struct RequestEnvelope {
-    requestid: String,
-    senderid: String,
-    callerid: String,
-    collective: String,
-    agent: String,
-    ttl: i64,
-    time: i64,
-    filter: Filter,
-}
-
-#[derive(Serialize, Deserialize)]
 struct Reply {
     protocol: String,
     message: String,
     envelope: ReplyEnvelope,
-}
-
-/// The envelope as it is written, borrowing the request.
-#[derive(Serialize)]
-struct ReplyEnvelopeOut<'a> {
-    requestid: &'a str,
-    senderid: &'a str,
-    agent: &'a str,
-    time: i64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -242,10 +210,6 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ProtocolError> {
         .map_err(|e| ProtocolError::json(Layer::Transport, &e))
 }
 
-fn open_parsed(t: TransportIn<'_>) -> Result<(Vec<u8>, HeadersIn<'_>), ProtocolError> {
-    t.open(TRANSPORT)
-}
-
 pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
     parsed_sender(parse(bytes)?)
 }
@@ -308,84 +272,12 @@ fn decode_secure_reply(data: &[u8]) -> Result<DecodedReply, ProtocolError> {
     })
 }
 
-pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
-    decode_parsed_request(parse(bytes)?)
-}
-
-/// [`decode_request`] of a transport [`parse`]d already.
-pub(super) fn decode_parsed_request(t: Parsed) -> Result<DecodedRequest, ProtocolError> {
-    let (data, headers) = open_parsed(t.0)?;
-    let SecureRequest {
-        protocol,
-        message,
-        signature,
-        pubcert,
-    } = serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
-    expect_protocol(Layer::Secure, &protocol, SECURE_REQUEST)?;
-    if signature.is_empty() || pubcert.is_empty() || message.is_empty() {
-        return Err(ProtocolError::new(
-            Layer::Secure,
-            "message, signature and pubcert must not be empty",
-        ));
-    }
-    let request: Request =
-        serde_json::from_str(&message).map_err(|e| ProtocolError::json(Layer::Request, &e))?;
-    expect_protocol(Layer::Request, &request.protocol, REQUEST)?;
-    let e = request.envelope;
-    Ok(DecodedRequest {
-        protocol: Protocol::V1,
-        request_id: e.requestid,
-        sender_id: e.senderid,
-        caller_id: e.callerid,
-        collective: e.collective,
-        agent: e.agent,
-        ttl: e.ttl,
-        time: e.time,
-        filter: e.filter,
-        body: server_body(request.message.as_bytes()),
-        reply_to: headers.reply_to.map(Cow::into_owned).unwrap_or_default(),
-    })
-}
-
-pub(super) fn encode_reply(
-    request: &DecodedRequest,
-    sender: &str,
-    body: &[u8],
-    time: i64,
-    seen_by: Option<&str>,
-) -> Vec<u8> {
-    // `Reply` and `SecureReply`, written by hand: the nested message is escaped in
-    // one pass.
-    let mut reply = Vec::with_capacity(body.len() * 2 + 256);
-    gojson::Object::start(&mut reply)
-        .str("protocol", REPLY)
-        .str("message", &String::from_utf8_lossy(body))
-        .value(
-            "envelope",
-            &ReplyEnvelopeOut {
-                requestid: &request.request_id,
-                senderid: sender,
-                agent: &request.agent,
-                time,
-            },
-        )
-        .end();
-    let mut secure = Vec::with_capacity(reply.len() * 2 + 128);
-    gojson::Object::start(&mut secure)
-        .str("protocol", SECURE_REPLY)
-        // Written above from `&str`s alone: nested without validating it again.
-        .nested_json("message", &reply)
-        .str("hash", &hash(&reply))
-        .end();
-    let mut out = Vec::new();
-    transport(&mut out, &secure, "", sender, seen_by);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::b64;
     use super::super::TransportOut;
+    use super::super::{hash, Filter};
+    use super::node_side::*;
     use super::*;
 
     /// The hand-written envelopes are the structs serialised.

@@ -6,9 +6,12 @@ use serde::{Deserialize, Serialize};
 
 use super::credentials::Credentials;
 use super::{
-    b64, expect_protocol, gojson, hash, server_body, unb64, DecodedReply, DecodedRequest, Filter,
-    Layer, Protocol, ProtocolError, RequestSpec,
+    b64, expect_protocol, gojson, hash, unb64, DecodedReply, Filter, Layer, Protocol,
+    ProtocolError, RequestSpec,
 };
+
+#[cfg(any(test, feature = "node-side"))]
+pub(super) mod node_side;
 
 /// Transport protocol string.
 pub(super) const TRANSPORT: &str = "io.choria.protocol.v2.transport";
@@ -27,6 +30,7 @@ struct Headers<'a> {
 
 #[derive(Deserialize, Default)]
 struct HeadersIn {
+    #[cfg(any(test, feature = "node-side"))]
     reply: Option<String>,
     sender: Option<String>,
 }
@@ -152,62 +156,6 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
         time: reply.time / 1_000_000_000,
         body: unb64(&reply.message, Layer::Reply, "message")?,
     })
-}
-
-pub(super) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
-    let (data, headers) = open(bytes)?;
-    let secure: SecureRequest =
-        serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
-    expect_protocol(Layer::Secure, &secure.protocol, SECURE_REQUEST)?;
-    if secure.caller.is_empty() {
-        return Err(ProtocolError::new(
-            Layer::Secure,
-            "caller must not be empty",
-        ));
-    }
-    let request_bytes = unb64(&secure.request, Layer::Secure, "request")?;
-    let request: Request = serde_json::from_slice(&request_bytes)
-        .map_err(|e| ProtocolError::json(Layer::Request, &e))?;
-    expect_protocol(Layer::Request, &request.protocol, REQUEST)?;
-    Ok(DecodedRequest {
-        protocol: Protocol::V2,
-        body: server_body(&unb64(&request.message, Layer::Request, "message")?),
-        request_id: request.id,
-        sender_id: request.sender,
-        caller_id: request.caller,
-        collective: request.collective,
-        agent: request.agent,
-        ttl: request.ttl,
-        time: request.time.div_euclid(1_000_000_000),
-        filter: request.filter,
-        reply_to: headers.reply.unwrap_or_default(),
-    })
-}
-
-pub(super) fn encode_reply(
-    request: &DecodedRequest,
-    sender: &str,
-    body: &[u8],
-    time_ns: i64,
-) -> Vec<u8> {
-    let reply = gojson::to_vec(&Reply {
-        protocol: REPLY.into(),
-        message: b64(body),
-        request: request.request_id.clone(),
-        sender: sender.into(),
-        agent: request.agent.clone(),
-        time: time_ns,
-    });
-    let secure = gojson::to_vec(&SecureReply {
-        protocol: SECURE_REPLY.into(),
-        hash: hash(&reply),
-        reply: b64(&reply),
-        signature: String::new(),
-        sender: String::new(),
-    });
-    let mut out = Vec::new();
-    transport(&mut out, &secure, "", sender);
-    out
 }
 
 #[cfg(test)]

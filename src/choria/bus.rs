@@ -37,12 +37,6 @@ pub struct Subscription {
     _inner: nats::Subscription,
 }
 
-impl std::fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Subscription")
-    }
-}
-
 /// The checked face of one NATS connection.
 #[derive(Clone)]
 pub struct Bus {

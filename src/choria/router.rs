@@ -104,15 +104,6 @@ pub struct Router {
     _subscription: Subscription,
 }
 
-impl std::fmt::Debug for Router {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Router")
-            .field("prefix", &self.prefix)
-            .field("pending", &self.pending())
-            .finish()
-    }
-}
-
 /// A request id registered with a [`Sink`]; it owns its share of the routes, so
 /// that it can live with a parked attempt, and unregisters itself when dropped.
 pub(crate) struct Route {

@@ -150,17 +150,6 @@ pub struct Membership {
     slots: Mutex<Option<Arc<UpgradeSlots>>>,
 }
 
-impl std::fmt::Debug for Membership {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Membership")
-            .field("me", &self.me)
-            .field("site", &self.site)
-            .field("state", &self.state())
-            .field("live", &self.live())
-            .finish()
-    }
-}
-
 impl Membership {
     /// The membership of `me` in `site` (one subject token, checked by the
     /// configuration), beating every `heartbeat` on `bus`.

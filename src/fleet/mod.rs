@@ -236,15 +236,6 @@ pub struct Fleet {
     stop_deadline: OnceLock<Instant>,
 }
 
-impl std::fmt::Debug for Fleet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fleet")
-            .field("known", &self.hosts.lock().len())
-            .field("queued", &self.work_rx.len())
-            .finish()
-    }
-}
-
 impl Fleet {
     /// A scheduler that hands nodes to `provisioner`; call `Fleet::start` to run it.
     pub fn new(

@@ -135,15 +135,6 @@ pub(crate) struct Board {
     instance: OnceLock<Arc<str>>,
 }
 
-impl std::fmt::Debug for Board {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Board")
-            .field("in_flight", &self.in_flight.lock().len())
-            .field("history", &self.history.lock().records.len())
-            .finish()
-    }
-}
-
 /// `until` seen from now, as wall-clock Unix seconds.
 fn wall(at: Instant) -> f64 {
     let now = Instant::now();

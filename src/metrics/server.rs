@@ -217,14 +217,6 @@ pub struct MetricsServer {
     addr: SocketAddr,
 }
 
-impl std::fmt::Debug for MetricsServer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetricsServer")
-            .field("addr", &self.addr)
-            .finish()
-    }
-}
-
 impl MetricsServer {
     /// Binds `host:port` (host `None` = all interfaces, as Go) and serves from a thread.
     #[cfg(test)]

@@ -300,15 +300,6 @@ pub(crate) struct Attempt {
     ended: bool,
 }
 
-impl std::fmt::Debug for Attempt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Attempt")
-            .field("identity", &self.identity)
-            .field("phase", &self.phase)
-            .finish()
-    }
-}
-
 type Step<T> = Result<T, AttemptError>;
 
 impl Attempt {

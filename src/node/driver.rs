@@ -173,14 +173,6 @@ pub(crate) struct Driver {
     max_waiting: usize,
 }
 
-impl std::fmt::Debug for Driver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Driver")
-            .field("waiting", &self.waiting.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
 impl Driver {
     /// A driver of `seq`'s attempts over `rpc`, with its timer thread (which ends
     /// when the driver is dropped).

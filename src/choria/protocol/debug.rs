@@ -6,10 +6,12 @@
 use std::fmt;
 
 use super::mcorpc::RpcRequestBody;
+#[cfg(any(test, feature = "node-side"))]
+use super::{mcorpc::RpcReply, DecodedRequest};
 use super::{DecodedReply, RequestSpec};
 
 /// `<N bytes>`.
-pub(super) struct Size(pub(super) usize);
+struct Size(usize);
 
 impl fmt::Debug for Size {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -18,7 +20,7 @@ impl fmt::Debug for Size {
 }
 
 /// The keys of an object (values hidden); the kind of anything else.
-pub(super) struct Keys<'a>(pub(super) &'a serde_json::Value);
+struct Keys<'a>(&'a serde_json::Value);
 
 impl fmt::Debug for Keys<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -75,10 +77,40 @@ impl fmt::Debug for RpcRequestBody {
     }
 }
 
+#[cfg(any(test, feature = "node-side"))]
+impl fmt::Debug for DecodedRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DecodedRequest")
+            .field("protocol", &self.protocol)
+            .field("request_id", &self.request_id)
+            .field("sender_id", &self.sender_id)
+            .field("caller_id", &self.caller_id)
+            .field("collective", &self.collective)
+            .field("agent", &self.agent)
+            .field("ttl", &self.ttl)
+            .field("time", &self.time)
+            .field("filter", &self.filter)
+            .field("body", &Size(self.body.len()))
+            .field("reply_to", &self.reply_to)
+            .finish()
+    }
+}
+
+#[cfg(any(test, feature = "node-side"))]
+impl fmt::Debug for RpcReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RpcReply")
+            .field("action", &self.action)
+            .field("statuscode", &self.statuscode)
+            .field("statusmsg", &self.statusmsg)
+            .field("data", &Keys(&self.data))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::mcorpc::RpcReply;
-    use super::super::{DecodedRequest, Filter, Protocol};
+    use super::super::{Filter, Protocol};
     use super::*;
     use serde_json::json;
 

@@ -8,7 +8,6 @@ use std::fmt;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 
-use super::debug::Size;
 use super::{
     by_version, encode_request_into, Credentials, Filter, Protocol, ProtocolError, RequestSpec,
 };
@@ -173,22 +172,4 @@ pub(super) fn server_body(message: &[u8]) -> Vec<u8> {
         .ok()
         .and_then(|text| B64.decode(text).ok())
         .unwrap_or_else(|| message.to_vec())
-}
-
-impl fmt::Debug for DecodedRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DecodedRequest")
-            .field("protocol", &self.protocol)
-            .field("request_id", &self.request_id)
-            .field("sender_id", &self.sender_id)
-            .field("caller_id", &self.caller_id)
-            .field("collective", &self.collective)
-            .field("agent", &self.agent)
-            .field("ttl", &self.ttl)
-            .field("time", &self.time)
-            .field("filter", &self.filter)
-            .field("body", &Size(self.body.len()))
-            .field("reply_to", &self.reply_to)
-            .finish()
-    }
 }

@@ -1,11 +1,8 @@
 //! The MCollective-RPC layer's node side (see `protocol::node_side`): status codes,
 //! a request body read, a reply body written and read.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
-use super::super::debug::Keys;
 use super::super::{gojson, Layer, ProtocolError};
 use super::RpcRequestBody;
 
@@ -137,16 +134,5 @@ impl RpcReply {
             statusmsg: wire.statusmsg.unwrap_or_default(),
             data,
         })
-    }
-}
-
-impl fmt::Debug for RpcReply {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RpcReply")
-            .field("action", &self.action)
-            .field("statuscode", &self.statuscode)
-            .field("statusmsg", &self.statusmsg)
-            .field("data", &Keys(&self.data))
-            .finish()
     }
 }

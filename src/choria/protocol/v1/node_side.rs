@@ -15,39 +15,39 @@ use super::{
 };
 
 #[derive(Serialize, Deserialize)]
-pub(super) struct SecureRequest {
-    pub(super) protocol: String,
-    pub(super) message: String,
-    pub(super) signature: String,
-    pub(super) pubcert: String,
+struct SecureRequest {
+    protocol: String,
+    message: String,
+    signature: String,
+    pubcert: String,
 }
 
 #[derive(Serialize, Deserialize)]
-pub(super) struct Request {
-    pub(super) protocol: String,
-    pub(super) message: String,
-    pub(super) envelope: RequestEnvelope,
+struct Request {
+    protocol: String,
+    message: String,
+    envelope: RequestEnvelope,
 }
 
 #[derive(Serialize, Deserialize)]
-pub(super) struct RequestEnvelope {
-    pub(super) requestid: String,
-    pub(super) senderid: String,
-    pub(super) callerid: String,
-    pub(super) collective: String,
-    pub(super) agent: String,
-    pub(super) ttl: i64,
-    pub(super) time: i64,
-    pub(super) filter: Filter,
+struct RequestEnvelope {
+    requestid: String,
+    senderid: String,
+    callerid: String,
+    collective: String,
+    agent: String,
+    ttl: i64,
+    time: i64,
+    filter: Filter,
 }
 
 /// The envelope as it is written, borrowing the request.
 #[derive(Serialize)]
-pub(super) struct ReplyEnvelopeOut<'a> {
-    pub(super) requestid: &'a str,
-    pub(super) senderid: &'a str,
-    pub(super) agent: &'a str,
-    pub(super) time: i64,
+struct ReplyEnvelopeOut<'a> {
+    requestid: &'a str,
+    senderid: &'a str,
+    agent: &'a str,
+    time: i64,
 }
 
 fn open_parsed(t: TransportIn<'_>) -> Result<(Vec<u8>, HeadersIn<'_>), ProtocolError> {
@@ -126,4 +126,84 @@ pub(crate) fn encode_reply(
     let mut out = Vec::new();
     transport(&mut out, &secure, "", sender, seen_by);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::{b64, Credentials, RequestSpec, TransportOut};
+    use super::super::{encode_request, Headers, Reply, ReplyEnvelope, SecureReply};
+    use super::*;
+
+    /// The hand-written envelopes are the structs serialised.
+    #[test]
+    fn requests_and_replies_written_by_hand_are_the_structs_serialised() {
+        let spec = RequestSpec {
+            agent: "choria_provision",
+            collective: "provisioning",
+            caller_id: "choria=p<1>",
+            sender_id: "p&1",
+            ttl: 60,
+            filter: &Filter::agent("choria_provision"),
+            body: br#"{"agent":"a","data":{"x":"<\u2028>"}}"#,
+            request_id: None,
+            time_ns: None,
+            seen_by: Some("nats://b:4222"),
+        };
+        let mut payload = b"kept".to_vec();
+        encode_request(&spec, "id1", 7, "r.1", &Credentials::Insecure, &mut payload).unwrap();
+        let payload = payload.strip_prefix(b"kept").expect("appended").to_vec();
+        let request = gojson::to_vec(&Request {
+            protocol: REQUEST.into(),
+            message: String::from_utf8(spec.body.to_vec()).unwrap(),
+            envelope: RequestEnvelope {
+                requestid: "id1".into(),
+                senderid: spec.sender_id.to_string(),
+                callerid: spec.caller_id.to_string(),
+                collective: spec.collective.to_string(),
+                agent: spec.agent.to_string(),
+                ttl: 60,
+                time: 7,
+                filter: spec.filter.clone(),
+            },
+        });
+        let secure = gojson::to_vec(&SecureRequest {
+            protocol: SECURE_REQUEST.into(),
+            message: String::from_utf8(request).unwrap(),
+            signature: "insecure".into(),
+            pubcert: "insecure".into(),
+        });
+        let by_serde = |data: &[u8], reply_to, seen_by: Option<&str>| {
+            gojson::to_vec(&TransportOut {
+                protocol: TRANSPORT,
+                data: b64(data),
+                headers: Headers {
+                    reply_to,
+                    mc_sender: "p&1",
+                    seen_by: seen_by
+                        .map(|url| vec![[url, "p&1", url]])
+                        .unwrap_or_default(),
+                },
+            })
+        };
+        assert_eq!(payload, by_serde(&secure, "r.1", Some("nats://b:4222")));
+        let decoded = decode_request(&payload).unwrap();
+        let body = br#"{"statuscode":0,"data":{"a":"<&>"}}"#;
+        let encoded = encode_reply(&decoded, "p&1", body, 9, None);
+        let reply = gojson::to_string(&Reply {
+            protocol: REPLY.into(),
+            message: String::from_utf8(body.to_vec()).unwrap(),
+            envelope: ReplyEnvelope {
+                requestid: "id1".into(),
+                senderid: "p&1".into(),
+                agent: "choria_provision".into(),
+                time: 9,
+            },
+        });
+        let secure = gojson::to_vec(&SecureReply {
+            protocol: SECURE_REPLY.into(),
+            hash: hash(reply.as_bytes()),
+            message: reply,
+        });
+        assert_eq!(encoded, by_serde(&secure, "", None));
+    }
 }

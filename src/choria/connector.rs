@@ -152,16 +152,18 @@ pub(crate) fn redact_url(url: &str) -> String {
     split_broker_url(url).0
 }
 
-/// What every CONNECT carries; the nonce signature is made per connect.
-struct Credentials {
+/// The login every CONNECT carries (user and password, URL token, or client JWT and
+/// seed; not the protocol's signing `Credentials`); the nonce signature is made per
+/// connect.
+struct BrokerLogin {
     user: Option<String>,
     pass: Option<Secret>,
     url_token: Option<Secret>,
     client: Option<(ClientJwt, Seed)>,
 }
 
-impl Credentials {
-    fn new(client: &ClientConfig) -> Result<Credentials, CredentialError> {
+impl BrokerLogin {
+    fn new(client: &ClientConfig) -> Result<BrokerLogin, CredentialError> {
         let (user, pass, url_token) = match client.url_credentials() {
             Some(UrlCredentials::UserPass { user, pass }) => (Some(user), Some(pass), None),
             Some(UrlCredentials::Token(token)) => (None, None, Some(token)),
@@ -180,7 +182,7 @@ impl Credentials {
         } else {
             None
         };
-        Ok(Credentials {
+        Ok(BrokerLogin {
             user,
             pass,
             url_token,
@@ -326,7 +328,7 @@ impl Tls {
 /// Everything one connection attempt needs, prepared once.
 struct Dialer {
     client: ClientConfig,
-    credentials: Arc<Credentials>,
+    credentials: Arc<BrokerLogin>,
     tls: Tls,
 }
 
@@ -334,7 +336,7 @@ impl Dialer {
     fn new(client: &ClientConfig) -> Result<Dialer, DialError> {
         Ok(Dialer {
             client: client.clone(),
-            credentials: Arc::new(Credentials::new(client).map_err(DialError::Credentials)?),
+            credentials: Arc::new(BrokerLogin::new(client).map_err(DialError::Credentials)?),
             tls: Tls::new(client).map_err(DialError::Tls)?,
         })
     }
@@ -627,7 +629,7 @@ mod tests {
     const SEED_HEX: &str = "782eb891b61af7f024a65ffad7687703b08e7ecf4722a1b616f084b5cdf1c9fb";
     const PUBLIC_HEX: &str = "3aa7308f0a2e6342498bc8a8f8c2a9211cd110d7a61dcb4420ab9cb5838604ec";
 
-    fn credentials(exp: i64, url_token: Option<&str>) -> Credentials {
+    fn credentials(exp: i64, url_token: Option<&str>) -> BrokerLogin {
         let claims = serde_json::json!({
             "callerid": "choria=provisioner",
             "purpose": "choria_client_id",
@@ -635,7 +637,7 @@ mod tests {
             "exp": exp,
         });
         let token = format!("e30.{}.c2ln", URL_SAFE_NO_PAD.encode(claims.to_string()));
-        Credentials {
+        BrokerLogin {
             user: Some("provisioner".into()),
             pass: Some(Secret::new("s3cret")),
             url_token: url_token.map(Secret::new),

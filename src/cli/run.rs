@@ -51,7 +51,7 @@ pub(crate) fn run(inv: &Invocation) -> i32 {
         config.pause_file.clone(),
     ));
     controller.restore();
-    let health = Arc::new(Health::default());
+    let health = Arc::new(HealthInputs::default());
     let _monitor = if config.monitor_port > 0 {
         match MetricsServer::start_with_nodes(
             config.monitor_host.as_deref(),
@@ -115,7 +115,7 @@ pub(crate) fn run(inv: &Invocation) -> i32 {
 
 /// What `/healthz` and `/readyz` report beyond the pause flag.
 #[derive(Default)]
-struct Health {
+struct HealthInputs {
     connection: Mutex<Option<Arc<crate::choria::connector::ConnectionState>>>,
     election: Mutex<Option<Arc<Mutex<ElectionState>>>>,
     membership: Mutex<Option<Arc<Membership>>>,
@@ -123,7 +123,7 @@ struct Health {
     reload: signals::ReloadSlot,
 }
 
-impl Health {
+impl HealthInputs {
     fn source(
         self: &Arc<Self>,
         pause: Arc<Pause>,
@@ -141,7 +141,7 @@ impl Health {
 
 /// The monitoring listener's view of one provisioner.
 struct HealthView {
-    state: Arc<Health>,
+    state: Arc<HealthInputs>,
     pause: Arc<Pause>,
     site: String,
     leader_election: bool,
@@ -229,7 +229,7 @@ fn serve(
     client: &ClientConfig,
     metrics: &Arc<Metrics>,
     pause: &Arc<Pause>,
-    health: &Arc<Health>,
+    health: &Arc<HealthInputs>,
     controller: &Controller,
     shutdown: &Receiver<()>,
 ) -> i32 {
@@ -276,7 +276,7 @@ mod tests {
     use crate::metrics::Health as _;
 
     fn view(leader_election: bool, election: Option<ElectionState>) -> HealthView {
-        let state = Arc::new(Health::default());
+        let state = Arc::new(HealthInputs::default());
         *state.election.lock() = election.map(|e| Arc::new(Mutex::new(e)));
         HealthView {
             state,

@@ -333,13 +333,11 @@ impl fmt::Display for HelperError {
 
 impl std::error::Error for HelperError {}
 
-/// What a finished run produced, for logging and metrics.
+/// What a finished run produced.
 #[derive(Debug)]
 pub struct HelperRun {
     /// The decoded answer.
     pub output: HelperOutput,
-    /// Wall time of the run.
-    pub elapsed: Duration,
 }
 
 /// Runs the configured helper command. Its words and the daemon's environment are
@@ -450,7 +448,6 @@ impl Helper {
         };
         let pumped = pipes::pump(&mut child, run, &kill_tree);
         log_stderr(identity, name, &pumped.stderr, pumped.stderr_over, secrets);
-        let elapsed = started.elapsed();
         match pumped.end {
             End::TimedOut => return Err(HelperError::Timeout(name.clone(), self.timeout)),
             End::Stopped => return Err(HelperError::Stopped(name.clone())),
@@ -480,7 +477,7 @@ impl Helper {
         let output = HelperOutput::decode(&bytes).map_err(|e| {
             HelperError::Decode(name.clone(), redact(e.to_string().as_bytes(), secrets))
         })?;
-        Ok(HelperRun { output, elapsed })
+        Ok(HelperRun { output })
     }
 }
 

@@ -68,8 +68,8 @@ impl Event {
 
     /// The CloudEvents 1.0 envelope servers publish by default, written field by
     /// field (no `serde_json::Value` made first: the simulator publishes one per node
-    /// start).
-    #[cfg(any(test, feature = "sim", feature = "fuzzing"))]
+    /// start). Node side: the daemon only reads these.
+    #[cfg(any(test, feature = "node-side"))]
     pub(crate) fn to_cloudevent_json(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(512);
         gojson::Object::start(&mut out)

@@ -34,7 +34,7 @@ lint:
 	@# The daemon as the package builds it: no item kept only for the simulator or tests.
 	$(CARGO) clippy --lib --bins -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --features sim,fuzzing
-	scripts/regen-nats-patch.sh --check
+	scripts/regen-patch.sh --check
 	@# The bench helper as scripts/bench.sh builds it (no libc; x86-64 and aarch64),
 	@# with the toolchain's clippy-driver (a rustup proxy beside cargo-clippy).
 	@driver=$$(command -v clippy-driver || true); \

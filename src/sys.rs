@@ -135,6 +135,70 @@ pub(crate) fn set_batch_policy() -> io::Result<()> {
     check(unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) }.into()).map(drop)
 }
 
+/// The soft and hard limits on open descriptors (`RLIMIT_NOFILE`) after raising the
+/// soft one to the hard one, as Go programs do at start (Go ≥ 1.19): systemd gives
+/// a unit a soft limit of 1,024 for `select(2)`'s sake, which a daemon that polls
+/// outgrows. A soft limit already at the hard one is left alone.
+pub(crate) fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write one rlimit through a pointer to
+    // a live local, and nothing else.
+    unsafe {
+        check(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit).into())?;
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if check(libc::setrlimit(libc::RLIMIT_NOFILE, &raised).into()).is_ok() {
+                limit = raised;
+            }
+        }
+    }
+    Ok((limit.rlim_cur, limit.rlim_max))
+}
+
+/// The uid and pid of the process at the other end of a Unix socket
+/// (`SO_PEERCRED`: what the peer was when it connected, set by the kernel, so the
+/// peer cannot forge it). std's `UnixStream::peer_cred` is not stable yet.
+pub(crate) fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<PeerCredentials> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt(SO_PEERCRED) writes at most `len` bytes (one ucred) through
+    // a pointer to a live local of that size, and the new length through a pointer
+    // to another live local.
+    let ret = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::addr_of_mut!(cred).cast(),
+            &mut len,
+        )
+    };
+    check(ret.into())?;
+    Ok(PeerCredentials {
+        uid: cred.uid,
+        pid: cred.pid,
+    })
+}
+
+/// Who is at the other end of a Unix socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerCredentials {
+    /// The peer's effective uid when it connected.
+    pub uid: u32,
+    /// The peer's pid when it connected.
+    pub pid: i32,
+}
+
 /// The canonical DNS name of `host` through the system resolver (`getaddrinfo` with
 /// `AI_CANONNAME`, what `hostname -f` does), if it has a dot.
 pub(crate) fn canonical_name(host: &str) -> Option<String> {
@@ -206,6 +270,25 @@ mod tests {
             read.read(&mut buf).unwrap_err().kind(),
             io::ErrorKind::WouldBlock
         );
+    }
+
+    #[test]
+    fn the_soft_file_limit_is_raised_to_the_hard_one() {
+        let (soft, hard) = raise_open_files_limit().unwrap();
+        assert_eq!(soft, hard);
+        // Again: already there, unchanged.
+        assert_eq!(raise_open_files_limit().unwrap(), (soft, hard));
+    }
+
+    #[test]
+    fn a_unix_socket_s_peer_is_this_process() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let peer = peer_credentials(ours.as_fd()).unwrap();
+        assert_eq!(peer.pid, std::process::id() as i32);
+        // /proc/self belongs to the process's effective uid.
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(peer.uid, std::fs::metadata("/proc/self").unwrap().uid());
+        drop(theirs);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 
 use super::args::Invocation;
 use super::fail;
-use crate::fleet::control::{send, ControlRequest, Response};
+use crate::fleet::control::{ControlRequest, Response};
+use crate::fleet::control_socket::send;
 use crate::untrusted::shown;
 
 /// Runs `pause`; returns the exit code.

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::args::{Invocation, NodesArgs};
 use super::fail;
+use crate::metrics::NODES_PAGE_MAX;
 use crate::untrusted::shown;
 
 /// The largest `/nodes` answer read (a full history is about 1 MiB).
@@ -22,7 +23,7 @@ pub(crate) const MAX_RESPONSE: u64 = 16 * 1024 * 1024;
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The states `--state` takes, in the order the table shows them.
-pub(crate) const STATES: [&str; 5] = ["queued", "in_flight", "cooling_down", "upgrading", "recent"];
+pub(crate) const STATES: [&str; 5] = crate::metrics::NODE_LISTS;
 
 /// Runs `nodes`; returns the exit code.
 pub(crate) fn nodes(inv: &Invocation) -> i32 {
@@ -45,20 +46,15 @@ pub(crate) fn nodes(inv: &Invocation) -> i32 {
             Ok(id) => format!("/nodes/{id}"),
             Err(e) => return fail(format!("{}: {e}", shown(id))),
         },
-        None => "/nodes".to_string(),
+        None => format!("/nodes?limit={NODES_PAGE_MAX}"),
     };
-    let (status, body) = match get(&base, &path) {
+    let answer = match args.identity {
+        Some(_) => get_json(&base, &path),
+        None => fleet_document(&base, &path, args.state.as_deref()),
+    };
+    let (status, doc) = match answer {
         Ok(answer) => answer,
         Err(e) => return fail(e),
-    };
-    let doc: Value = match serde_json::from_str(&body) {
-        Ok(doc) => doc,
-        Err(e) => {
-            return fail(format!(
-                "{base}{path} answered {status} with no JSON document: {}",
-                crate::json_text::describe(&e)
-            ))
-        }
     };
     if status == 404 && args.identity.is_some() {
         return fail(format!(
@@ -85,6 +81,76 @@ pub(crate) fn nodes(inv: &Invocation) -> i32 {
         print!("{}", fleet_table(&doc, args.state.as_deref()));
     }
     0
+}
+
+/// The most pages of one list read: a million entries at 1,000 a page.
+const PAGES_MAX: usize = 1000;
+
+/// One GET of `path` at `base`, read as a JSON document: the status and the document.
+fn get_json(base: &str, path: &str) -> Result<(u16, Value), String> {
+    let (status, body) = get(base, path)?;
+    let doc = serde_json::from_str(&body).map_err(|e| {
+        format!(
+            "{base}{path} answered {status} with no JSON document: {}",
+            crate::json_text::describe(&e)
+        )
+    })?;
+    Ok((status, doc))
+}
+
+/// The whole `/nodes` document: the first page of every list at `path`, then the
+/// next pages of the lists `state` names (all of them without one), each list
+/// joined into one. Each list's `total` is the provisioner's count.
+fn fleet_document(base: &str, path: &str, state: Option<&str>) -> Result<(u16, Value), String> {
+    let (status, mut doc) = get_json(base, path)?;
+    if status != 200 {
+        return Ok((status, doc));
+    }
+    let mut pages = 0;
+    loop {
+        let next: Vec<(String, String)> = doc["next"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(list, _)| state.is_none_or(|s| s == list.as_str()))
+            .filter_map(|(list, path)| Some((list.clone(), path.as_str()?.to_string())))
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        for (list, next_path) in next {
+            pages += 1;
+            // Only our own paths are followed: `/nodes?` and its parameters.
+            let plain = next_path.starts_with("/nodes?")
+                && next_path
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"/?=&_".contains(&b));
+            if pages > PAGES_MAX || !plain {
+                return Err(format!(
+                    "{base}{path}: the {list} list goes on past {PAGES_MAX} pages, or its next page is not a /nodes path"
+                ));
+            }
+            let (page_status, page) = get_json(base, &next_path)?;
+            if page_status != 200 {
+                return Err(format!("{base}{next_path} answered {page_status}"));
+            }
+            if let (Some(all), Some(more)) = (doc[&list].as_array_mut(), page[&list].as_array()) {
+                all.extend(more.iter().cloned());
+            }
+            match page["next"].get(&list) {
+                Some(further) => doc["next"][&list] = further.clone(),
+                None => {
+                    if let Some(next) = doc["next"].as_object_mut() {
+                        next.remove(&list);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(whole) = doc.as_object_mut() {
+        whole.remove("next");
+    }
+    Ok((status, doc))
 }
 
 /// `--monitor`, or the monitoring address of `--config`.
@@ -243,6 +309,8 @@ fn short(text: String) -> String {
 fn current_row(v: &Value) -> Vec<String> {
     let state = field(v, "state");
     let detail = match state.as_str() {
+        // `/nodes/<identity>` looks a node up and gives no place in the queue.
+        "queued" if v["position"].is_null() => format!("since {}", clock(v, "since")),
         "queued" => format!("#{} since {}", field(v, "position"), clock(v, "since")),
         "in_flight" => format!(
             "{} try {} since {} (attempt {})",
@@ -309,9 +377,14 @@ pub(crate) fn fleet_table(doc: &Value, state: Option<&str>) -> String {
             rows.push(current_row(v));
         }
     }
+    // The provisioner's own count where it gives one (every list's, even those not
+    // fetched whole), else what the document holds.
     let counts: Vec<String> = ["queued", "in_flight", "cooling_down", "upgrading"]
         .iter()
-        .map(|k| format!("{} {k}", doc[*k].as_array().map_or(0, Vec::len)))
+        .map(|k| {
+            let held = doc[*k].as_array().map_or(0, Vec::len) as u64;
+            format!("{} {k}", doc["total"][*k].as_u64().unwrap_or(held))
+        })
         .collect();
     out.push_str(&format!(
         "Provisioner {} at {}: {}\n",
@@ -451,6 +524,12 @@ mod tests {
             only.contains("q1") && !only.contains("f1") && !only.contains("Recent"),
             "{only}"
         );
+        let looked_up =
+            json!({"identity": "q1", "state": "queued", "since": "2026-12-04T05:59:58Z"});
+        assert!(node_table(&looked_up).contains("queued  q1        since 05:59:58"));
+        let mut paged = doc.clone();
+        paged["total"] = json!({"queued": 4000, "in_flight": 1, "cooling_down": 0, "upgrading": 0});
+        assert!(fleet_table(&paged, None).contains("4000 queued, 1 in_flight"));
         let recent = fleet_table(&doc, Some("recent"));
         assert!(
             !recent.contains("q1") && recent.contains("rpcutil#inventory"),

@@ -9,7 +9,8 @@ use parking_lot::Mutex;
 
 use crate::choria::client_config::ClientConfig;
 use crate::config::{Config, Pause};
-use crate::fleet::control::{ControlSocket, Controller, DaemonHooks};
+use crate::fleet::control::{Controller, DaemonHooks};
+use crate::fleet::control_socket::ControlSocket;
 use crate::fleet::daemon::{Daemon, DaemonOptions};
 use crate::fleet::election::ElectionState;
 use crate::fleet::membership::{MemberState, Membership};
@@ -41,6 +42,10 @@ pub(crate) fn run(inv: &Invocation) -> i32 {
     for w in &prepared.warnings {
         log::warn!("{w}");
     }
+    // Helpers' pipes, the broker, the monitor's connections: a soft limit of 1,024
+    // (systemd's default) is the first thing a busy daemon would run out of. Raised
+    // before anything is opened, logged after the line that says we start.
+    let open_files = crate::sys::raise_open_files_limit();
     let metrics = match Metrics::new(&config.site) {
         Ok(m) => Arc::new(m),
         Err(e) => return fail(format!("Could not create metrics: {e}")),
@@ -77,16 +82,18 @@ pub(crate) fn run(inv: &Invocation) -> i32 {
         Err(e) => return fail(format!("Could not install signal handlers: {e}")),
     };
     let _control = match &config.control_socket {
-        Some(path) => match ControlSocket::open(path, Arc::clone(&controller)) {
-            Ok(socket) => {
-                log::info!(
-                    "Taking pause and resume on the control socket {}",
-                    path.display()
-                );
-                Some(socket)
+        Some(path) => {
+            match ControlSocket::open(path, Arc::clone(&controller), Arc::clone(&metrics)) {
+                Ok(socket) => {
+                    log::info!(
+                        "Taking pause and resume on the control socket {}",
+                        path.display()
+                    );
+                    Some(socket)
+                }
+                Err(e) => return fail(e),
             }
-            Err(e) => return fail(e),
-        },
+        }
         None => None,
     };
     let _pid = match inv.pid.as_deref() {
@@ -102,6 +109,10 @@ pub(crate) fn run(inv: &Invocation) -> i32 {
         config.file.display(),
         client.identity
     );
+    match open_files {
+        Ok((soft, hard)) => log::info!("Open file limit: {soft} (hard limit {hard})"),
+        Err(e) => log::warn!("Could not read or raise the open file limit: {e}"),
+    }
     serve(
         &config,
         &client,

@@ -12,18 +12,13 @@
 //! anything else                                ->  {"ok": false, "error": "..."}
 //! ```
 //!
-//! Connections are served one at a time on one thread, each bounded to 4 KiB and
-//! 2 s. An operator's pause is kept in `pause_file` (when set) so that it holds
-//! across a restart until `resume`.
+//! The socket itself, who may use it and what a client may cost, are in
+//! `fleet/control_socket.rs`. An operator's pause is kept in `pause_file` (when
+//! set) so that it holds across a restart until `resume`; every request that
+//! changes something is logged with the operator who made it.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
@@ -32,10 +27,6 @@ use serde::{Deserialize, Serialize};
 use super::Fleet;
 use crate::config::{OperatorPause, Pause};
 
-/// The most a request may be.
-const MAX_REQUEST: u64 = 4096;
-/// How long one connection may take to send its request or read the answer.
-const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest reason kept.
 pub(crate) const MAX_REASON: usize = 256;
 
@@ -125,6 +116,50 @@ impl std::fmt::Display for PauseFileError {
 
 impl std::error::Error for PauseFileError {}
 
+/// Who sent a request: the control socket's peer, as the kernel tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Operator {
+    /// The peer's effective uid when it connected.
+    pub uid: u32,
+    /// The peer's pid when it connected.
+    pub pid: i32,
+    /// The uid's name in `/etc/passwd`, if it has one.
+    pub user: Option<String>,
+}
+
+impl Operator {
+    /// The operator behind a socket's peer credentials.
+    pub(crate) fn from_peer(peer: crate::sys::PeerCredentials) -> Operator {
+        Operator {
+            uid: peer.uid,
+            pid: peer.pid,
+            user: user_name(peer.uid),
+        }
+    }
+}
+
+impl std::fmt::Display for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.user {
+            Some(user) => write!(f, "{user} (uid {}, pid {})", self.uid, self.pid),
+            None => write!(f, "uid {} (pid {})", self.uid, self.pid),
+        }
+    }
+}
+
+/// The name of `uid` in `/etc/passwd` (without NSS: a name from LDAP is not found,
+/// and the uid alone is shown).
+fn user_name(uid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id: u32 = fields.nth(1)?.parse().ok()?;
+        (id == uid && !name.is_empty() && name.chars().all(|c| c.is_ascii_graphic()))
+            .then(|| name.to_string())
+    })
+}
+
 /// What the daemon lets the control socket reach once it runs: the scheduler (its
 /// queue is emptied on pause) and the discovery trigger (pulled on resume).
 pub(crate) struct DaemonHooks {
@@ -194,8 +229,8 @@ impl Controller {
         *self.daemon.lock() = Some(hooks);
     }
 
-    /// Carries out `request`.
-    pub(crate) fn handle(&self, request: ControlRequest) -> Response {
+    /// Carries out `request`, made by `by`.
+    pub(crate) fn handle(&self, request: ControlRequest, by: &Operator) -> Response {
         match request {
             ControlRequest::Pause { reason } => {
                 if let Err(e) = check_reason(&reason) {
@@ -206,7 +241,7 @@ impl Controller {
                     since: crate::clock::unix_seconds(),
                 };
                 self.pause.hold_for_operator(held.clone());
-                log::warn!("Paused by an operator: {}", shown(&held.reason));
+                log::warn!("Paused by an operator, {by}: {}", shown(&held.reason));
                 if let Some(hooks) = &*self.daemon.lock() {
                     // Queued nodes are forgotten, as when leadership is lost: the
                     // discovery after resume finds them again.
@@ -242,7 +277,7 @@ impl Controller {
                 let message = match lifted {
                     None => "provisioning was not paused by an operator".to_string(),
                     Some(_) => {
-                        log::warn!("Resumed by an operator");
+                        log::warn!("Resumed by an operator, {by}");
                         let discovering = match &*self.daemon.lock() {
                             Some(hooks) => hooks.discover.try_send(()).is_ok(),
                             None => false,
@@ -275,7 +310,8 @@ impl Controller {
         }
     }
 
-    fn refuse(&self, error: String) -> Response {
+    /// A refusal carrying `error` and the state as it is.
+    pub(crate) fn refuse(&self, error: String) -> Response {
         Response {
             ok: false,
             error: Some(error),
@@ -327,182 +363,17 @@ fn shown(reason: &str) -> String {
     }
 }
 
-/// Why the control socket could not be opened.
-#[derive(Debug)]
-pub(crate) struct OpenError {
-    path: PathBuf,
-    what: String,
-}
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "control_socket {}: {}", self.path.display(), self.what)
-    }
-}
-
-impl std::error::Error for OpenError {}
-
-/// The listening control socket; removed and its thread ended when dropped.
-pub(crate) struct ControlSocket {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl ControlSocket {
-    /// Listens on `path` (mode 0600) and serves `controller` on a thread of its own.
-    /// A socket left by a process that is gone is replaced; one that answers is not.
-    pub(crate) fn open(
-        path: &Path,
-        controller: Arc<Controller>,
-    ) -> Result<ControlSocket, OpenError> {
-        let fail = |what: String| OpenError {
-            path: path.to_path_buf(),
-            what,
-        };
-        if UnixStream::connect(path).is_ok() {
-            return Err(fail("another process is listening on it".into()));
-        }
-        let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
-        let _ = std::fs::remove_file(&temporary);
-        let listener = UnixListener::bind(&temporary).map_err(|e| fail(e.to_string()))?;
-        let placed = std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o600))
-            .and_then(|()| std::fs::rename(&temporary, path));
-        if let Err(e) = placed {
-            let _ = std::fs::remove_file(&temporary);
-            return Err(fail(e.to_string()));
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("control".into())
-            .spawn(move || {
-                for stream in listener.incoming() {
-                    if stopping.load(Ordering::Acquire) {
-                        break;
-                    }
-                    match stream {
-                        Ok(stream) => serve_one(stream, &controller),
-                        Err(e) => {
-                            log::warn!("The control socket could not accept a connection: {e}");
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
-                    }
-                }
-            })
-            .map_err(|e| fail(format!("cannot start its thread: {e}")))?;
-        Ok(ControlSocket {
-            path: path.to_path_buf(),
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for ControlSocket {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        // Wakes the accepting thread, which then sees the stop.
-        let _ = UnixStream::connect(&self.path);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Reads one request, answers it and closes the connection.
-fn serve_one(stream: UnixStream, controller: &Controller) {
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
-    let mut line = Vec::new();
-    let read = BufReader::new((&stream).take(MAX_REQUEST + 1)).read_until(b'\n', &mut line);
-    let response = match read {
-        Err(e) => {
-            log::warn!("The control socket could not read a request: {e}");
-            return;
-        }
-        Ok(_) if line.len() as u64 > MAX_REQUEST => Response {
-            error: Some(format!("the request is longer than {MAX_REQUEST} bytes")),
-            ..controller.refuse(String::new())
-        },
-        Ok(_) => match serde_json::from_slice::<ControlRequest>(&line) {
-            Ok(request) => controller.handle(request),
-            Err(e) => {
-                controller.refuse(format!("not a request: {}", crate::json_text::describe(&e)))
-            }
-        },
-    };
-    let mut text = serde_json::to_vec(&response).unwrap_or_default();
-    text.push(b'\n');
-    let _ = (&stream).write_all(&text);
-}
-
-/// Why a request could not be put to the daemon.
-#[derive(Debug)]
-pub(crate) enum SendError {
-    /// Nothing answers on the socket.
-    Unreachable {
-        /// The control socket.
-        path: PathBuf,
-        /// Why.
-        error: std::io::Error,
-    },
-    /// The request could not be sent or the answer read.
-    Exchange(std::io::Error),
-    /// The answer is not a [`Response`]; what was wrong, without its values.
-    Answer(String),
-}
-
-impl std::fmt::Display for SendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SendError::Unreachable { path, error } => write!(
-                f,
-                "could not reach the provisioner on its control_socket {}: {error}",
-                path.display()
-            ),
-            SendError::Exchange(e) => write!(f, "no answer from the provisioner: {e}"),
-            SendError::Answer(e) => write!(f, "the provisioner's answer is not understood: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for SendError {}
-
-/// Sends `request` to the daemon listening on `path` and returns its answer.
-pub(crate) fn send(path: &Path, request: &ControlRequest) -> Result<Response, SendError> {
-    let stream = UnixStream::connect(path).map_err(|error| SendError::Unreachable {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    // Requests are small plain values: serialising cannot fail.
-    let mut text = serde_json::to_vec(request).unwrap_or_default();
-    text.push(b'\n');
-    let mut line = Vec::new();
-    stream
-        .set_read_timeout(Some(IO_TIMEOUT * 2))
-        .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
-        .and_then(|()| (&stream).write_all(&text))
-        .and_then(|()| BufReader::new((&stream).take(64 * 1024)).read_until(b'\n', &mut line))
-        .map_err(SendError::Exchange)?;
-    serde_json::from_slice(&line)
-        .map_err(|e| SendError::Answer(crate::json_text::describe(&e).to_string()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_nats_server::TempDir;
 
-    fn dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "choria-prov-control-{name}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn root() -> Operator {
+        Operator {
+            uid: 0,
+            pid: 1,
+            user: Some("root".into()),
+        }
     }
 
     fn pause() -> Arc<Pause> {
@@ -511,13 +382,16 @@ mod tests {
 
     #[test]
     fn a_pause_is_kept_in_its_file_until_resume_and_taken_up_again_at_start() {
-        let dir = dir("keep");
-        let file = dir.join("pause");
+        let dir = TempDir::new("control-keep");
+        let file = dir.path().join("pause");
         let flag = pause();
         let controller = Controller::new(Arc::clone(&flag), Some(file.clone()));
-        let r = controller.handle(ControlRequest::Pause {
-            reason: "CA outage".into(),
-        });
+        let r = controller.handle(
+            ControlRequest::Pause {
+                reason: "CA outage".into(),
+            },
+            &root(),
+        );
         assert!(r.ok && r.paused, "{r:?}");
         assert_eq!(r.operator_pause.as_ref().unwrap().reason, "CA outage");
         assert!(r.message.contains("holds across restarts"), "{r:?}");
@@ -526,7 +400,7 @@ mod tests {
         let again = pause();
         Controller::new(Arc::clone(&again), Some(file.clone())).restore();
         assert_eq!(again.operator().unwrap().reason, "CA outage");
-        let r = controller.handle(ControlRequest::Resume);
+        let r = controller.handle(ControlRequest::Resume, &root());
         assert!(r.ok && !r.paused && r.operator_pause.is_none(), "{r:?}");
         assert!(!file.exists());
         let fresh = pause();
@@ -539,7 +413,6 @@ mod tests {
             fresh.operator().unwrap().reason,
             "the pause file could not be decoded"
         );
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -550,54 +423,15 @@ mod tests {
             "\u{1b}[31m".into(),
             "x".repeat(MAX_REASON + 1),
         ] {
-            let r = controller.handle(ControlRequest::Pause { reason: bad });
+            let r = controller.handle(ControlRequest::Pause { reason: bad }, &root());
             assert!(!r.ok && !r.paused, "{r:?}");
         }
-        let r = controller.handle(ControlRequest::Pause {
-            reason: "é".repeat(MAX_REASON),
-        });
+        let r = controller.handle(
+            ControlRequest::Pause {
+                reason: "é".repeat(MAX_REASON),
+            },
+            &root(),
+        );
         assert!(r.ok && r.paused, "{r:?}");
-    }
-
-    #[test]
-    fn the_socket_is_0600_answers_one_line_and_refuses_what_is_not_a_request() {
-        let dir = dir("socket");
-        let path = dir.join("control.sock");
-        let flag = pause();
-        let socket =
-            ControlSocket::open(&path, Arc::new(Controller::new(Arc::clone(&flag), None))).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        // Another daemon on the same socket is refused.
-        let second = ControlSocket::open(&path, Arc::new(Controller::new(pause(), None)));
-        assert!(second.is_err_and(|e| e
-            .to_string()
-            .ends_with("another process is listening on it")));
-        let r = send(&path, &ControlRequest::Pause { reason: "x".into() }).unwrap();
-        assert!(r.ok && r.paused);
-        assert!(flag.paused());
-        let r = send(&path, &ControlRequest::Status).unwrap();
-        assert_eq!(r.operator_pause.unwrap().reason, "x");
-        // Garbage, an unknown command and an oversized request: refused, not fatal.
-        for raw in [
-            b"not json\n".to_vec(),
-            b"{\"command\": \"reboot\"}\n".to_vec(),
-            [vec![b' '; MAX_REQUEST as usize + 10], b"\n".to_vec()].concat(),
-        ] {
-            let stream = UnixStream::connect(&path).unwrap();
-            (&stream).write_all(&raw).unwrap();
-            let mut answer = String::new();
-            BufReader::new(&stream).read_line(&mut answer).unwrap();
-            let r: Response = serde_json::from_str(&answer).unwrap();
-            assert!(!r.ok && r.error.is_some(), "{answer}");
-        }
-        // A client that sends nothing is given up after the timeout; the next is served.
-        let idle = UnixStream::connect(&path).unwrap();
-        let r = send(&path, &ControlRequest::Resume).unwrap();
-        assert!(r.ok && !r.paused, "{r:?}");
-        drop(idle);
-        drop(socket);
-        assert!(!path.exists(), "removed when closed");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -10,6 +10,7 @@
 
 pub(crate) mod audit;
 pub(crate) mod control;
+pub(crate) mod control_socket;
 pub mod daemon;
 pub mod discovery;
 pub mod election;

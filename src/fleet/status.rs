@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use super::audit::AuditLog;
 use super::{Fleet, State};
 use crate::choria::identity::Identity;
-use crate::metrics::NodeLookup;
+use crate::metrics::{NodeLookup, NodesQuery};
 use crate::node::outcome::Outcome;
 use crate::node::progress::{Facts, Progress};
 
@@ -271,82 +271,200 @@ impl Board {
 /// The `/nodes` view of one fleet.
 pub(crate) struct FleetStatus(pub Arc<Fleet>);
 
+/// A queued node: its generation (its place), identity and time queued.
+type Queued = (u64, Identity, Instant);
+
+/// A node cooling down: until when, and its identity.
+type Cooling = (Instant, Identity);
+
+/// One list of `/nodes`, whole, in its order: only the page asked for is made into
+/// JSON.
+struct Listed<T> {
+    items: Vec<T>,
+}
+
+impl<T> Listed<T> {
+    /// Puts the page `query` asks for into `doc[list]`, and the list's total (and
+    /// the next page's path, when more follow) into `totals` and `next`.
+    fn page(
+        self,
+        list: &str,
+        query: &NodesQuery,
+        doc: &mut serde_json::Map<String, Value>,
+        totals: &mut serde_json::Map<String, Value>,
+        next: &mut serde_json::Map<String, Value>,
+        show: impl Fn(usize, T) -> Value,
+    ) {
+        let total = self.items.len();
+        let shown: Vec<Value> = self
+            .items
+            .into_iter()
+            .enumerate()
+            .skip(query.offset)
+            .take(query.limit)
+            .map(|(n, item)| show(n, item))
+            .collect();
+        if query.offset.saturating_add(query.limit) < total {
+            next.insert(list.into(), query.next_of(list).into());
+        }
+        totals.insert(list.into(), total.into());
+        doc.insert(list.into(), shown.into());
+    }
+}
+
 impl FleetStatus {
-    fn known(&self) -> (Vec<Value>, Vec<Value>, HashMap<Identity, Value>) {
-        let fleet = &self.0;
-        let mut queued: Vec<(u64, Identity, Instant)> = Vec::new();
+    /// The queued nodes in queue order (generation, identity, since) and the nodes
+    /// cooling down by end (until, identity), as asked: copied under the fleet's
+    /// lock (identities are shared, not copied), sorted and shown after it.
+    fn known(&self, query: &NodesQuery) -> (Listed<Queued>, Listed<Cooling>) {
+        let mut queued = Vec::new();
         let mut cooling = Vec::new();
-        let mut by_id = HashMap::new();
-        for (identity, entry) in fleet.hosts.lock().iter() {
-            match entry.state {
-                State::Queued(since) => queued.push((entry.generation, identity.clone(), since)),
-                State::CoolingDown(until) => {
-                    let v = json!({
-                        "identity": identity.as_str(),
-                        "state": "cooling_down",
-                        "until": rfc3339(until),
-                    });
-                    by_id.insert(identity.clone(), v.clone());
-                    cooling.push(v);
+        {
+            let hosts = self.0.hosts.lock();
+            for (identity, entry) in hosts.iter() {
+                match entry.state {
+                    State::Queued(since) if query.wants("queued") => {
+                        queued.push((entry.generation, identity.clone(), since))
+                    }
+                    State::CoolingDown(until) if query.wants("cooling_down") => {
+                        cooling.push((until, identity.clone()))
+                    }
+                    _ => {}
                 }
-                State::Working => {}
             }
         }
         // The queue is first in, first out and generations only grow: a node's place
         // is its rank among the queued generations.
-        queued.sort();
-        let queued: Vec<Value> = queued
-            .into_iter()
-            .enumerate()
-            .map(|(n, (_, identity, since))| {
-                let v = json!({
-                    "identity": identity.as_str(),
-                    "state": "queued",
-                    "position": n + 1,
-                    "since": rfc3339(since),
-                });
-                by_id.insert(identity, v.clone());
-                v
-            })
-            .collect();
-        (queued, cooling, by_id)
+        queued.sort_unstable();
+        cooling.sort_unstable();
+        (Listed { items: queued }, Listed { items: cooling })
     }
 
-    fn upgrading(&self) -> Vec<Value> {
-        self.0
-            .provisioner
-            .upgrading()
-            .into_iter()
-            .map(|(identity, since)| {
-                json!({"identity": identity.as_str(), "state": "upgrading", "since": rfc3339(since)})
-            })
-            .collect()
+    /// One node's entry in the fleet's map, looked up (a queued node's place is
+    /// left out: it would take a walk of the queue).
+    fn known_one(&self, identity: &Identity) -> Option<Value> {
+        let state = self.0.hosts.lock().get(identity).map(|e| e.state);
+        match state? {
+            State::Queued(since) => Some(json!({
+                "identity": identity.as_str(),
+                "state": "queued",
+                "since": rfc3339(since),
+            })),
+            State::CoolingDown(until) => Some(json!({
+                "identity": identity.as_str(),
+                "state": "cooling_down",
+                "until": rfc3339(until),
+            })),
+            State::Working => None,
+        }
+    }
+
+    fn upgrading(&self) -> Vec<(Identity, Instant)> {
+        let mut upgrading = self.0.provisioner.upgrading();
+        upgrading.sort_unstable_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        upgrading
     }
 }
 
+fn upgrading_json(identity: &Identity, since: Instant) -> Value {
+    json!({"identity": identity.as_str(), "state": "upgrading", "since": rfc3339(since)})
+}
+
 impl crate::metrics::NodeStatus for FleetStatus {
-    fn nodes(&self) -> Value {
-        let (queued, cooling_down, _) = self.known();
+    fn nodes(&self, query: &NodesQuery) -> Value {
         let board = &self.0.board;
-        let in_flight: Vec<Value> = board
-            .in_flight
-            .lock()
-            .iter()
-            .map(|(i, f)| board.in_flight_json(i, f))
-            .collect();
-        let recent: Vec<Arc<Record>> = board.history.lock().records.iter().rev().cloned().collect();
-        let recent: Vec<&Record> = recent.iter().map(|r| &**r).collect();
-        json!({
-            "instance": board.instance.get().cloned().unwrap_or_default(),
-            "time": crate::clock::rfc3339(crate::clock::unix_nanos() as f64 / 1e9),
-            "paused": self.0.pause().paused(),
-            "operator_pause": self.0.pause().operator(),
-            "queued": queued,
-            "in_flight": in_flight,
-            "cooling_down": cooling_down,
-            "upgrading": self.upgrading(),
-            "recent": recent,
-        })
+        let mut doc = serde_json::Map::new();
+        doc.insert(
+            "instance".into(),
+            json!(board.instance.get().cloned().unwrap_or_default()),
+        );
+        doc.insert(
+            "time".into(),
+            crate::clock::rfc3339(crate::clock::unix_nanos() as f64 / 1e9).into(),
+        );
+        doc.insert("paused".into(), self.0.pause().paused().into());
+        doc.insert("operator_pause".into(), json!(self.0.pause().operator()));
+        let (mut totals, mut next) = (serde_json::Map::new(), serde_json::Map::new());
+        let (queued, cooling) = self.known(query);
+        if query.wants("queued") {
+            queued.page(
+                "queued",
+                query,
+                &mut doc,
+                &mut totals,
+                &mut next,
+                |n, (_, i, since)| {
+                    json!({
+                        "identity": i.as_str(),
+                        "state": "queued",
+                        "position": n + 1,
+                        "since": rfc3339(since),
+                    })
+                },
+            );
+        }
+        if query.wants("in_flight") {
+            // Bounded by max_waiting_attempts; in the order the attempts began.
+            let mut in_flight: Vec<((Instant, Identity), Value)> = board
+                .in_flight
+                .lock()
+                .iter()
+                .map(|(i, f)| ((f.started, i.clone()), board.in_flight_json(i, f)))
+                .collect();
+            in_flight.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            Listed { items: in_flight }.page(
+                "in_flight",
+                query,
+                &mut doc,
+                &mut totals,
+                &mut next,
+                |_, (_, v)| v,
+            );
+        }
+        if query.wants("cooling_down") {
+            cooling.page(
+                "cooling_down",
+                query,
+                &mut doc,
+                &mut totals,
+                &mut next,
+                |_, (until, i)| {
+                    json!({
+                        "identity": i.as_str(),
+                        "state": "cooling_down",
+                        "until": rfc3339(until),
+                    })
+                },
+            );
+        }
+        if query.wants("upgrading") {
+            Listed {
+                items: self.upgrading(),
+            }
+            .page(
+                "upgrading",
+                query,
+                &mut doc,
+                &mut totals,
+                &mut next,
+                |_, (i, since)| upgrading_json(&i, since),
+            );
+        }
+        if query.wants("recent") {
+            let recent: Vec<Arc<Record>> =
+                board.history.lock().records.iter().rev().cloned().collect();
+            Listed { items: recent }.page(
+                "recent",
+                query,
+                &mut doc,
+                &mut totals,
+                &mut next,
+                |_, r| serde_json::to_value(&*r).unwrap_or(Value::Null),
+            );
+        }
+        doc.insert("total".into(), totals.into());
+        doc.insert("next".into(), next.into());
+        Value::Object(doc)
     }
 
     fn node(&self, raw: &str) -> NodeLookup {
@@ -361,13 +479,16 @@ impl crate::metrics::NodeStatus for FleetStatus {
             .get(&identity)
             .map(|f| board.in_flight_json(&identity, f));
         if now.is_none() {
-            now = self.known().2.remove(&identity);
+            now = self.known_one(&identity);
         }
         if now.is_none() {
             now = self
+                .0
+                .provisioner
                 .upgrading()
                 .into_iter()
-                .find(|v| v["identity"] == identity.as_str());
+                .find(|(i, _)| *i == identity)
+                .map(|(i, since)| upgrading_json(&i, since));
         }
         let history = board.history_of(identity.as_str());
         if now.is_none() && history.is_empty() {

@@ -15,8 +15,8 @@ use prometheus::{
 
 pub use process::{ProcessCollector, ProcessStats};
 pub use server::{
-    Health, HealthSource, LateNodes, MetricsServer, NodeLookup, NodeSource, NodeStatus, Readiness,
-    Role, ServeError,
+    Health, HealthSource, LateNodes, MetricsServer, NodeLookup, NodeSource, NodeStatus, NodesQuery,
+    Readiness, Role, ServeError, NODES_PAGE, NODES_PAGE_MAX, NODE_LISTS,
 };
 pub(crate) use summary::SumCountVec;
 
@@ -115,6 +115,10 @@ pub struct Metrics {
     /// Valid messages from other provisioners dropped because their inbox was full,
     /// by `kind` (`heartbeat`, `handoff`): each kind has its own bounded inbox.
     pub peer_messages_dropped: IntCounterVec,
+    /// Connections to the monitor port or the control socket closed or refused
+    /// early, by `door` (`monitor`, `control`) and `reason` (the monitor's:
+    /// [`tiny_http::Refusal::as_str`]; the control socket's: `CONTROL_REFUSALS`).
+    pub connections_refused: IntCounterVec,
     /// Audit trail lines that could not be written (`audit_file`).
     pub audit_write_errors: IntCounter,
     /// Helper configurations that would bring the node back into provisioning or
@@ -187,6 +191,13 @@ pub(crate) const PEER_REFUSALS: [&str; 5] = [
     "foreign_site",
     "period",
 ];
+
+/// Why the control socket closed or refused a connection early (`door="control"`
+/// of `connections_refused`): its whole request was not read within its deadline,
+/// it was over the size cap, its peer's uid may not use it, too many connections
+/// were open, or `accept` failed.
+pub(crate) const CONTROL_REFUSALS: [&str; 5] =
+    ["timeout", "too_large", "peer", "busy", "accept_failed"];
 
 /// Upper bounds (seconds) of the per-node duration histogram: 10 ms (a refusal or
 /// an unreachable node) to 5 minutes (a slow helper with retries).
@@ -295,6 +306,11 @@ impl Metrics {
             "choria_provisioner_peer_messages_dropped",
             "How many valid messages from other provisioners were dropped from a full inbox",
             &["kind"],
+        )?;
+        let connections_refused = site_vec(
+            "choria_provisioner_connections_refused",
+            "How many connections to the monitor port or the control socket were closed or refused early, by door and reason",
+            &["door", "reason"],
         )?;
         let share = prometheus::Gauge::with_opts(site_opts(
             "choria_provisioner_share",
@@ -446,6 +462,7 @@ impl Metrics {
             share,
             peer_messages_refused,
             peer_messages_dropped,
+            connections_refused,
             audit_write_errors: counter(
                 "choria_provisioner_audit_write_errors",
                 "How many audit trail lines could not be written",
@@ -518,6 +535,16 @@ impl Metrics {
         }
         for outcome in OUTCOMES {
             metrics.outcomes.with_label_values(&[outcome]);
+        }
+        for refusal in tiny_http::Refusal::ALL {
+            metrics
+                .connections_refused
+                .with_label_values(&["monitor", refusal.as_str()]);
+        }
+        for reason in CONTROL_REFUSALS {
+            metrics
+                .connections_refused
+                .with_label_values(&["control", reason]);
         }
         metrics
             .build_info

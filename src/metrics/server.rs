@@ -1,10 +1,12 @@
 //! The monitoring HTTP listener: `/metrics` (Prometheus text), `/healthz`,
-//! `/readyz`, `/nodes` and `/nodes/<identity>` (JSON), served by `tiny_http` on one
-//! thread. Read-only; it belongs on a trusted network (or `monitor_host`).
+//! `/readyz`, `/nodes` and `/nodes/<identity>` (JSON), served by our patched
+//! `tiny_http`'s `GuardedServer` (`patches/tiny_http/README.md`): every request is
+//! answered on its connection's thread, within fixed limits of connections, bytes
+//! and time, so no client can kill, freeze or starve the daemon through this port
+//! (`docs/security.md`). Read-only.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use super::Metrics;
 
@@ -47,11 +49,90 @@ pub enum NodeLookup {
     Invalid(String),
 }
 
-/// What `/nodes` shows: every node the daemon knows, and one by identity. This
-/// module cannot name identities or fleets, so the daemon validates and looks up.
+/// The lists of `/nodes`, in the order the document and the `nodes` table show
+/// them; `?state=` takes one of them.
+pub const NODE_LISTS: [&str; 5] = ["queued", "in_flight", "cooling_down", "upgrading", "recent"];
+
+/// Entries of each list in one `/nodes` page unless `?limit=` says otherwise.
+pub const NODES_PAGE: usize = 500;
+
+/// The most entries of each list one `/nodes` page holds (`?limit=` beyond it is
+/// refused): an answer's size never grows with the fleet.
+pub const NODES_PAGE_MAX: usize = 1000;
+
+/// Which page of `/nodes` a request asks for: `?state=&offset=&limit=`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodesQuery {
+    /// Only this list (one of [`NODE_LISTS`]); every list when `None`.
+    pub state: Option<&'static str>,
+    /// Entries of each list skipped.
+    pub offset: usize,
+    /// Entries of each list shown, at most [`NODES_PAGE_MAX`].
+    pub limit: usize,
+}
+
+impl Default for NodesQuery {
+    fn default() -> NodesQuery {
+        NodesQuery {
+            state: None,
+            offset: 0,
+            limit: NODES_PAGE,
+        }
+    }
+}
+
+impl NodesQuery {
+    /// Reads a query string (what follows `?`); the text says what is wrong
+    /// without echoing the request.
+    pub fn parse(query: &str) -> Result<NodesQuery, String> {
+        let mut parsed = NodesQuery::default();
+        let number = |key: &str, value: &str, max: usize| {
+            value
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| format!("{key} must be a whole number from 0 to {max}"))
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "state" => {
+                    let list = NODE_LISTS
+                        .iter()
+                        .find(|l| **l == value)
+                        .ok_or_else(|| format!("state must be one of {}", NODE_LISTS.join(", ")))?;
+                    parsed.state = Some(list);
+                }
+                "offset" => parsed.offset = number(key, value, 1_000_000_000)?,
+                "limit" => parsed.limit = number(key, value, NODES_PAGE_MAX)?.max(1),
+                _ => return Err("the parameters are state, offset and limit".into()),
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// Whether `list` is part of the answer.
+    pub fn wants(&self, list: &str) -> bool {
+        self.state.is_none_or(|s| s == list)
+    }
+
+    /// The path of the page after this one of `list`.
+    pub fn next_of(&self, list: &str) -> String {
+        format!(
+            "/nodes?state={list}&offset={}&limit={}",
+            self.offset + self.limit,
+            self.limit
+        )
+    }
+}
+
+/// What `/nodes` shows: every node the daemon knows, a page at a time, and one by
+/// identity. This module cannot name identities or fleets, so the daemon validates
+/// and looks up.
 pub trait NodeStatus: Send + Sync {
-    /// The `/nodes` document.
-    fn nodes(&self) -> serde_json::Value;
+    /// The `/nodes` document: the page `query` asks for of each list, with each
+    /// list's `total` and, where more follow, the path of its `next` page.
+    fn nodes(&self, query: &NodesQuery) -> serde_json::Value;
     /// The `/nodes/<raw>` answer; `raw` is the path segment as received.
     fn node(&self, raw: &str) -> NodeLookup;
 }
@@ -72,10 +153,10 @@ impl LateNodes {
 }
 
 impl NodeStatus for LateNodes {
-    fn nodes(&self) -> serde_json::Value {
+    fn nodes(&self, query: &NodesQuery) -> serde_json::Value {
         let source = self.0.lock().clone();
         match source {
-            Some(s) => s.nodes(),
+            Some(s) => s.nodes(query),
             None => serde_json::json!({"starting": true}),
         }
     }
@@ -210,10 +291,18 @@ impl std::fmt::Display for ServeError {
 
 impl std::error::Error for ServeError {}
 
-/// A running monitoring listener; `MetricsServer::stop` ends it.
+/// What one client of the monitoring listener may cost: 64 connections at once
+/// (beyond that, the connection idle longest is closed), a head of 8 KiB, a body of
+/// 1 KiB, 5 s to send a request and 5 s to read its answer (`docs/security.md`).
+pub(crate) fn monitor_limits() -> tiny_http::Limits {
+    tiny_http::Limits::default()
+}
+
+/// A running monitoring listener; dropping it (or `MetricsServer::stop`) ends it
+/// without waiting on any client.
 pub struct MetricsServer {
-    server: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
+    /// Kept for its drop, which closes the port and every connection.
+    _server: tiny_http::GuardedServer,
     addr: SocketAddr,
 }
 
@@ -237,31 +326,43 @@ impl MetricsServer {
         health: HealthSource,
         nodes: NodeSource,
     ) -> Result<MetricsServer, ServeError> {
+        Self::start_limited(host, port, metrics, health, nodes, monitor_limits())
+    }
+
+    /// `MetricsServer::start_with_nodes` held to `limits`.
+    pub(crate) fn start_limited(
+        host: Option<&str>,
+        port: u16,
+        metrics: Arc<Metrics>,
+        health: HealthSource,
+        nodes: NodeSource,
+        limits: tiny_http::Limits,
+    ) -> Result<MetricsServer, ServeError> {
         let addr = match host {
             Some(h) if h.contains(':') => format!("[{h}]:{port}"),
             Some(h) => format!("{h}:{port}"),
             None => format!("0.0.0.0:{port}"),
         };
-        let server = tiny_http::Server::http(&addr).map_err(|e| ServeError {
+        let refused = |reason: &str| ServeError {
             addr: addr.clone(),
-            reason: e.to_string(),
-        })?;
-        let bound = server.server_addr().to_ip().ok_or_else(|| ServeError {
-            addr: addr.clone(),
-            reason: "not an IP listener".into(),
-        })?;
-        let server = Arc::new(server);
-        let serving = Arc::clone(&server);
-        let thread = std::thread::Builder::new()
-            .name("metrics".into())
-            .spawn(move || serve(&serving, &metrics, &health, &nodes))
-            .map_err(|e| ServeError {
-                addr,
-                reason: format!("cannot start thread: {e}"),
-            })?;
+            reason: reason.to_string(),
+        };
+        let listener = std::net::TcpListener::bind(&addr).map_err(|e| refused(&e.to_string()))?;
+        let bound = listener.local_addr().map_err(|e| refused(&e.to_string()))?;
+        let counted = Arc::clone(&metrics);
+        let on_refusal: tiny_http::OnRefusal = Arc::new(move |why: tiny_http::Refusal| {
+            counted
+                .connections_refused
+                .with_label_values(&["monitor", why.as_str()])
+                .inc();
+        });
+        let handler: tiny_http::Handler = Arc::new(move |request: tiny_http::Request| {
+            answer(request, &metrics, &health, &nodes);
+        });
+        let server = tiny_http::GuardedServer::start(listener, limits, on_refusal, handler)
+            .map_err(|e| refused(&format!("cannot start its threads: {e}")))?;
         Ok(MetricsServer {
-            server,
-            thread: Some(thread),
+            _server: server,
             addr: bound,
         })
     }
@@ -271,66 +372,66 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stops accepting requests and joins the thread.
+    /// Connections open now (served, or being closed).
     #[cfg(test)]
-    pub(crate) fn stop(mut self) {
-        self.shutdown();
+    pub(crate) fn connections(&self) -> usize {
+        self._server.connections()
     }
 
-    fn shutdown(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.shutdown();
+    /// Stops accepting requests and closes every connection; waits on no client.
+    #[cfg(test)]
+    pub(crate) fn stop(self) {
+        drop(self);
     }
 }
 
-fn serve(server: &tiny_http::Server, metrics: &Metrics, health: &HealthSource, nodes: &NodeSource) {
-    for request in server.incoming_requests() {
-        let path = request.url().split('?').next().unwrap_or("").to_string();
-        let response = match (request.method(), path.as_str()) {
-            (tiny_http::Method::Get, "/metrics") => {
-                let readiness = health.readiness();
-                metrics.connected.set(i64::from(readiness.connected));
-                metrics.ready.set(i64::from(readiness.is_ready()));
-                text_response(
-                    200,
-                    metrics.render(),
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )
-            }
-            (tiny_http::Method::Get, "/healthz") => {
-                text_response(200, health.health().to_string(), "application/json")
-            }
-            (tiny_http::Method::Get, "/readyz") => {
-                let (status, body) = health.readiness().response();
-                text_response(status, body.to_string(), "application/json")
-            }
-            (tiny_http::Method::Get, "/nodes" | "/nodes/") => {
-                text_response(200, nodes.nodes().to_string(), "application/json")
-            }
-            (tiny_http::Method::Get, p) if p.starts_with("/nodes/") => {
-                let raw = &p["/nodes/".len()..];
-                let (status, body) = match nodes.node(raw) {
-                    NodeLookup::Found(doc) => (200, doc),
-                    NodeLookup::Unknown => {
-                        (404, serde_json::json!({"error": "no such node is known"}))
-                    }
-                    NodeLookup::Invalid(why) => (400, serde_json::json!({"error": why})),
-                };
-                text_response(status, body.to_string(), "application/json")
-            }
-            _ => text_response(404, "404 page not found\n".into(), "text/plain"),
-        };
-        if let Err(e) = request.respond(response) {
-            log::debug!("could not answer a monitoring request for {path}: {e}");
+/// Answers one request, on its connection's thread.
+fn answer(
+    request: tiny_http::Request,
+    metrics: &Metrics,
+    health: &HealthSource,
+    nodes: &NodeSource,
+) {
+    let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
+    let response = match (request.method(), path) {
+        (tiny_http::Method::Get, "/metrics") => {
+            let readiness = health.readiness();
+            metrics.connected.set(i64::from(readiness.connected));
+            metrics.ready.set(i64::from(readiness.is_ready()));
+            text_response(
+                200,
+                metrics.render(),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
         }
+        (tiny_http::Method::Get, "/healthz") => {
+            text_response(200, health.health().to_string(), "application/json")
+        }
+        (tiny_http::Method::Get, "/readyz") => {
+            let (status, body) = health.readiness().response();
+            text_response(status, body.to_string(), "application/json")
+        }
+        (tiny_http::Method::Get, "/nodes" | "/nodes/") => match NodesQuery::parse(query) {
+            Ok(query) => text_response(200, nodes.nodes(&query).to_string(), "application/json"),
+            Err(why) => text_response(
+                400,
+                serde_json::json!({ "error": why }).to_string(),
+                "application/json",
+            ),
+        },
+        (tiny_http::Method::Get, p) if p.starts_with("/nodes/") => {
+            let raw = &p["/nodes/".len()..];
+            let (status, body) = match nodes.node(raw) {
+                NodeLookup::Found(doc) => (200, doc),
+                NodeLookup::Unknown => (404, serde_json::json!({"error": "no such node is known"})),
+                NodeLookup::Invalid(why) => (400, serde_json::json!({"error": why})),
+            };
+            text_response(status, body.to_string(), "application/json")
+        }
+        _ => text_response(404, "404 page not found\n".into(), "text/plain"),
+    };
+    if let Err(e) = request.respond(response) {
+        log::debug!("could not answer a monitoring request: {e}");
     }
 }
 
@@ -345,6 +446,9 @@ fn text_response(
         .with_status_code(status)
         .with_header(header)
 }
+
+#[cfg(test)]
+mod door_tests;
 
 #[cfg(test)]
 mod tests {
@@ -552,7 +656,7 @@ mod tests {
     struct TwoNodes;
 
     impl NodeStatus for TwoNodes {
-        fn nodes(&self) -> serde_json::Value {
+        fn nodes(&self, _: &NodesQuery) -> serde_json::Value {
             serde_json::json!({"queued": [{"identity": "a"}]})
         }
         fn node(&self, raw: &str) -> NodeLookup {
@@ -608,6 +712,14 @@ mod tests {
             (400, r#"{"error":"not an identity"}"#)
         );
         assert_eq!(request(addr, "POST", "/nodes").0, 404, "read-only");
+        let (status, _, body) = get(addr, "/nodes?limit=5000");
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                400,
+                r#"{"error":"limit must be a whole number from 0 to 1000"}"#
+            )
+        );
         server.stop();
     }
 

@@ -34,6 +34,13 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // choria-provisioner: the connection's place in a `GuardedServer`'s table
+    // (its limits and deadlines); `None` for upstream's `Server`, which has none.
+    guard: Option<crate::guard::Ticket>,
+
+    // choria-provisioner: what the request being read may still take of its head.
+    head_left: usize,
 }
 
 /// Error that can happen when reading a request.
@@ -44,6 +51,10 @@ enum ReadError {
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
+    /// choria-provisioner: the head was longer than the guard allows (431)
+    HeadTooLarge,
+    /// choria-provisioner: the body was longer than the guard allows, or chunked (413)
+    BodyTooLarge(HTTPVersion),
 }
 
 impl ClientConnection {
@@ -65,7 +76,20 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            guard: None,
+            head_left: usize::MAX,
         }
+    }
+
+    /// choria-provisioner: a connection of a `GuardedServer`, held to its limits.
+    pub(crate) fn guarded(
+        write_socket: RefinedTcpStream,
+        read_socket: RefinedTcpStream,
+        ticket: crate::guard::Ticket,
+    ) -> ClientConnection {
+        let mut connection = ClientConnection::new(write_socket, read_socket);
+        connection.guard = Some(ticket);
+        connection
     }
 
     /// true if the connection is HTTPS
@@ -77,22 +101,39 @@ impl ClientConnection {
     ///
     /// Reads until `CRLF` is reached. The next read will start
     ///  at the first byte of the new line.
-    fn read_next_line(&mut self) -> IoResult<AsciiString> {
+    ///
+    /// choria-provisioner: fails with `HeadTooLarge` once the request's head has
+    /// taken `head_left` bytes, before it holds more.
+    fn read_next_line(&mut self) -> Result<AsciiString, ReadError> {
         let mut buf = Vec::new();
         let mut prev_byte_was_cr = false;
 
         loop {
+            if self.head_left == 0 {
+                return Err(ReadError::HeadTooLarge);
+            }
+            self.head_left -= 1;
+
             let byte = self.next_header_source.by_ref().bytes().next();
 
             let byte = match byte {
-                Some(b) => b?,
-                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+                Some(b) => b.map_err(ReadError::ReadIoError)?,
+                None => {
+                    return Err(ReadError::ReadIoError(IoError::new(
+                        ErrorKind::ConnectionAborted,
+                        "Unexpected EOF",
+                    )))
+                }
             };
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                return AsciiString::from_ascii(buf).map_err(|_| {
+                    ReadError::ReadIoError(IoError::new(
+                        ErrorKind::InvalidInput,
+                        "Header is not in ASCII",
+                    ))
+                });
             }
 
             prev_byte_was_cr = byte == b'\r';
@@ -104,10 +145,15 @@ impl ClientConnection {
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
+        self.head_left = self
+            .guard
+            .as_ref()
+            .map_or(usize::MAX, |g| g.limits().max_head_bytes);
+        let max_body = self.guard.as_ref().map(|g| g.limits().max_body_bytes);
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                let line = self.read_next_line()?;
 
                 parse_request_line(
                     line.as_str().trim(), // TODO: remove this conversion
@@ -118,7 +164,7 @@ impl ClientConnection {
             let headers = {
                 let mut headers = Vec::new();
                 loop {
-                    let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                    let line = self.read_next_line()?;
 
                     if line.is_empty() {
                         break;
@@ -153,6 +199,7 @@ impl ClientConnection {
             *self.remote_addr.as_ref().unwrap(),
             data_source,
             writer,
+            max_body,
         )
         .map_err(|e| {
             use crate::request;
@@ -161,6 +208,8 @@ impl ClientConnection {
                 request::RequestCreationError::ExpectationFailed => {
                     ReadError::ExpectationFailed(version)
                 }
+                request::RequestCreationError::BodyTooLarge => ReadError::BodyTooLarge(version),
+                request::RequestCreationError::BadContentLength => ReadError::WrongHeader(version),
             }
         })?;
 
@@ -184,7 +233,38 @@ impl Iterator for ClientConnection {
         }
 
         loop {
-            let rq = match self.read() {
+            if let Some(guard) = &self.guard {
+                guard.enter(crate::guard::Phase::Head);
+            }
+            let read = self.read();
+            if let (Some(guard), Err(e)) = (&self.guard, &read) {
+                use crate::guard::Refusal;
+                match e {
+                    ReadError::WrongRequestLine | ReadError::WrongHeader(_) => {
+                        guard.refused(Refusal::BadRequest)
+                    }
+                    ReadError::HeadTooLarge => guard.refused(Refusal::HeadTooLarge),
+                    ReadError::BodyTooLarge(_) => guard.refused(Refusal::BodyTooLarge),
+                    ReadError::ExpectationFailed(_) | ReadError::ReadIoError(_) => {}
+                }
+            }
+            let rq = match read {
+                Err(ReadError::HeadTooLarge) => {
+                    let writer = self.sink.next().unwrap();
+                    let response = Response::new_empty(StatusCode(431));
+                    response
+                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                        .ok();
+                    return None; // the rest of the head is not read: close
+                }
+
+                Err(ReadError::BodyTooLarge(ver)) => {
+                    let writer = self.sink.next().unwrap();
+                    let response = Response::new_empty(StatusCode(413));
+                    response.raw_print(writer, ver, &[], false, None).ok();
+                    return None; // the body is not read: close
+                }
+
                 Err(ReadError::WrongRequestLine) => {
                     let writer = self.sink.next().unwrap();
                     let response = Response::new_empty(StatusCode(400));
@@ -260,6 +340,9 @@ impl Iterator for ClientConnection {
             };
 
             // returning the request
+            if let Some(guard) = &self.guard {
+                guard.enter(crate::guard::Phase::Answer);
+            }
             return Some(rq);
         }
     }

@@ -45,35 +45,39 @@ impl From<unix_net::UnixListener> for Listener {
 }
 
 /// Unified connection. Either a [`TcpStream`] or [`std::os::unix::net::UnixStream`].
-#[derive(Debug)]
+// choria-provisioner: the reading and writing halves (and the guard's handle) share
+// one socket through an `Arc` instead of a `dup`ed descriptor each: a connection
+// costs one descriptor, not two, and a clone cannot fail (upstream's `try_clone`
+// was unwrapped, so a `dup` refused at the file limit panicked the accept thread).
+#[derive(Debug, Clone)]
 pub(crate) enum Connection {
-    Tcp(TcpStream),
+    Tcp(std::sync::Arc<TcpStream>),
     #[cfg(unix)]
-    Unix(unix_net::UnixStream),
+    Unix(std::sync::Arc<unix_net::UnixStream>),
 }
 impl std::io::Read for Connection {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
-            Self::Tcp(s) => s.read(buf),
+            Self::Tcp(s) => (&**s).read(buf),
             #[cfg(unix)]
-            Self::Unix(s) => s.read(buf),
+            Self::Unix(s) => (&**s).read(buf),
         }
     }
 }
 impl std::io::Write for Connection {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
-            Self::Tcp(s) => s.write(buf),
+            Self::Tcp(s) => (&**s).write(buf),
             #[cfg(unix)]
-            Self::Unix(s) => s.write(buf),
+            Self::Unix(s) => (&**s).write(buf),
         }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
-            Self::Tcp(s) => s.flush(),
+            Self::Tcp(s) => (&**s).flush(),
             #[cfg(unix)]
-            Self::Unix(s) => s.flush(),
+            Self::Unix(s) => (&**s).flush(),
         }
     }
 }
@@ -95,23 +99,16 @@ impl Connection {
         }
     }
 
-    pub(crate) fn try_clone(&self) -> std::io::Result<Self> {
-        match self {
-            Self::Tcp(s) => s.try_clone().map(Self::from),
-            #[cfg(unix)]
-            Self::Unix(s) => s.try_clone().map(Self::from),
-        }
-    }
 }
 impl From<TcpStream> for Connection {
     fn from(s: TcpStream) -> Self {
-        Self::Tcp(s)
+        Self::Tcp(std::sync::Arc::new(s))
     }
 }
 #[cfg(unix)]
 impl From<unix_net::UnixStream> for Connection {
     fn from(s: unix_net::UnixStream) -> Self {
-        Self::Unix(s)
+        Self::Unix(std::sync::Arc::new(s))
     }
 }
 

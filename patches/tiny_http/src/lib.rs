@@ -115,8 +115,11 @@ pub use connection::{ConfigListenAddr, ListenAddr, Listener};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
+// choria-provisioner: a server with limits (guard.rs).
+pub use guard::{GuardedServer, Handler, Limits, OnRefusal, Refusal};
 
 mod client;
+mod guard;
 mod common;
 mod connection;
 mod request;
@@ -161,6 +164,7 @@ impl From<Request> for Message {
 
 // this trait is to make sure that Server implements Share and Send
 #[doc(hidden)]
+#[allow(dead_code)] // choria-provisioner: a compile-time check, unused by design
 trait MustBeShareDummy: Sync + Send {}
 #[doc(hidden)]
 impl MustBeShareDummy for Server {}

@@ -108,6 +108,12 @@ pub enum RequestCreationError {
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
+
+    /// choria-provisioner: a body over the caller's limit, or chunked, under a limit.
+    BodyTooLarge,
+
+    /// choria-provisioner: a `Content-Length` that is not a number, under a limit.
+    BadContentLength,
 }
 
 impl From<IoError> for RequestCreationError {
@@ -135,6 +141,7 @@ pub fn new_request<R, W>(
     remote_addr: Option<SocketAddr>,
     mut source_data: R,
     writer: W,
+    max_body: Option<usize>,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
@@ -157,6 +164,26 @@ where
             .find(|h: &&Header| h.field.equiv("Content-Length"))
             .and_then(|h| FromStr::from_str(h.value.as_str()).ok())
     };
+
+    // choria-provisioner: under a limit, a body is refused before anything is read or
+    // allocated for it: chunked (its length is unknown), an unreadable length, or
+    // one over the limit.
+    if let Some(max_body) = max_body {
+        if transfer_encoding.is_some() {
+            return Err(RequestCreationError::BodyTooLarge);
+        }
+        let announced = headers
+            .iter()
+            .find(|h: &&Header| h.field.equiv("Content-Length"))
+            .map(|h| usize::from_str(h.value.as_str().trim()));
+        match announced {
+            Some(Err(_)) => return Err(RequestCreationError::BadContentLength),
+            Some(Ok(length)) if length > max_body => {
+                return Err(RequestCreationError::BodyTooLarge)
+            }
+            _ => {}
+        }
+    }
 
     // true if the client sent a `Expect: 100-continue` header
     let expects_continue = {
@@ -191,7 +218,9 @@ where
     } else if let Some(content_length) = content_length {
         if content_length == 0 {
             Box::new(io::empty()) as Box<dyn Read + Send + 'static>
-        } else if content_length <= 1024 && !expects_continue {
+        } else if content_length <= 1024 && (!expects_continue || max_body.is_some()) {
+            // choria-provisioner: under a limit (at most 1 KiB here), a small body is
+            // read now even after `Expect: 100-continue`, within the head's deadline.
             // if the content-length is small enough, we just read everything into a buffer
 
             let mut buffer = vec![0; content_length];

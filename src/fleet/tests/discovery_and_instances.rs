@@ -468,14 +468,14 @@ fn a_locked_node_that_is_no_longer_ours_when_its_window_ends_is_forgotten() {
 
 #[test]
 fn node_status_shows_queued_in_flight_cooling_down_and_finished_nodes() {
-    use crate::metrics::{NodeLookup, NodeStatus};
+    use crate::metrics::{NodeLookup, NodeStatus, NodesQuery};
     let r = rig(1, 10, Duration::from_secs(60), true);
     let status = status::FleetStatus(Arc::clone(&r.fleet));
     for n in ["n1", "n2", "n3"] {
         r.fleet.add(&id(n), Source::Discovery);
     }
     r.started.recv_timeout(Duration::from_secs(5)).unwrap();
-    let doc = status.nodes();
+    let doc = status.nodes(&NodesQuery::default());
     assert_eq!(doc["in_flight"][0]["identity"], "n1", "{doc}");
     assert_eq!(doc["in_flight"][0]["step"], "start");
     assert_eq!(doc["in_flight"][0]["attempt"], 1);
@@ -505,9 +505,13 @@ fn node_status_shows_queued_in_flight_cooling_down_and_finished_nodes() {
         r.release.as_ref().unwrap().send(()).unwrap();
     }
     wait_until("all finished", || {
-        status.nodes()["recent"].as_array().unwrap().len() == 3
+        status.nodes(&NodesQuery::default())["recent"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 3
     });
-    let doc = status.nodes();
+    let doc = status.nodes(&NodesQuery::default());
     assert_eq!(doc["cooling_down"].as_array().unwrap().len(), 2, "{doc}");
     let NodeLookup::Found(n2) = status.node("n2") else {
         panic!("n2 is known by its history");
@@ -522,5 +526,58 @@ fn node_status_shows_queued_in_flight_cooling_down_and_finished_nodes() {
     assert!(n1["until"].as_str().unwrap().ends_with('Z'));
     assert_eq!(status.node("n9"), NodeLookup::Unknown);
     assert!(matches!(status.node("bad..name"), NodeLookup::Invalid(_)));
+    r.fleet.stop();
+}
+
+#[test]
+fn nodes_comes_a_page_at_a_time_and_one_node_is_looked_up() {
+    use crate::metrics::{NodeLookup, NodeStatus, NodesQuery};
+    // No worker runs: every node stays queued.
+    let r = unstarted_rig(1, 2000, Duration::from_secs(60), true);
+    let status = status::FleetStatus(Arc::clone(&r.fleet));
+    for n in 0..1200 {
+        r.fleet.add(&id(&format!("n{n:04}")), Source::Discovery);
+    }
+    let page = |query: &str| status.nodes(&NodesQuery::parse(query).unwrap());
+    let first = page("");
+    assert_eq!(first["queued"].as_array().unwrap().len(), 500);
+    assert_eq!(first["queued"][0]["position"], 1);
+    assert_eq!(first["queued"][0]["identity"], "n0000", "queue order");
+    assert_eq!(first["total"]["queued"], 1200);
+    assert_eq!(first["total"]["recent"], 0);
+    assert_eq!(
+        first["next"]["queued"],
+        "/nodes?state=queued&offset=500&limit=500"
+    );
+    assert!(first["next"].get("recent").is_none());
+    let last = page("state=queued&offset=1000&limit=500");
+    let positions: Vec<u64> = last["queued"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["position"].as_u64().unwrap())
+        .collect();
+    assert_eq!(positions, (1001..=1200).collect::<Vec<_>>());
+    assert_eq!(last["next"], serde_json::json!({}));
+    assert!(last.get("recent").is_none(), "only the list asked for");
+    let big = page("limit=1000");
+    assert_eq!(big["queued"].as_array().unwrap().len(), 1000);
+    for bad in [
+        "limit=1001",
+        "offset=-1",
+        "state=everything",
+        "page=2",
+        "limit=x",
+    ] {
+        assert!(NodesQuery::parse(bad).is_err(), "{bad}");
+    }
+    // One node is a lookup: its state without a walk of the queue for its place.
+    let NodeLookup::Found(n) = status.node("n0700") else {
+        panic!("n0700 is queued");
+    };
+    assert_eq!(
+        (n["state"].as_str(), n.get("position")),
+        (Some("queued"), None)
+    );
     r.fleet.stop();
 }

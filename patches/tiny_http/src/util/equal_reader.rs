@@ -67,7 +67,9 @@ where
         let mut remaining_to_read = self.size;
 
         while remaining_to_read > 0 {
-            let mut buf = vec![0; remaining_to_read];
+            // choria-provisioner: drained 8 KiB at a time; upstream allocated the
+            // whole announced remainder at once (2^60 bytes aborted the process).
+            let mut buf = vec![0; remaining_to_read.min(8192)];
 
             match self.reader.read(&mut buf) {
                 Err(e) => {

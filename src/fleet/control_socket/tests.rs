@@ -1,0 +1,185 @@
+//! The control socket against real clients: what it answers, and what a slow,
+//! oversized or excess client costs (nothing another client or a stop notices).
+
+use super::*;
+use crate::config::Pause;
+use crate::test_nats_server::TempDir;
+
+fn pause() -> Arc<Pause> {
+    Arc::new(Pause::new(prometheus::IntGauge::new("p", "p").unwrap()))
+}
+
+fn metrics() -> Arc<Metrics> {
+    Arc::new(Metrics::new("lon").unwrap())
+}
+
+fn open(path: &Path, flag: &Arc<Pause>) -> ControlSocket {
+    ControlSocket::open(
+        path,
+        Arc::new(Controller::new(Arc::clone(flag), None)),
+        metrics(),
+    )
+    .unwrap()
+}
+
+fn refused(socket: &ControlSocket, reason: &str) -> u64 {
+    socket
+        .door
+        .metrics
+        .connections_refused
+        .with_label_values(&["control", reason])
+        .get()
+}
+
+/// A client that sends one byte of a request every 300 ms, for at most 6 s.
+fn dripping(path: &Path) -> (UnixStream, JoinHandle<()>) {
+    let stream = UnixStream::connect(path).unwrap();
+    let writer = stream.try_clone().unwrap();
+    let thread = std::thread::spawn(move || {
+        for byte in br#"{"command": "pause", "reason": "slowly"}"#.iter().take(20) {
+            if (&writer).write_all(&[*byte]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    (stream, thread)
+}
+
+/// True once the daemon closed `stream` (within `within`).
+fn closed_within(stream: &UnixStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 256];
+    match (&*stream).read(&mut buf) {
+        Ok(0) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        Ok(_) => false,
+    }
+}
+
+#[test]
+fn the_socket_is_0600_answers_one_line_and_refuses_what_is_not_a_request() {
+    let dir = TempDir::new("control-socket");
+    let path = dir.path().join("control.sock");
+    let flag = pause();
+    let socket = open(&path, &flag);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // Another daemon on the same socket is refused.
+    let second = ControlSocket::open(&path, Arc::new(Controller::new(pause(), None)), metrics());
+    assert!(second.is_err_and(|e| e
+        .to_string()
+        .ends_with("another process is listening on it")));
+    let r = send(&path, &ControlRequest::Pause { reason: "x".into() }).unwrap();
+    assert!(r.ok && r.paused);
+    assert!(flag.paused());
+    let r = send(&path, &ControlRequest::Status).unwrap();
+    assert_eq!(r.operator_pause.unwrap().reason, "x");
+    // Garbage, an unknown command and an oversized request: refused, not fatal.
+    for raw in [
+        b"not json\n".to_vec(),
+        b"{\"command\": \"reboot\"}\n".to_vec(),
+        [vec![b' '; MAX_REQUEST + 10], b"\n".to_vec()].concat(),
+    ] {
+        let stream = UnixStream::connect(&path).unwrap();
+        (&stream).write_all(&raw).unwrap();
+        let mut answer = String::new();
+        BufReader::new(&stream).read_line(&mut answer).unwrap();
+        let r: Response = serde_json::from_str(&answer).unwrap();
+        assert!(!r.ok && r.error.is_some(), "{answer}");
+    }
+    // A client that sends nothing is given up after the timeout; the next is served.
+    let idle = UnixStream::connect(&path).unwrap();
+    let r = send(&path, &ControlRequest::Resume).unwrap();
+    assert!(r.ok && !r.paused, "{r:?}");
+    drop(idle);
+    drop(socket);
+    assert!(!path.exists(), "removed when closed");
+}
+
+#[test]
+fn a_dripping_client_is_dropped_at_the_deadline_and_never_delays_another() {
+    let dir = TempDir::new("control-drip");
+    let path = dir.path().join("control.sock");
+    let flag = pause();
+    let socket = open(&path, &flag);
+    let started = Instant::now();
+    let (slow, dripper) = dripping(&path);
+    std::thread::sleep(Duration::from_millis(100));
+    let asked = Instant::now();
+    let r = send(
+        &path,
+        &ControlRequest::Pause {
+            reason: "now".into(),
+        },
+    )
+    .unwrap();
+    assert!(r.ok && flag.paused(), "{r:?}");
+    assert!(
+        asked.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(closed_within(&slow, Duration::from_secs(3)));
+    let dropped_after = started.elapsed();
+    assert!(
+        dropped_after >= REQUEST_DEADLINE
+            && dropped_after < REQUEST_DEADLINE + Duration::from_secs(1),
+        "{dropped_after:?}"
+    );
+    assert_eq!(refused(&socket, "timeout"), 1);
+    assert_eq!(
+        flag.operator().unwrap().reason,
+        "now",
+        "the slow pause never came through"
+    );
+    dripper.join().unwrap();
+    drop(socket);
+}
+
+#[test]
+fn clients_beyond_the_cap_are_told_busy_and_a_stop_waits_on_none() {
+    let dir = TempDir::new("control-busy");
+    let path = dir.path().join("control.sock");
+    let flag = pause();
+    let socket = open(&path, &flag);
+    let held: Vec<_> = (0..MAX_CLIENTS).map(|_| dripping(&path)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let r = send(&path, &ControlRequest::Status).unwrap();
+    assert!(
+        !r.ok && r.error.as_deref().unwrap_or("").starts_with("busy"),
+        "{r:?}"
+    );
+    assert_eq!(refused(&socket, "busy"), 1);
+    let stopping = Instant::now();
+    drop(socket);
+    assert!(
+        stopping.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        stopping.elapsed()
+    );
+    for (stream, thread) in held {
+        assert!(closed_within(&stream, Duration::from_secs(1)));
+        thread.join().unwrap();
+    }
+    assert!(!path.exists());
+}
+
+#[test]
+fn a_request_dripping_past_the_size_cap_is_refused_without_being_held() {
+    let dir = TempDir::new("control-big");
+    let path = dir.path().join("control.sock");
+    let socket = open(&path, &pause());
+    let stream = UnixStream::connect(&path).unwrap();
+    // No newline: the cap, not the line's end, ends the read.
+    (&stream).write_all(&[b'{'; MAX_REQUEST + 2]).unwrap();
+    let mut answer = String::new();
+    BufReader::new(&stream).read_line(&mut answer).unwrap();
+    let r: Response = serde_json::from_str(&answer).unwrap();
+    assert!(r.error.unwrap().contains("longer than 4096 bytes"));
+    assert_eq!(refused(&socket, "too_large"), 1);
+    drop(socket);
+}

@@ -170,6 +170,31 @@ for i in $(seq 1 "$INSTANCES"); do
   provs+=($!)
   pids+=($!)
 done
+# A Prometheus-like scrape of the first instance's /metrics every second while the
+# fleet boots (its cost is in the provisioner's figures): how many answered 200,
+# how many did not, and the slowest, in $out/scrapes.txt.
+scraper() {
+  local ok=0 failed=0 slowest=0 t0 t1 status
+  sleep 1
+  while kill -0 "$sim" 2>/dev/null; do
+    t0=$(date +%s%N)
+    status=$(python3 - "$monitor_port" <<'PY' 2>/dev/null || echo 0
+import sys, urllib.request
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5) as r:
+    r.read()
+    print(r.status)
+PY
+)
+    t1=$(date +%s%N)
+    if [ "$status" = 200 ]; then ok=$((ok + 1)); else failed=$((failed + 1)); fi
+    [ $(( (t1 - t0) / 1000000 )) -gt "$slowest" ] && slowest=$(( (t1 - t0) / 1000000 ))
+    echo "$ok $failed $slowest" >"$out/scrapes.txt"
+    sleep 1
+  done
+}
+echo "0 0 0" >"$out/scrapes.txt"
+scraper &
+pids+=($!)
 sim_ticks=0; sim_peak_kb=0
 while kill -0 "$sim" 2>/dev/null; do
   # The simulator's own cost, read while it runs (it exits when every node is done).
@@ -219,9 +244,9 @@ else
   wait "$prov" || true
 fi
 
-python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" "$sim_ticks" "$sim_peak_kb" "$PROFILE" "$sys_ticks" "$helper_ticks" "$nats_ticks" "$INSTANCES" "$switches" "$nats_peak_kb" "$out/waiting_max.txt" <<'PY'
+python3 - "$out/summary.json" "$NODES" "$start_ns" "$end_ns" "$busy_ticks" "$idle_ticks" "$hz" "$peak_kb" "$WORKERS" "$out/queue_rss.txt" "$FEATURES" "$sim_ticks" "$sim_peak_kb" "$PROFILE" "$sys_ticks" "$helper_ticks" "$nats_ticks" "$INSTANCES" "$switches" "$nats_peak_kb" "$out/waiting_max.txt" "$out/scrapes.txt" <<'PY'
 import collections, json, sys
-summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, features, sim_ticks, sim_kb, profile, sys_ticks, helper_ticks, nats_ticks, instances, switches, nats_kb, waiting_max = sys.argv[1:]
+summary, nodes, start, end, busy, idle, hz, peak_kb, workers, queue, features, sim_ticks, sim_kb, profile, sys_ticks, helper_ticks, nats_ticks, instances, switches, nats_kb, waiting_max, scrapes = sys.argv[1:]
 instances = int(instances)
 s = json.load(open(summary))
 nodes, hz, start = int(nodes), int(hz), int(start)
@@ -247,6 +272,8 @@ if instances > 1:
     print(f"bench: shares {shares}; nodes touched by two instances {twice}, restarted twice {again}")
 print(f"bench: first RPC to restart per node: p50 {pct(0.50)} ms, p99 {pct(0.99)} ms (the 2 s reply grace included: it costs latency, not throughput)")
 print(f"bench: most attempts under way at once: {open(waiting_max).read().strip()} (max_waiting_attempts 5,000 by default)")
+ok, failed, slowest = open(scrapes).read().split()
+print(f"bench: /metrics scraped every second meanwhile: {ok} answered, {failed} failed, the slowest in {slowest} ms (a Python client's start included)")
 per_node = lambda ticks: int(ticks) * 1000 / hz / max(done, 1)
 print(f"bench: provisioner CPU {per_node(busy):.3f} ms per node, helper excluded (target <= 0.30): "
       f"{per_node(int(busy) - int(sys_ticks)):.3f} user + {per_node(sys_ticks):.3f} system")

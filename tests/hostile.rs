@@ -15,6 +15,9 @@ mod helper;
 #[path = "hostile/waiting.rs"]
 mod waiting;
 
+#[path = "hostile/bytes.rs"]
+mod bytes;
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 

@@ -19,15 +19,23 @@ pub struct Delivered {
     /// True for nats-server's "no responders" status (nobody subscribes to the subject
     /// a request was published to).
     pub no_responders: bool,
+    /// Its header block was larger than the NATS client parses (8 KiB) and was read
+    /// past: nothing of Choria's carries one, so the message is a publisher's flood.
+    pub oversized_headers: bool,
 }
 
 impl From<nats::Message> for Delivered {
     fn from(m: nats::Message) -> Delivered {
         let no_responders = m.is_no_responders();
+        let oversized_headers = m
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.get(nats::header::OVERSIZED).is_some());
         Delivered {
             subject: m.subject,
             data: m.data,
             no_responders,
+            oversized_headers,
         }
     }
 }

@@ -176,6 +176,9 @@ pub(crate) fn subscribe_startups(
         .name("events-decode".into())
         .spawn(decoder)?;
     let subscription = bus.subscribe(&filter, queue, move |msg| {
+        if msg.oversized_headers {
+            return dropper.drop_event("oversized_headers", &"its header block was not read");
+        }
         let len = msg.data.len();
         if len > MAX_EVENT_BYTES {
             return dropper.drop_event("too_large", &format!("{len} bytes"));

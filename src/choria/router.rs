@@ -128,14 +128,26 @@ impl Drop for Route {
 }
 
 impl Router {
-    /// Subscribes to `<prefix>.*` on `bus` and starts routing.
-    pub(crate) fn start(bus: &Bus, prefix: Subject) -> std::io::Result<Router> {
+    /// Subscribes to `<prefix>.*` on `bus` and starts routing; a message whose header
+    /// block was read past (a flood) is counted in `oversized` and dropped.
+    pub(crate) fn start(
+        bus: &Bus,
+        prefix: Subject,
+        oversized: prometheus::IntCounter,
+    ) -> std::io::Result<Router> {
         let routes: Arc<Routes> = Arc::default();
         let stats: Arc<RouterStats> = Arc::default();
         let filter = SubjectFilter::new(format!("{prefix}.*"))
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let (r, s) = (Arc::clone(&routes), Arc::clone(&stats));
-        let subscription = bus.subscribe(&filter, None, move |msg| route(&r, &s, msg))?;
+        let subscription = bus.subscribe(&filter, None, move |msg| {
+            if msg.oversized_headers {
+                // A flood's, never a node's: nothing of Choria's has a header block.
+                oversized.inc();
+                return;
+            }
+            route(&r, &s, msg)
+        })?;
         Ok(Router {
             prefix,
             routes,

@@ -187,7 +187,10 @@ impl RpcClient {
         let (protocol, credentials, caller_id) =
             protocol::client_identity(client).map_err(|e| RpcError::Encode(e.to_string()))?;
         let prefix = protocol::reply_prefix(COLLECTIVE, &caller_id).map_err(RpcError::Subject)?;
-        let router = Router::start(connector.bus(), prefix.clone())
+        let oversized = metrics
+            .rejected_replies
+            .with_label_values(&["oversized_headers"]);
+        let router = Router::start(connector.bus(), prefix.clone(), oversized)
             .map_err(|e| RpcError::Publish(format!("cannot subscribe to {prefix}.*: {e}")))?;
         let subject = |s: String| Subject::new(s).map_err(RpcError::Subject);
         Ok(RpcClient {

@@ -53,6 +53,11 @@ pub const NATS_LAST_CONSUMER: &str = "Nats-Last-Consumer";
 /// Nats-Consumer-Stalled
 pub const NATS_CONSUMER_STALLED: &str = "Nats-Consumer-Stalled";
 
+/// choria patch: the one header of a message whose header block was larger than
+/// `MAX_HEADER_BLOCK` (8 KiB) and was read past unparsed; its value is the
+/// block's size in bytes.
+pub const OVERSIZED: &str = "Choria-Oversized-Header-Block";
+
 /// A multi-map from header name to a set of values for that header
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct HeaderMap {

@@ -64,6 +64,10 @@ pub(crate) enum ServerOp {
 // Lines are now read into a vector the reader keeps, never zeroed, up to this bound.
 const MAX_COMMAND_LINE: usize = 1024 * 1024;
 
+/// choria patch: the largest HMSG header block parsed; a larger one is read past
+/// (`header::OVERSIZED`). A status such as "no responders" takes a few bytes.
+pub const MAX_HEADER_BLOCK: usize = 8 * 1024;
+
 // adapted from `std::io::BufRead::read_until`: a line of at most `MAX_COMMAND_LINE`
 // bytes into `buf` (cleared first); its length, 0 at the end of the stream.
 fn read_line<R: BufRead + ?Sized>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<usize> {
@@ -268,16 +272,38 @@ pub(crate) fn decode_with(
         // <# header bytes> <# total bytes>\r\n
         // <version line>\r\n[headers]\r\n\r\n[payload]\r\n`
 
-        // Read the header payload.
-        let mut header_payload = Vec::new();
-        header_payload.resize(num_header_bytes as usize, 0_u8);
-        stream.read_exact(&mut header_payload[..])?;
+        // choria patch: a header block over MAX_HEADER_BLOCK bytes is read past, not
+        // parsed (nats-server passes an HPUB's block through unread, up to the
+        // payload limit, and parsing hundreds of KB of tiny lines into a map on the
+        // reader thread made the server drop us as a slow consumer): the message is
+        // delivered with the one header `header::OVERSIZED` naming the block's size.
+        let headers = if num_header_bytes as usize > MAX_HEADER_BLOCK {
+            let skipped = io::copy(
+                &mut stream.by_ref().take(u64::from(num_header_bytes)),
+                &mut io::sink(),
+            )?;
+            if skipped < u64::from(num_header_bytes) {
+                return Err(Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "the connection ended inside an HMSG header block",
+                ));
+            }
+            let mut oversized = HeaderMap::new();
+            oversized.insert(crate::header::OVERSIZED, num_header_bytes.to_string());
+            oversized
+        } else {
+            // Read the header payload.
+            let mut header_payload = Vec::new();
+            header_payload.resize(num_header_bytes as usize, 0_u8);
+            stream.read_exact(&mut header_payload[..])?;
 
-        // choria patch: headers that do not parse are the publisher's doing (the server
-        // passes HPUB's header bytes through unread), not a broken connection: the
-        // message is delivered without them, as the Go client delivers it. Upstream
-        // returned the error, and the client reconnected once per such message.
-        let headers = HeaderMap::try_from(&*header_payload).unwrap_or_default();
+            // choria patch: headers that do not parse are the publisher's doing (the
+            // server passes HPUB's header bytes through unread), not a broken
+            // connection: the message is delivered without them, as the Go client
+            // delivers it. Upstream returned the error, and the client reconnected
+            // once per such message.
+            HeaderMap::try_from(&*header_payload).unwrap_or_default()
+        };
 
         // Read the payload.
         let mut payload = Vec::new();

@@ -158,7 +158,7 @@ pub(crate) struct Shared {
     on_refusal: OnRefusal,
     closed: AtomicBool,
     table: Mutex<Table>,
-    /// Wakes the reaper early (on close).
+    /// Wakes the reaper: on close, and when the first connection comes.
     reaper: Condvar,
     /// Told when a connection leaves the table (the accept thread may wait for room).
     room: Condvar,
@@ -222,6 +222,9 @@ impl Shared {
             deadline: now + self.limits.head_timeout,
             closing: false,
         });
+        if table.entries.len() == 1 {
+            self.reaper.notify_all();
+        }
         Some(Ticket {
             shared: Arc::clone(self),
             id,
@@ -390,8 +393,13 @@ fn reaper_thread(shared: &Shared) {
     let tick = Duration::from_millis(100);
     while !shared.closed() {
         let table = shared.table();
-        // Woken early by `close`; a wake-up missed just before the wait costs a tick.
-        drop(shared.reaper.wait_timeout(table, tick));
+        // Every 100 ms while a connection is open; asleep while none is (`admit` and
+        // `close` wake it), so an idle daemon's monitor costs no wake-up.
+        if table.entries.is_empty() {
+            drop(shared.reaper.wait(table));
+        } else {
+            drop(shared.reaper.wait_timeout(table, tick));
+        }
         shared.reap(Instant::now());
     }
 }

@@ -1,0 +1,107 @@
+//! Attacks on bytes: what a node sends is bounded in bytes on its way in, not only
+//! in count, and a flood of bytes never slows the NATS reader thread enough for the
+//! broker to drop the provisioner.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::assert_connection_held;
+use super::support::rig::{fast, sim, wait_provisioned, Provisioner};
+use super::support::{NatsServer, RawPublisher};
+
+/// A header block of about `bytes` bytes of tiny lines, as nats-server passes an
+/// HPUB's on unread.
+fn header_block(bytes: usize) -> Vec<u8> {
+    let mut block = b"NATS/1.0\r\n".to_vec();
+    let mut n = 0u32;
+    while block.len() < bytes {
+        block.extend_from_slice(format!("k{n}:v\r\n").as_bytes());
+        n += 1;
+    }
+    block.extend_from_slice(b"\r\n");
+    block
+}
+
+/// Publishes `per_second` startup events with a header block of `bytes` each on a
+/// raw connection, until stopped (two minutes at most); how many it sent.
+struct HeaderFlood {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HeaderFlood {
+    fn start(url: &str, per_second: u32, bytes: usize) -> HeaderFlood {
+        let (stop, sent) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let (flag, count) = (Arc::clone(&stop), Arc::clone(&sent));
+        let mut raw = RawPublisher::connect(url);
+        let block = header_block(bytes);
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let gap = Duration::from_secs(1) / per_second;
+            let mut n = 0u32;
+            while !flag.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
+                raw.hpub(
+                    "choria.lifecycle.event.startup.provision_mode_server",
+                    &block,
+                    br#"{"protocol":"io.choria.lifecycle.v1.startup"}"#,
+                );
+                count.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+                // Paced from the start, so a slow write does not lower the rate.
+                let due = started + gap * n;
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        });
+        HeaderFlood {
+            stop,
+            sent,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
+#[test]
+fn a_flood_of_huge_header_blocks_is_read_past_and_never_costs_the_connection() {
+    // 100 startup events a second, each with an ~840 KB header block of tiny lines:
+    // the NATS client used to parse every block into a map on its reader thread,
+    // and nats-server dropped the provisioner as a slow consumer.
+    let server = NatsServer::start();
+    let prov = Provisioner::start(&server.url(), "p1.test", "", fast());
+    let flood = HeaderFlood::start(&server.url(), 100, 840 * 1024);
+    std::thread::sleep(Duration::from_secs(2));
+    let fleet = sim(&server.url(), 20, |_| {});
+    let booted = Instant::now();
+    wait_provisioned(&fleet, 20, Duration::from_secs(30));
+    let took = booted.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    let sent = flood.stop();
+    let dropped = prov.counter("dropped_events", &["oversized_headers"]);
+    println!(
+        "20 nodes in {took:?} under {sent} events with 840 KB header blocks; {dropped} dropped"
+    );
+    assert!(sent >= 200, "the flood ran: {sent}");
+    assert!(
+        dropped >= sent / 2,
+        "read past and counted: {dropped} of {sent}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "at their usual pace: {took:?}"
+    );
+    assert_connection_held(&prov);
+}

@@ -234,6 +234,43 @@ fn a_broker_restart_mid_run_loses_no_node() {
 }
 
 #[test]
+fn startup_events_lost_in_a_broker_outage_are_found_by_a_discovery_at_reconnect() {
+    // Discovery every minute: a node whose startup event the provisioner missed
+    // would wait up to that long without the discovery that follows a reconnect.
+    let mut server = NatsServer::start();
+    let once_a_minute = DaemonOptions {
+        cooldown: Duration::from_secs(3),
+        ..DaemonOptions::default()
+    };
+    let prov = Provisioner::start(&server.url(), "p1.test", "", once_a_minute);
+    wait_until("the first discovery", Duration::from_secs(10), || {
+        prov.metrics.discover_cycles.get() == 1
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    server.stop();
+    // The provisioner's reconnects back off (0.5 s, 0.75 s, 1 s, …): the nodes are
+    // on the new broker, their events published, before it is.
+    std::thread::sleep(Duration::from_secs(2));
+    server.restart();
+    let fleet = sim(&server.url(), 20, |_| {});
+    let restarted = std::time::Instant::now();
+    wait_until("reconnected", Duration::from_secs(30), || {
+        prov.daemon().connection().is_connected()
+    });
+    let reconnected = restarted.elapsed();
+    wait_provisioned(&fleet, 20, Duration::from_secs(20));
+    println!(
+        "reconnected {reconnected:?} after the restart; 20 nodes provisioned {:?} after it",
+        restarted.elapsed()
+    );
+    assert!(
+        prov.metrics.discover_cycles.get() >= 2,
+        "a discovery at the reconnect"
+    );
+    assert_provisioned(&fleet.summary(), |_| 1);
+}
+
+#[test]
 fn ten_thousand_simulated_nodes_start_and_answer_one_discovery() {
     let server = NatsServer::start();
     let fleet = booted(&server, 10_000, Duration::from_secs(30));

@@ -120,12 +120,21 @@ impl std::error::Error for ConnectAttemptError {}
 pub struct ConnectionState {
     connected: AtomicBool,
     closing: AtomicBool,
+    /// Told (without waiting) of every reconnection: whatever was published while
+    /// we were away is to be found again at once, not at the next `interval`.
+    reconnected: parking_lot::Mutex<Option<crossbeam_channel::Sender<()>>>,
 }
 
 impl ConnectionState {
     /// True while connected to a broker.
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
+    }
+
+    /// From now on, every reconnection is told to `tell` (a discovery trigger), if
+    /// it has room.
+    pub(crate) fn tell_reconnections(&self, tell: crossbeam_channel::Sender<()>) {
+        *self.reconnected.lock() = Some(tell);
     }
 }
 
@@ -606,7 +615,16 @@ fn callbacks(
         .reconnect_callback(move || {
             s2.connected.store(true, Ordering::Relaxed);
             m2.connector_reconnections.with_label_values(&[&i2]).inc();
-            log::info!("Reconnected to the broker");
+            let told = s2
+                .reconnected
+                .lock()
+                .as_ref()
+                .is_some_and(|tell| tell.try_send(()).is_ok());
+            if told {
+                log::info!("Reconnected to the broker; discovering what was missed");
+            } else {
+                log::info!("Reconnected to the broker");
+            }
         })
         .close_callback(move || {
             s3.connected.store(false, Ordering::Relaxed);

@@ -212,6 +212,8 @@ impl Daemon {
             fleet.board().set_audit(Arc::new(audit));
         }
         let (trigger_tx, trigger) = bounded::<()>(1);
+        // Startup events published while we were away are lost: discover at once.
+        connector.state().tell_reconnections(trigger_tx.clone());
         let mut daemon = Daemon {
             fleet: Arc::clone(&fleet),
             connector,

@@ -303,13 +303,15 @@ impl RpcClient {
     }
 
     /// Asks the broker, without waiting, whether anybody subscribes to `identity`'s
-    /// subject: an empty message with a reply subject of its own, then a fence, a
-    /// message of ours to that reply subject. nats-server answers "no responders" for
-    /// the first while it handles its publish, before it reads the fence, and hands
-    /// both back in that order; a status after the fence is nobody's but a forger's.
-    /// `told` is called once, on the reader thread, when the fence arrives: `true`
-    /// when the broker's status came before it. A node that is there reads the probe
-    /// as a message it cannot decode and drops it (go-choria and the simulator).
+    /// subject: a signed `rpcutil#ping` request with a reply subject of its own, then
+    /// a fence, a message of ours to that reply subject. nats-server answers "no
+    /// responders" for the first while it handles its publish, before it reads the
+    /// fence, and hands both back in that order; a status after the fence is
+    /// nobody's but a forger's. `told` is called once, on the reader thread, when the
+    /// fence arrives: `true` when the broker's status came before it. A node that is
+    /// there takes the probe as the valid request it is and may answer its ping; the
+    /// answer is not read. (An empty probe was a request a node could not decode,
+    /// which a real server logs as invalid.)
     pub(crate) fn probe(
         &self,
         identity: &Identity,
@@ -343,9 +345,18 @@ impl RpcClient {
                 true
             }),
         );
+        scratch::with(&REQUEST_BUFFERS, |[body, payload]| {
+            protocol::mcorpc::RpcRequestBody::write_for(
+                body,
+                RPCUTIL_AGENT,
+                "ping",
+                &serde_json::Value::Object(serde_json::Map::new()),
+            );
+            let spec = self.spec(RPCUTIL_AGENT, &self.rpcutil_filter, body, &id);
+            self.send(&spec, payload, &subject, FLUSH_TIMEOUT, Flush::Later)
+        })?;
         self.bus
-            .publish_request(&subject, &reply, None, b"")
-            .and_then(|()| self.bus.publish(&reply, &fence))
+            .publish(&reply, &fence)
             .map_err(|e| RpcError::Publish(e.to_string()))?;
         Ok(route)
     }

@@ -237,6 +237,16 @@ impl Node {
         self.rpcs.push(format!("{agent}#{action}"));
         match (agent, action) {
             ("rpcutil", "inventory") => (self.inventory(), NodeEffect::None),
+            // go-choria's rpcutil#ping: the server's time.
+            ("rpcutil", "ping") => (
+                RpcReply::new(
+                    action,
+                    StatusCode::Ok,
+                    "OK",
+                    json!({"pong": crate::clock::unix_now() as i64}),
+                ),
+                NodeEffect::None,
+            ),
             ("choria_provision", _) => self.provision(action, data, owner, now),
             _ => (
                 RpcReply::new(

@@ -297,6 +297,33 @@ fn no_responders_comes_at_once_and_a_probe_tells_the_broker_s_status_from_a_forg
 }
 
 #[test]
+fn a_probe_is_a_signed_ping_a_live_node_takes_and_may_answer() {
+    let server = NatsServer::start();
+    let rpc = client(&server);
+    // A node that answers whatever valid request it gets, and a copy of what came.
+    let _node = responder(&server, "n1.example.net", Mode::Good);
+    let watcher = nats::connect(server.url()).unwrap();
+    let seen = watcher
+        .subscribe("provisioning.node.n1.example.net")
+        .unwrap();
+    watcher.flush().unwrap();
+    assert!(!probed(&rpc, "n1.example.net"), "the node is there");
+    let probe = seen.next_timeout(Duration::from_secs(5)).unwrap();
+    let request = protocol::decode_request(&probe.data).expect("a Choria request");
+    let now = crate::clock::unix_now() as i64;
+    request
+        .validate_for_provisioning(Protocol::V1, now)
+        .expect("one a provisioning-mode server accepts");
+    let body = RpcRequestBody::decode(&request.body).unwrap();
+    assert_eq!(
+        (body.agent.as_str(), body.action.as_str()),
+        (RPCUTIL_AGENT, "ping")
+    );
+    // Nobody there: the broker's status before the fence, as before.
+    assert!(probed(&rpc, "gone.example.net"));
+}
+
+#[test]
 fn a_thousand_concurrent_requests_from_sixteen_threads_are_each_answered_by_their_node() {
     let server = NatsServer::start();
     let _nodes = responder(&server, "*", Mode::Good);

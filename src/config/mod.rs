@@ -8,6 +8,7 @@
 //! the bottom layer that everything else reads.
 
 mod duration;
+mod identity_policy;
 mod pause;
 mod problem;
 mod secret;
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use duration::{format_duration, parse_duration, DurationError, MAX_DURATION};
+pub use identity_policy::IdentityPolicy;
 pub use pause::{OperatorPause, Pause};
 pub(crate) use problem::{closest, ConfigError, Problem};
 pub(crate) use secret::Secret;
@@ -169,6 +171,10 @@ pub struct Config {
     pub broker_provisioning_password: Secret,
     /// Name patterns never signed for a server (`/re/` slashes already stripped).
     pub cert_deny_list: Vec<String>,
+    /// Identities a site would enrol (`/re/` slashes stripped); empty: any.
+    pub identity_allow: Vec<String>,
+    /// Identities a site would never enrol (`/re/` slashes stripped).
+    pub identity_deny: Vec<String>,
     /// How to verify provisioning JWTs: a file, or a hex ed25519 public key.
     pub jwt_verify_cert: String,
     /// File with the key that signs server JWTs (ed25519 feature).
@@ -236,6 +242,8 @@ impl Config {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            identity_allow: Vec::new(),
+            identity_deny: Vec::new(),
             jwt_verify_cert: String::new(),
             jwt_signing_key: String::new(),
             jwt_signing_token: String::new(),

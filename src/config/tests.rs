@@ -667,3 +667,19 @@ fn every_key_the_reader_knows_is_in_the_configuration_reference() {
         );
     }
 }
+
+#[test]
+fn identity_patterns_are_read_like_cert_deny_list_and_must_compile() {
+    let c = config("identity_allow: ['\\.example\\.net$']\nidentity_deny: ['/^ghost-/']\n");
+    assert_eq!(c.identity_allow, [r"\.example\.net$"]);
+    assert_eq!(c.identity_deny, ["^ghost-"], "slashes stripped");
+    assert!(config("").identity_allow.is_empty());
+    assert_problem(
+        "identity_deny: ['ok', '(unclosed']\n",
+        "identity_deny[1]: \"(unclosed\": is not a valid regular expression",
+    );
+    assert_problem(
+        "identity_allow: ['[z-a]']\n",
+        "identity_allow[0]: \"[z-a]\"",
+    );
+}

@@ -167,7 +167,19 @@ fn timeouts(c: &Config, problems: &mut Vec<Problem>) {
 }
 
 fn deny_list(c: &Config, problems: &mut Vec<Problem>) {
-    for (i, pattern) in c.cert_deny_list.iter().enumerate() {
+    let lists = [
+        ("cert_deny_list", &c.cert_deny_list),
+        ("identity_allow", &c.identity_allow),
+        ("identity_deny", &c.identity_deny),
+    ];
+    for (key, list) in lists {
+        patterns(key, list, problems);
+    }
+}
+
+/// Each pattern of `list` (the key `key`) compiles.
+fn patterns(key: &str, list: &[String], problems: &mut Vec<Problem>) {
+    for (i, pattern) in list.iter().enumerate() {
         if let Err(e) = regex::Regex::new(strip_slashes(pattern)) {
             let first_line = e
                 .to_string()
@@ -177,7 +189,7 @@ fn deny_list(c: &Config, problems: &mut Vec<Problem>) {
                 .trim()
                 .to_string();
             problems.push(Problem::with_value(
-                format!("cert_deny_list[{i}]"),
+                format!("{key}[{i}]"),
                 pattern,
                 format!("is not a valid regular expression: {first_line}"),
             ));

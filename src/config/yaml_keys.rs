@@ -32,6 +32,8 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "broker_port",
     "broker_provisioning_password",
     "cert_deny_list",
+    "identity_allow",
+    "identity_deny",
     "jwt_verify_cert",
     "jwt_signing_key",
     "jwt_signing_token",
@@ -192,6 +194,12 @@ fn apply_top(
                 if !list.is_empty() {
                     c.cert_deny_list = list.iter().map(|p| strip_slashes(p).to_string()).collect()
                 }
+            }),
+            "identity_allow" => string_list(key, v).map(|list| {
+                c.identity_allow = list.iter().map(|p| strip_slashes(p).to_string()).collect()
+            }),
+            "identity_deny" => string_list(key, v).map(|list| {
+                c.identity_deny = list.iter().map(|p| strip_slashes(p).to_string()).collect()
             }),
             "jwt_verify_cert" => string(key, v).map(|s| c.jwt_verify_cert = s),
             "jwt_signing_key" => string(key, v).map(|s| c.jwt_signing_key = s),
@@ -495,6 +503,14 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
     put(
         "cert_deny_list",
         Value::Sequence(c.cert_deny_list.iter().map(|p| s(p)).collect()),
+    );
+    put(
+        "identity_allow",
+        Value::Sequence(c.identity_allow.iter().map(|p| s(p)).collect()),
+    );
+    put(
+        "identity_deny",
+        Value::Sequence(c.identity_deny.iter().map(|p| s(p)).collect()),
     );
     put("jwt_verify_cert", s(&c.jwt_verify_cert));
     put("jwt_signing_key", s(&c.jwt_signing_key));

@@ -20,7 +20,7 @@ use crate::choria::identity::{Identity, IdentityError};
 use crate::choria::lifecycle::{self, Event};
 use crate::choria::rpc::{RpcClient, RpcError};
 use crate::choria::subject::{QueueGroup, SubjectError};
-use crate::config::{Config, Pause};
+use crate::config::{Config, IdentityPolicy, Pause};
 use crate::metrics::Metrics;
 use crate::node::driver::Driver;
 use crate::node::key_material::KeyLoadError;
@@ -199,6 +199,8 @@ impl Daemon {
                 cooldown: options.cooldown,
                 shutdown_timeout: config.shutdown_timeout,
                 lock_window: options.lock_window,
+                identity_policy: IdentityPolicy::new(&config.identity_allow, &config.identity_deny)
+                    .map(Arc::new),
                 ..FleetOptions::default()
             },
             Arc::clone(metrics),

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{never, select, tick, Receiver};
+use crossbeam_channel::{select, tick, Receiver};
 
 use super::{AddResult, Fleet, Source};
 use crate::choria::identity::Identity;
@@ -43,6 +43,9 @@ pub(crate) const REDISCOVERY: Rediscovery = Rediscovery {
     poll: Duration::from_millis(100),
 };
 
+/// How often the announced lane is looked at when no early discovery is due.
+const ANNOUNCED_POLL: Duration = Duration::from_secs(1);
+
 /// Runs discovery cycles until the fleet stops, with the production [`REDISCOVERY`].
 #[cfg(test)]
 pub(crate) fn run(
@@ -68,11 +71,13 @@ pub(crate) fn run_with(
     let mut left_out = cycle(fleet, discoverer);
     let mut ended = Instant::now();
     loop {
-        // Polled only while some discovered nodes are still waiting for room.
+        // Polled often while some discovered nodes are still waiting for room; else
+        // once a second, for names known only from startup events that pile up
+        // waiting for a discovery to confirm the real ones among them.
         let poll = if left_out > 0 {
             tick(rediscovery.poll)
         } else {
-            never()
+            tick(ANNOUNCED_POLL)
         };
         loop {
             select! {
@@ -80,11 +85,21 @@ pub(crate) fn run_with(
                 recv(trigger) -> msg => if msg.is_err() { return } else { break },
                 recv(stopped) -> _ => return,
                 recv(poll) -> _ => {
-                    if fleet.queued() <= fleet.capacity() / 2
-                        && ended.elapsed() >= rediscovery.min_gap
-                    {
+                    if ended.elapsed() < rediscovery.min_gap {
+                        continue;
+                    }
+                    if left_out > 0 && fleet.queued() <= fleet.capacity() / 2 {
                         log::info!(
                             "Discovering again before the interval: the queue has room for the {left_out} nodes (or dropped replies) the last discovery could not queue"
+                        );
+                        break;
+                    }
+                    // More announced names wait than their lane lets begin at once:
+                    // the real ones among them answer a discovery and go ahead.
+                    if fleet.announced_waiting() > fleet.announced_in_flight_max() {
+                        log::info!(
+                            "Discovering again before the interval: {} nodes known only from startup events wait to be confirmed",
+                            fleet.announced_waiting()
                         );
                         break;
                     }
@@ -123,7 +138,7 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
         &mut |identity| match fleet.add(&identity, Source::Discovery) {
             AddResult::Added => added += 1,
             AddResult::QueueFull => full += 1,
-            AddResult::Known | AddResult::Stopping | AddResult::NotOurs => {}
+            AddResult::Known | AddResult::Stopping | AddResult::NotOurs | AddResult::Refused => {}
         },
     );
     let heard = match found {

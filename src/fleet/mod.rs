@@ -31,7 +31,7 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 
 use crate::choria::identity::Identity;
-use crate::config::Pause;
+use crate::config::{IdentityPolicy, Pause};
 use crate::metrics::Metrics;
 use crate::node::driver::{Driver, Finished, Ready, Ticket};
 use crate::node::outcome::Outcome;
@@ -120,6 +120,17 @@ pub enum Source {
     Retry,
 }
 
+impl Source {
+    /// The `source` label of `refused_identities`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Source::Discovery => "discovery",
+            Source::Event => "event",
+            Source::Retry => "retry",
+        }
+    }
+}
+
 /// What [`Fleet::add`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AddResult {
@@ -133,6 +144,9 @@ pub enum AddResult {
     Stopping,
     /// Another instance owns the node (active-active); nothing queued.
     NotOurs,
+    /// The identity policy (`identity_allow`, `identity_deny`) refuses it: counted,
+    /// nothing queued, nothing kept.
+    Refused,
 }
 
 /// Scheduler settings.
@@ -151,6 +165,8 @@ pub struct FleetOptions {
     pub lock_window: Duration,
     /// The first cool-down of a silent identity (`SILENT_COOLDOWN`).
     pub silent_cooldown: Duration,
+    /// `identity_allow` and `identity_deny`: an identity they refuse is never queued.
+    pub identity_policy: Option<Arc<IdentityPolicy>>,
 }
 
 impl Default for FleetOptions {
@@ -162,6 +178,7 @@ impl Default for FleetOptions {
             shutdown_timeout: Duration::from_secs(10),
             lock_window: LOCK_WINDOW,
             silent_cooldown: SILENT_COOLDOWN,
+            identity_policy: None,
         }
     }
 }
@@ -200,6 +217,33 @@ enum AfterCoolDown {
 struct Entry {
     generation: u64,
     state: State,
+    /// Which lane its job waits in, while queued.
+    lane: Lane,
+}
+
+/// The two lanes of the work queue. A node a discovery found (or that waited its
+/// turn) is confirmed: it answered a broadcast, or was already being provisioned.
+/// A node known only from a startup event may be made up by anyone who can publish
+/// one: it waits in a lane of its own, which workers take from only when the
+/// confirmed lane is empty, so that honest nodes are never starved behind a flood of
+/// announced names; a discovery that finds a node waiting there moves it to the
+/// confirmed lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Lane {
+    /// Found by a discovery, or queued again after waiting its turn.
+    Confirmed,
+    /// Known only from a startup event (or a peer's handoff of one).
+    Announced,
+}
+
+impl Lane {
+    /// `confirmed` or `announced`, as `/nodes` shows it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Lane::Confirmed => "confirmed",
+            Lane::Announced => "announced",
+        }
+    }
 }
 
 /// A request to forget an entry, now or later.
@@ -217,6 +261,9 @@ pub struct Fleet {
     next_generation: AtomicU64,
     work_tx: Sender<Job>,
     work_rx: Receiver<Job>,
+    /// The announced lane (`Lane::Announced`), a fifth of `capacity`.
+    announced_tx: Sender<Job>,
+    announced_rx: Receiver<Job>,
     done_tx: Sender<Finish>,
     done_rx: Receiver<Finish>,
     stop_tx: Mutex<Option<Sender<()>>>,
@@ -235,6 +282,11 @@ pub struct Fleet {
     /// Until when the workers let attempts under way finish their step, once
     /// stopping.
     stop_deadline: OnceLock<Instant>,
+    /// Identities the policy refused, logged at most once a minute.
+    policy_refusals: crate::throttle::Throttle,
+    /// The generations of the attempts under way that were taken from the announced
+    /// lane: at most [`Fleet::announced_in_flight_max`].
+    announced_in_flight: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Fleet {
@@ -246,6 +298,7 @@ impl Fleet {
         provisioner: Arc<dyn Provision>,
     ) -> Arc<Fleet> {
         let (work_tx, work_rx) = bounded(options.capacity.max(1));
+        let (announced_tx, announced_rx) = bounded((options.capacity / 5).max(1));
         let (done_tx, done_rx) = unbounded();
         let (stop_tx, stop_rx) = bounded(0);
         metrics.waiting_nodes.set(0);
@@ -255,11 +308,15 @@ impl Fleet {
             next_generation: AtomicU64::new(1),
             work_tx,
             work_rx,
+            announced_tx,
+            announced_rx,
             done_tx,
             done_rx,
             stop_tx: Mutex::new(Some(stop_tx)),
             stop_rx,
             stopping: AtomicBool::new(false),
+            policy_refusals: crate::throttle::Throttle::default(),
+            announced_in_flight: Mutex::new(std::collections::HashSet::new()),
             options,
             metrics,
             pause,
@@ -335,6 +392,11 @@ impl Fleet {
         if self.stopping.load(Ordering::Relaxed) {
             return AddResult::Stopping;
         }
+        if let Some(policy) = &self.options.identity_policy {
+            if !policy.admits(identity.as_str()) {
+                return self.refuse_by_policy(identity, source);
+            }
+        }
         if !self.owns(identity) {
             return AddResult::NotOurs;
         }
@@ -346,35 +408,61 @@ impl Fleet {
             // entry yet: the node is queued under a new generation, and the
             // finisher's late finish no longer matches it.
             let over = |e: &Entry| matches!(e.state, State::CoolingDown(at) if at <= now);
-            if let Some(entry) = hosts.get_mut(identity).filter(|e| !over(e)) {
-                // A node seen again while still queued is alive: restart its stale
-                // clock but keep its place (re-queuing would cost a second slot).
-                if let State::Queued(since) = &mut entry.state {
-                    *since = now;
-                }
-                AddResult::Known
-            } else {
-                let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-                let job = Job {
-                    identity: identity.clone(),
-                    generation,
-                };
-                match self.work_tx.try_send(job) {
-                    Ok(()) => {
-                        hosts.insert(
-                            identity.clone(),
-                            Entry {
+            let lane = match source {
+                Source::Discovery | Source::Retry => Lane::Confirmed,
+                Source::Event => Lane::Announced,
+            };
+            match hosts.get_mut(identity).filter(|e| !over(e)) {
+                Some(entry) => {
+                    // A node seen again while still queued is alive: restart its
+                    // stale clock but keep its place (re-queuing would cost a second
+                    // slot), unless a discovery confirms a node that waits in the
+                    // announced lane: it moves to the confirmed one (its old job is
+                    // then of an older generation and ignored).
+                    if let State::Queued(since) = &mut entry.state {
+                        *since = now;
+                        if entry.lane == Lane::Announced && lane == Lane::Confirmed {
+                            let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+                            let job = Job {
+                                identity: identity.clone(),
                                 generation,
-                                state: State::Queued(now),
-                            },
-                        );
-                        AddResult::Added
+                            };
+                            if self.work_tx.try_send(job).is_ok() {
+                                entry.generation = generation;
+                                entry.lane = Lane::Confirmed;
+                            }
+                        }
                     }
-                    Err(TrySendError::Full(_)) => {
-                        self.queue_full.fetch_add(1, Ordering::Relaxed);
-                        AddResult::QueueFull
+                    AddResult::Known
+                }
+                None => {
+                    let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+                    let job = Job {
+                        identity: identity.clone(),
+                        generation,
+                    };
+                    let queue = match lane {
+                        Lane::Confirmed => &self.work_tx,
+                        Lane::Announced => &self.announced_tx,
+                    };
+                    match queue.try_send(job) {
+                        Ok(()) => {
+                            hosts.insert(
+                                identity.clone(),
+                                Entry {
+                                    generation,
+                                    state: State::Queued(now),
+                                    lane,
+                                },
+                            );
+                            AddResult::Added
+                        }
+                        Err(TrySendError::Full(_)) => {
+                            self.queue_full.fetch_add(1, Ordering::Relaxed);
+                            AddResult::QueueFull
+                        }
+                        Err(TrySendError::Disconnected(_)) => AddResult::Stopping,
                     }
-                    Err(TrySendError::Disconnected(_)) => AddResult::Stopping,
                 }
             }
         };
@@ -386,7 +474,7 @@ impl Fleet {
             }
             log::debug!(
                 "Adding {identity} to the work queue with {} entries",
-                self.work_rx.len()
+                self.queued()
             );
         }
         self.update_gauges();
@@ -404,6 +492,7 @@ impl Fleet {
         let mut hosts = self.hosts.lock();
         hosts.clear();
         while self.work_rx.try_recv().is_ok() {}
+        while self.announced_rx.try_recv().is_ok() {}
         drop(hosts);
         self.update_gauges();
     }
@@ -418,9 +507,24 @@ impl Fleet {
         self.hosts.lock().len()
     }
 
-    /// Entries waiting in the work queue.
+    /// Counts (and logs, at most once a minute) an identity the policy refuses.
+    fn refuse_by_policy(&self, identity: &Identity, source: Source) -> AddResult {
+        self.metrics
+            .refused_identities
+            .with_label_values(&[source.label(), "policy"])
+            .inc();
+        if let Some(note) = self.policy_refusals.ready_note("identities refused") {
+            log::warn!(
+                "Refused {identity} from {}: identity_allow / identity_deny exclude it{note}",
+                source.label()
+            );
+        }
+        AddResult::Refused
+    }
+
+    /// Entries waiting in the work queue (both lanes).
     pub fn queued(&self) -> usize {
-        self.work_rx.len()
+        self.work_rx.len() + self.announced_rx.len()
     }
 
     /// The work queue's capacity.
@@ -489,12 +593,34 @@ impl Fleet {
             return None;
         }
         entry.state = State::Working;
+        if entry.lane == Lane::Announced {
+            self.announced_in_flight.lock().insert(job.generation);
+        }
         Some(since)
+    }
+
+    /// Attempts of announced nodes (known only from a startup event) under way at
+    /// once: four per worker, so that made-up names answering their inventory
+    /// never keep more helper runs waiting than the workers get through in a
+    /// moment, and a confirmed node always finds a worker soon.
+    pub(crate) fn announced_in_flight_max(&self) -> usize {
+        self.options.workers.max(1) * 4
+    }
+
+    /// Whether another announced node may be begun now.
+    pub(crate) fn announced_has_room(&self) -> bool {
+        self.announced_in_flight.lock().len() < self.announced_in_flight_max()
+    }
+
+    /// Announced nodes waiting in their lane.
+    pub(crate) fn announced_waiting(&self) -> usize {
+        self.announced_rx.len()
     }
 
     /// Routes an attempt's outcome: forget now, after the cool-down, or (a node
     /// another provisioner holds) offer it again after the lock window.
     fn finish(&self, job: &Job, outcome: &Outcome, silent: bool) {
+        self.announced_in_flight.lock().remove(&job.generation);
         let strikes = self.silent_strikes(&job.identity, outcome, silent);
         let (wait, then) = if let Some(strikes) = strikes {
             // A made-up name is not queued again straight away, and less often each
@@ -578,7 +704,10 @@ impl Fleet {
                 AddResult::QueueFull => log::debug!(
                     "Could not offer {identity} again, the queue is full; the next discovery will"
                 ),
-                AddResult::Known | AddResult::Stopping | AddResult::NotOurs => {}
+                AddResult::Known
+                | AddResult::Stopping
+                | AddResult::NotOurs
+                | AddResult::Refused => {}
             }
         }
     }
@@ -605,9 +734,7 @@ impl Fleet {
         self.metrics
             .waiting_nodes
             .set(self.hosts.lock().len() as i64);
-        self.metrics
-            .work_queue_entries
-            .set(self.work_rx.len() as i64);
+        self.metrics.work_queue_entries.set(self.queued() as i64);
     }
 }
 

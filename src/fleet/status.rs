@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::audit::AuditLog;
-use super::{Fleet, State};
+use super::{Fleet, Lane, State};
 use crate::choria::identity::Identity;
 use crate::metrics::{NodeLookup, NodesQuery};
 use crate::node::outcome::Outcome;
@@ -271,8 +271,8 @@ impl Board {
 /// The `/nodes` view of one fleet.
 pub(crate) struct FleetStatus(pub Arc<Fleet>);
 
-/// A queued node: its generation (its place), identity and time queued.
-type Queued = (u64, Identity, Instant);
+/// A queued node: its lane and generation (its place), identity and time queued.
+type Queued = (Lane, u64, Identity, Instant);
 
 /// A node cooling down: until when, and its identity.
 type Cooling = (Instant, Identity);
@@ -324,7 +324,7 @@ impl FleetStatus {
             for (identity, entry) in hosts.iter() {
                 match entry.state {
                     State::Queued(since) if query.wants("queued") => {
-                        queued.push((entry.generation, identity.clone(), since))
+                        queued.push((entry.lane, entry.generation, identity.clone(), since))
                     }
                     State::CoolingDown(until) if query.wants("cooling_down") => {
                         cooling.push((until, identity.clone()))
@@ -333,8 +333,8 @@ impl FleetStatus {
                 }
             }
         }
-        // The queue is first in, first out and generations only grow: a node's place
-        // is its rank among the queued generations.
+        // Each lane is first in, first out and generations only grow; the confirmed
+        // lane goes first: a node's place is its rank by lane, then generation.
         queued.sort_unstable();
         cooling.sort_unstable();
         (Listed { items: queued }, Listed { items: cooling })
@@ -393,11 +393,12 @@ impl crate::metrics::NodeStatus for FleetStatus {
                 &mut doc,
                 &mut totals,
                 &mut next,
-                |n, (_, i, since)| {
+                |n, (lane, _, i, since)| {
                     json!({
                         "identity": i.as_str(),
                         "state": "queued",
                         "position": n + 1,
+                        "lane": lane.name(),
                         "since": rfc3339(since),
                     })
                 },

@@ -4,7 +4,9 @@
 //! attempt that waits is parked by the driver (`node::driver`) and comes back on its
 //! ready channel. Workers run the helper, so `workers` is the helper concurrency, as
 //! in Go. Parked attempts come first: a worker takes a new node only when none is
-//! ready and fewer than `max_waiting_attempts` are under way.
+//! ready and fewer than `max_waiting_attempts` are under way; and a confirmed node
+//! (found by a discovery) before an announced one (known only from a startup
+//! event, which anyone may publish): see `Lane`.
 //!
 //! A panic inside one attempt does not cost the worker: the driver catches it around
 //! the attempt's turn, and the node is finished as failed with the panic message
@@ -33,8 +35,18 @@ pub(super) fn run(fleet: &Fleet) {
             resume(fleet, r);
             continue;
         }
-        let work = if fleet.provisioner.has_room() {
-            &fleet.work_rx
+        let room = fleet.provisioner.has_room();
+        // Then a confirmed node (found by a discovery); an announced one (known only
+        // from a startup event) only when no confirmed one waits.
+        if room {
+            if let Ok(job) = fleet.work_rx.try_recv() {
+                begin(fleet, job);
+                continue;
+            }
+        }
+        let work = if room { &fleet.work_rx } else { &none };
+        let announced = if room && fleet.announced_has_room() {
+            &fleet.announced_rx
         } else {
             &none
         };
@@ -44,6 +56,10 @@ pub(super) fn run(fleet: &Fleet) {
                 Err(_) => return,
             },
             recv(work) -> job => match job {
+                Ok(job) => begin(fleet, job),
+                Err(_) => return,
+            },
+            recv(announced) -> job => match job {
                 Ok(job) => begin(fleet, job),
                 Err(_) => return,
             },

@@ -279,7 +279,7 @@ impl Metrics {
 
         let refused_identities = site_vec(
             "choria_provisioner_refused_identities",
-            "How many node identities were refused as invalid",
+            "How many node identities were refused as invalid or by the identity policy",
             &["source", "reason"],
         )?;
         let rejected_replies = site_vec(

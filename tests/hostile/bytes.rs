@@ -6,9 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::assert_connection_held;
+use super::support::hostile::{ok, GhostFlood, Hostile};
 use super::support::rig::{fast, sim, wait_provisioned, Provisioner};
-use super::support::{NatsServer, RawPublisher};
+use super::support::{NatsServer, RawPublisher, TempDir};
+use super::{assert_all_provisioned_once, assert_connection_held};
 
 /// A header block of about `bytes` bytes of tiny lines, as nats-server passes an
 /// HPUB's on unread.
@@ -104,4 +105,74 @@ fn a_flood_of_huge_header_blocks_is_read_past_and_never_costs_the_connection() {
         "at their usual pace: {took:?}"
     );
     assert_connection_held(&prov);
+}
+
+/// 20 honest nodes booting into 500 made-up identities a second whose inventory
+/// the attacker answers, with `yaml` as the provisioner's settings; how long the 20
+/// took, and every request the attacker saw.
+fn answering_ghosts(yaml: &str) -> (Duration, Vec<String>, Provisioner) {
+    let server = NatsServer::start();
+    let attacker = Hostile::connect(&server.url(), None);
+    let race = attacker.race(Box::new(|target, _, body| {
+        (target.starts_with("ghost-") && body.action == "inventory")
+            .then(|| ok("inventory", serde_json::json!({"version": "0.30.2"})))
+    }));
+    attacker.flush();
+    let prov = Provisioner::start(&server.url(), "p1.test", yaml, fast());
+    let flood = GhostFlood::start(&server.url(), 500);
+    std::thread::sleep(Duration::from_secs(3));
+    let booted = Instant::now();
+    let fleet = sim(&server.url(), 20, |_| {});
+    wait_provisioned(&fleet, 20, Duration::from_secs(30));
+    let took = booted.elapsed();
+    let ghosts = flood.stop();
+    assert!(ghosts >= 1500, "the flood ran: {ghosts} ghosts");
+    assert_all_provisioned_once(&fleet);
+    drop(race);
+    assert_connection_held(&prov);
+    let seen = attacker.loot.seen.lock().clone();
+    (took, seen, prov)
+}
+
+#[test]
+fn an_identity_policy_refuses_made_up_identities_before_they_cost_anything() {
+    let (took, seen, prov) = answering_ghosts("workers: 8\nidentity_deny: ['^ghost-']\n");
+    let asked: Vec<&String> = seen.iter().filter(|s| s.starts_with("ghost-")).collect();
+    assert!(asked.is_empty(), "no request reached a ghost: {asked:?}");
+    let refused = prov.counter("refused_identities", &["event", "policy"]);
+    println!("20 nodes in {took:?}; {refused} ghosts refused by the policy");
+    assert!(refused >= 1500, "{refused}");
+    assert!(
+        took < Duration::from_secs(10),
+        "at their usual pace: {took:?}"
+    );
+    let most = prov.metrics.waiting_attempts_max.get();
+    assert!(most <= 20, "no ghost was ever under way: {most}");
+}
+
+#[test]
+fn without_a_policy_honest_nodes_are_not_starved_by_answering_ghosts() {
+    // A helper of 200 ms: eight workers run 40 a second, and every ghost whose
+    // inventory is answered costs one; 500 ghosts a second would fill a single queue
+    // ahead of every honest node. Honest nodes are found by a discovery as well
+    // (every 2 s here) and go ahead of names known only from events.
+    let dir = TempDir::new("slow-helper");
+    let helper = dir.script(
+        "helper.sh",
+        &format!(
+            "#!/bin/sh\nsleep 0.2\nexec {} \"$@\"\n",
+            super::support::daemon::example_helper().display()
+        ),
+    );
+    let (took, seen, prov) =
+        answering_ghosts(&format!("workers: 8\nhelper: {}\n", helper.display()));
+    let asked = seen.iter().filter(|s| s.starts_with("ghost-")).count();
+    println!(
+        "20 nodes in {took:?}; {asked} requests to ghosts; {} still queued",
+        prov.metrics.work_queue_entries.get()
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "honest nodes starved: {took:?}"
+    );
 }

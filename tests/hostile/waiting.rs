@@ -8,58 +8,12 @@ use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, StatusCode};
 
-use super::support::hostile::{ok, Hostile};
+use super::support::hostile::{ok, GhostFlood, Hostile};
 use super::support::rig::{
     all_late, fast, jwt_sim, sim, wait_provisioned, wait_until, Provisioner,
 };
 use super::support::{NatsServer, TempDir};
 use super::{assert_all_provisioned_once, assert_connection_held, reader, KeyThief};
-
-/// Publishes startup events for made-up identities, `per_second` of them, until
-/// dropped.
-struct GhostFlood {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<u64>>,
-}
-
-impl GhostFlood {
-    fn start(url: &str, per_second: u32) -> GhostFlood {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let attacker = Hostile::connect(url, None);
-        let thread = std::thread::spawn(move || {
-            let gap = Duration::from_secs(1) / per_second;
-            let mut sent = 0;
-            // At most two minutes of events, whatever the test does.
-            while !flag.load(Ordering::Relaxed) && sent < 120 * u64::from(per_second) {
-                attacker.startup_event(
-                    &format!("ghost-{sent}.example.net"),
-                    "provision_mode_server",
-                );
-                attacker.flush();
-                sent += 1;
-                std::thread::sleep(gap);
-            }
-            sent
-        });
-        GhostFlood {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops the flood; how many ghosts it announced.
-    fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().map_or(0, |t| t.join().unwrap())
-    }
-}
-
-impl Drop for GhostFlood {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
 
 /// 20 honest nodes booting into a flood of ghost events, 10 a second, from an
 /// attacker subscribed to every node's subject (so nats-server never says "no

@@ -4,9 +4,9 @@
 //! provisioner in `tests/hostile.rs`.
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use choria_provisioner::choria::protocol::mcorpc::{RpcReply, RpcRequestBody, StatusCode};
 use choria_provisioner::choria::protocol::{self, DecodedRequest};
@@ -145,6 +145,58 @@ impl Hostile {
                 }
                 Ok(())
             })
+    }
+}
+
+/// Publishes startup events for made-up identities (`ghost-<n>.example.net`),
+/// `per_second` of them, until stopped or dropped (two minutes at most).
+pub struct GhostFlood {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl GhostFlood {
+    pub fn start(url: &str, per_second: u32) -> GhostFlood {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let attacker = Hostile::connect(url, None);
+        let thread = std::thread::spawn(move || {
+            let gap = Duration::from_secs(1) / per_second;
+            let started = Instant::now();
+            let mut sent = 0u32;
+            // At most two minutes of events, whatever the test does; paced from the
+            // start, so that the time a publish takes does not lower the rate.
+            while !flag.load(Ordering::Relaxed) && sent < 120 * per_second {
+                attacker.startup_event(
+                    &format!("ghost-{sent}.example.net"),
+                    "provision_mode_server",
+                );
+                sent += 1;
+                if sent % 10 == 0 || per_second <= 100 {
+                    attacker.flush();
+                }
+                if let Some(wait) = (started + gap * sent).checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+            u64::from(sent)
+        });
+        GhostFlood {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the flood; how many ghosts it announced.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap())
+    }
+}
+
+impl Drop for GhostFlood {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

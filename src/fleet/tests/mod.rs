@@ -141,6 +141,7 @@ fn unstarted_rig(workers: usize, capacity: usize, cooldown: Duration, gated: boo
             shutdown_timeout: Duration::from_secs(2),
             lock_window: Duration::from_secs(1),
             silent_cooldown: Duration::from_secs(1),
+            identity_policy: None,
         },
         metrics,
         pause,
@@ -447,3 +448,77 @@ fn two_fleets_in_one_process_are_independent() {
 }
 
 mod discovery_and_instances;
+
+#[test]
+fn confirmed_nodes_go_before_announced_ones_and_a_discovery_confirms_an_announced_one() {
+    // A queue of 10: the announced lane holds a fifth of it, 2.
+    let r = unstarted_rig(1, 10, Duration::from_secs(60), false);
+    for n in ["e1", "e2"] {
+        assert_eq!(r.fleet.add(&id(n), Source::Event), AddResult::Added);
+    }
+    assert_eq!(
+        r.fleet.add(&id("e3"), Source::Event),
+        AddResult::QueueFull,
+        "the announced lane is full; the confirmed one is not"
+    );
+    assert_eq!(r.fleet.add(&id("d1"), Source::Discovery), AddResult::Added);
+    // A discovery finds e2, announced before: it moves to the confirmed lane.
+    assert_eq!(r.fleet.add(&id("e2"), Source::Discovery), AddResult::Known);
+    assert_eq!(
+        r.fleet.queued(),
+        4,
+        "e2's announced job stays, stale, until taken"
+    );
+    r.fleet.start();
+    wait_until("all provisioned", || r.recorder.calls.lock().len() == 3);
+    assert_eq!(*r.recorder.calls.lock(), ["d1", "e2", "e1"]);
+    r.fleet.stop();
+}
+
+#[test]
+fn an_identity_the_policy_refuses_is_never_queued_and_is_counted() {
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let pause = Arc::new(Pause::new(metrics.paused.clone()));
+    let recorder = Arc::new(Recorder {
+        calls: Mutex::new(Vec::new()),
+        outcomes: Mutex::new(HashMap::new()),
+        gate: None,
+        started: crossbeam_channel::unbounded().0,
+        waiting: Mutex::new(Default::default()),
+        woken: Mutex::new(Vec::new()),
+    });
+    let policy = IdentityPolicy::new(&[r"\.example\.net$".into()], &["^ghost-".into()]);
+    let fleet = Fleet::new(
+        FleetOptions {
+            identity_policy: policy.map(Arc::new),
+            ..FleetOptions::default()
+        },
+        Arc::clone(&metrics),
+        pause,
+        recorder as Arc<dyn Provision>,
+    );
+    for (name, source) in [
+        ("ghost-1.example.net", Source::Event),
+        ("web1.example.org", Source::Discovery),
+    ] {
+        assert_eq!(fleet.add(&id(name), source), AddResult::Refused, "{name}");
+        assert!(!fleet.is_known(name));
+    }
+    assert_eq!(
+        fleet.add(&id("web1.example.net"), Source::Event),
+        AddResult::Added
+    );
+    assert_eq!(fleet.queued(), 1);
+    let refused = |source| {
+        metrics
+            .refused_identities
+            .with_label_values(&[source, "policy"])
+            .get()
+    };
+    assert_eq!((refused("event"), refused("discovery")), (1, 1));
+    assert_eq!(
+        metrics.event_discovered.get(),
+        1,
+        "only the admitted one counts"
+    );
+}

@@ -362,9 +362,21 @@ pub(crate) fn send(path: &Path, request: &ControlRequest) -> Result<Response, Se
     stream
         .set_read_timeout(Some(IO_TIMEOUT * 2))
         .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
-        .and_then(|()| (&stream).write_all(&text))
-        .and_then(|()| BufReader::new((&stream).take(64 * 1024)).read_until(b'\n', &mut line))
         .map_err(SendError::Exchange)?;
+    // A daemon that refuses at once (busy) writes its answer and closes before
+    // reading: the request then cannot be written, but the answer is there to read.
+    let sent = (&stream).write_all(&text);
+    let read = BufReader::new((&stream).take(64 * 1024)).read_until(b'\n', &mut line);
+    match (sent, read) {
+        (_, Ok(n)) if n > 0 => {}
+        (Err(e), _) | (Ok(()), Err(e)) => return Err(SendError::Exchange(e)),
+        (Ok(()), Ok(_)) => {
+            return Err(SendError::Exchange(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the provisioner closed the connection without answering",
+            )))
+        }
+    }
     serde_json::from_slice(&line)
         .map_err(|e| SendError::Answer(crate::json_text::describe(&e).to_string()))
 }

@@ -204,7 +204,16 @@ impl Board {
 
     /// The attempt of `identity` ended with `outcome`: keep it and write it to the
     /// audit trail.
-    pub(super) fn finish(&self, identity: &Identity, outcome: &Outcome, took: Duration) {
+    /// Ends `identity`'s attempt with `outcome`: a record for the history and the
+    /// audit trail. `silent`: it never had a valid reply (with a node that was gone
+    /// or stale, a quiet attempt: written at a bounded rate, see `fleet::audit`).
+    pub(super) fn finish(
+        &self,
+        identity: &Identity,
+        outcome: &Outcome,
+        took: Duration,
+        silent: bool,
+    ) {
         let Some(flight) = self.in_flight.lock().remove(identity) else {
             return;
         };
@@ -235,7 +244,9 @@ impl Board {
             facts,
         });
         if let Some(audit) = self.audit.get() {
+            let quiet = silent || matches!(outcome, Outcome::Unreachable(_) | Outcome::Stale(_));
             match serde_json::to_string(&*record) {
+                Ok(line) if quiet => audit.write_quiet(&record, &line),
                 Ok(line) => audit.write(&line),
                 Err(e) => log::error!("Could not encode the audit record of {identity}: {e}"),
             }
@@ -514,7 +525,7 @@ mod tests {
         let progress = Arc::new(Progress::new());
         let n = board.begin(identity, Arc::clone(&progress));
         progress.rpc_try("inventory", 2);
-        board.finish(identity, outcome, Duration::from_millis(1500));
+        board.finish(identity, outcome, Duration::from_millis(1500), false);
         n
     }
 

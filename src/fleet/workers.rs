@@ -162,7 +162,7 @@ pub(super) fn finished(fleet: &Fleet, finished: Finished) {
     let metrics = &fleet.metrics;
     let took = ticket.started.elapsed();
     metrics.observe_outcome(outcome.label(), took.as_secs_f64());
-    fleet.board.finish(&ticket.identity, &outcome, took);
+    fleet.board.finish(&ticket.identity, &outcome, took, silent);
     if outcome.is_success() {
         metrics.provisioned.inc();
         log::info!("{}: {outcome}", ticket.identity);

@@ -176,3 +176,44 @@ fn without_a_policy_honest_nodes_are_not_starved_by_answering_ghosts() {
         "honest nodes starved: {took:?}"
     );
 }
+
+#[test]
+fn a_silent_ghost_flood_grows_the_audit_file_by_a_bounded_amount() {
+    // 2,000 made-up names a second for 20 s, nobody behind them: each attempt ends
+    // at once as unreachable (nats-server says no responders, and the probe agrees),
+    // having sent nothing and made nothing. Sixty of them a minute are written line
+    // by line, the rest summed up.
+    let server = NatsServer::start();
+    let dir = TempDir::new("audit-flood");
+    let audit = dir.path().join("audit.log");
+    let prov = Provisioner::start(
+        &server.url(),
+        "p1.test",
+        &format!("workers: 8\naudit_file: {}\n", audit.display()),
+        fast(),
+    );
+    let flood = GhostFlood::start(&server.url(), 2000);
+    std::thread::sleep(Duration::from_secs(20));
+    let ghosts = flood.stop();
+    let unreachable = prov.metrics.unreachable_nodes.get();
+    let fleet = sim(&server.url(), 5, |_| {});
+    wait_provisioned(&fleet, 5, Duration::from_secs(30));
+    drop(prov);
+    let size = std::fs::metadata(&audit).unwrap().len();
+    println!("{ghosts} ghosts, {unreachable} unreachable; the audit file has {size} bytes");
+    assert!(ghosts >= 20_000, "the flood ran: {ghosts}");
+    assert!(size < 100 * 1024, "the audit file grew by {size} bytes");
+    let text = std::fs::read_to_string(&audit).unwrap();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("\"provisioned\""))
+            .count(),
+        5,
+        "every honest node's line is there"
+    );
+    assert!(
+        unreachable >= 10_000,
+        "the ghosts' attempts ended: {unreachable}"
+    );
+    assert!(text.contains("\"aggregated\":"), "summed up");
+}

@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub(crate) mod backoff;
+pub(crate) mod budget;
 pub mod choria;
 pub mod cli;
 pub mod clock;

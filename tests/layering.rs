@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 
 /// The crate's layers, top first, and the bottom modules every layer may use.
 const LAYERS: [&str; 6] = ["cli", "fleet", "node", "choria", "crypto", "config"];
-const BOTTOM: [&str; 11] = [
+const BOTTOM: [&str; 12] = [
     "config",
     "metrics",
     "backoff",
+    "budget",
     "throttle",
     "json_text",
     "untrusted",
@@ -23,7 +24,7 @@ const BOTTOM: [&str; 11] = [
 ];
 
 /// The first [`BOTTOM`] modules, which name only the system interface.
-const ABOVE_SYSTEM: usize = 7;
+const ABOVE_SYSTEM: usize = 8;
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -56,6 +56,16 @@ pub(crate) const DEFAULT_MAX_WAITING_ATTEMPTS: usize = 5_000;
 /// kilobytes.
 pub(crate) const MAX_WAITING_ATTEMPTS: usize = 1_000_000;
 
+/// The default `max_reply_bytes`: nats-server's default `max_payload`, so that no
+/// reply a stock broker passes is refused; a site whose nodes' facts are small sets
+/// it lower.
+pub(crate) const DEFAULT_MAX_REPLY_BYTES: u64 = 1024 * 1024;
+
+/// The default `max_held_bytes`: with the 1 MiB replies a stock broker allows, 64
+/// first replies at once, or 2,500 kept inventories of 50 KB; the provisioner's own
+/// memory at 100,000 nodes is under 64 MB beside it.
+pub(crate) const DEFAULT_MAX_HELD_BYTES: u64 = 128 * 1024 * 1024;
+
 /// The longest `csr_reply_grace` accepted: a twin later than this is past any node's
 /// `gencsr` timeout in practice, and a longer wait only delays every node. The same
 /// bound holds for `reply_grace`.
@@ -155,6 +165,10 @@ pub struct Config {
     /// Attempts under way at once; the workers take no new node from the queue while
     /// this many wait (new key).
     pub max_waiting_attempts: usize,
+    /// The largest reply read: a larger one is dropped unread (`max_reply_bytes`).
+    pub max_reply_bytes: u64,
+    /// The byte budget of unread replies and kept inventories (`max_held_bytes`).
+    pub max_held_bytes: u64,
     /// Token sent with every `choria_provision` action.
     pub token: Secret,
     /// Component of the startup events listened to.
@@ -231,6 +245,8 @@ impl Config {
             csr_reply_grace: DEFAULT_CSR_REPLY_GRACE,
             reply_grace: DEFAULT_REPLY_GRACE,
             max_waiting_attempts: DEFAULT_MAX_WAITING_ATTEMPTS,
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
+            max_held_bytes: DEFAULT_MAX_HELD_BYTES,
             token: Secret::default(),
             lifecycle_component: DEFAULT_LIFECYCLE_COMPONENT.into(),
             choria_insecure: false,

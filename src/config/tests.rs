@@ -683,3 +683,25 @@ fn identity_patterns_are_read_like_cert_deny_list_and_must_compile() {
         "identity_allow[0]: \"[z-a]\"",
     );
 }
+
+#[test]
+fn byte_sizes_take_numbers_and_units_and_their_bounds() {
+    let c = config("");
+    assert_eq!((c.max_reply_bytes, c.max_held_bytes), (1 << 20, 128 << 20));
+    let c = config("max_reply_bytes: 512KiB\nmax_held_bytes: '1 GB'\n");
+    assert_eq!(
+        (c.max_reply_bytes, c.max_held_bytes),
+        (512 << 10, 1_000_000_000)
+    );
+    assert_eq!(config("max_reply_bytes: 65536\n").max_reply_bytes, 65536);
+    assert_problem(
+        "max_reply_bytes: 1KiB\n",
+        "must be from 16384 to 67108864 bytes",
+    );
+    assert_problem("max_reply_bytes: lots\n", "a size in bytes");
+    assert_problem("max_reply_bytes: -5\n", "a size in bytes");
+    assert_problem(
+        "max_reply_bytes: 1MiB\nmax_held_bytes: 2MiB\n",
+        "must be at least four times max_reply_bytes (4194304)",
+    );
+}

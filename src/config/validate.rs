@@ -157,6 +157,25 @@ fn timeouts(c: &Config, problems: &mut Vec<Problem>) {
             ),
         ));
     }
+    if !(MIN_REPLY_BYTES..=MAX_REPLY_BYTES).contains(&c.max_reply_bytes) {
+        problems.push(Problem::with_value(
+            "max_reply_bytes",
+            c.max_reply_bytes.to_string(),
+            format!(
+                "must be from {MIN_REPLY_BYTES} to {MAX_REPLY_BYTES} bytes (a node's inventory reply must fit)"
+            ),
+        ));
+    }
+    if c.max_held_bytes < 4 * c.max_reply_bytes || c.max_held_bytes > MAX_HELD_BYTES {
+        problems.push(Problem::with_value(
+            "max_held_bytes",
+            c.max_held_bytes.to_string(),
+            format!(
+                "must be at least four times max_reply_bytes ({}) and at most {MAX_HELD_BYTES} bytes",
+                4 * c.max_reply_bytes
+            ),
+        ));
+    }
     if c.server_jwt_validity.is_zero() {
         problems.push(Problem::with_value(
             "server_jwt_validity",
@@ -165,6 +184,13 @@ fn timeouts(c: &Config, problems: &mut Vec<Problem>) {
         ));
     }
 }
+
+/// The smallest `max_reply_bytes`: a bare inventory reply takes a few KB.
+const MIN_REPLY_BYTES: u64 = 16 * 1024;
+/// The largest `max_reply_bytes`: nats-server's own largest `max_payload`.
+const MAX_REPLY_BYTES: u64 = 64 * 1024 * 1024;
+/// The largest `max_held_bytes`.
+const MAX_HELD_BYTES: u64 = 64 * 1024 * 1024 * 1024;
 
 fn deny_list(c: &Config, problems: &mut Vec<Problem>) {
     let lists = [

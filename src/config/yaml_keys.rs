@@ -22,6 +22,8 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "helper_timeout",
     "csr_reply_grace",
     "reply_grace",
+    "max_reply_bytes",
+    "max_held_bytes",
     "max_waiting_attempts",
     "token",
     "lifecycle_component",
@@ -170,6 +172,16 @@ fn apply_top(
                 duration(key, v).map(|d| c.csr_reply_grace = d.unwrap_or(c.csr_reply_grace))
             }
             "reply_grace" => duration(key, v).map(|d| c.reply_grace = d.unwrap_or(c.reply_grace)),
+            "max_reply_bytes" => bytes(key, v).map(|n| {
+                if let Some(n) = n {
+                    c.max_reply_bytes = n;
+                }
+            }),
+            "max_held_bytes" => bytes(key, v).map(|n| {
+                if let Some(n) = n {
+                    c.max_held_bytes = n;
+                }
+            }),
             "max_waiting_attempts" => int(key, v).map(|n| {
                 if let Some(n) = n {
                     c.max_waiting_attempts = usize::try_from(n).unwrap_or(0);
@@ -410,6 +422,41 @@ fn boolean(key: &str, v: &Value) -> Result<bool, Problem> {
     }
 }
 
+/// A size: a whole number of bytes, or a string of one with a unit (`B`, `KiB`,
+/// `MiB`, `GiB`, or `KB`, `MB`, `GB` as powers of ten), e.g. `128MiB`.
+fn bytes(key: &str, v: &Value) -> Result<Option<u64>, Problem> {
+    let expected = "a size in bytes, such as 1048576 or \"1MiB\"";
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| wrong_type(key, expected, v)),
+        Value::String(s) => {
+            let s = s.trim();
+            let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+            let (number, unit) = s.split_at(digits);
+            let scale: u64 = match unit.trim() {
+                "" | "B" => 1,
+                "KiB" => 1 << 10,
+                "MiB" => 1 << 20,
+                "GiB" => 1 << 30,
+                "KB" => 1_000,
+                "MB" => 1_000_000,
+                "GB" => 1_000_000_000,
+                _ => return Err(wrong_type(key, expected, v)),
+            };
+            number
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| n.checked_mul(scale))
+                .map(Some)
+                .ok_or_else(|| wrong_type(key, expected, v))
+        }
+        other => Err(wrong_type(key, expected, other)),
+    }
+}
+
 fn int(key: &str, v: &Value) -> Result<Option<i64>, Problem> {
     match v {
         Value::Null => Ok(None),
@@ -487,6 +534,8 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
         "max_waiting_attempts",
         Value::Number(c.max_waiting_attempts.into()),
     );
+    put("max_reply_bytes", Value::Number(c.max_reply_bytes.into()));
+    put("max_held_bytes", Value::Number(c.max_held_bytes.into()));
     put("token", secret(&c.token));
     put("lifecycle_component", s(&c.lifecycle_component));
     put("choria_insecure", Value::Bool(c.choria_insecure));

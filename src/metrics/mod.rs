@@ -119,6 +119,9 @@ pub struct Metrics {
     /// early, by `door` (`monitor`, `control`) and `reason` (the monitor's:
     /// [`tiny_http::Refusal::as_str`]; the control socket's: `CONTROL_REFUSALS`).
     pub connections_refused: IntCounterVec,
+    /// Bytes of the network's held now against `max_held_bytes`: replies routed to
+    /// attempts and not read yet, and inventories kept until their helper runs.
+    pub held_bytes: IntGauge,
     /// Audit trail lines that could not be written (`audit_file`).
     pub audit_write_errors: IntCounter,
     /// Helper configurations that would bring the node back into provisioning or
@@ -463,6 +466,10 @@ impl Metrics {
             peer_messages_refused,
             peer_messages_dropped,
             connections_refused,
+            held_bytes: gauge(
+                "choria_provisioner_held_bytes",
+                "How many bytes from nodes are held now (unread replies, kept inventories) against max_held_bytes",
+            )?,
             audit_write_errors: counter(
                 "choria_provisioner_audit_write_errors",
                 "How many audit trail lines could not be written",

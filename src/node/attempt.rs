@@ -247,6 +247,8 @@ struct Learnt {
     /// the thousands of attempts under way would otherwise carry their 144 bytes.
     ed25519: Option<Box<Ed25519Info>>,
     inventory: String,
+    /// The inventory's bytes, held against `max_held_bytes` until the helper has it.
+    inventory_held: Option<crate::budget::Charge>,
     version: String,
     upgradable: bool,
     csr: Option<Box<CsrInfo>>,
@@ -609,6 +611,7 @@ impl Attempt {
                 })?;
                 // Only the helper reads it: not kept while the attempt goes on.
                 self.learnt.inventory = String::new();
+                self.learnt.inventory_held = None;
                 self.effects.push(Effect::RunHelper(bytes));
                 Ok(())
             }

@@ -31,6 +31,7 @@ use super::attempt::{Attempt, Effect, Incoming, Input, Tag};
 use super::outcome::Outcome;
 use super::progress::Progress;
 use super::sequence::NodeSequence;
+use crate::budget::{ByteBudget, Charge};
 use crate::choria::identity::Identity;
 use crate::choria::protocol::mcorpc::RequestData;
 use crate::choria::router::{Route, Routed};
@@ -38,6 +39,24 @@ use crate::choria::rpc::RpcClient;
 
 /// Replies kept unread per request: the real one plus a few forged or duplicated.
 const REPLIES_PER_REQUEST: usize = 8;
+
+/// What a routed reply may cost, shared by every cell: the per-reply cap
+/// (`max_reply_bytes`) and the byte budget (`max_held_bytes`).
+///
+/// A reply over the cap is dropped unread, as if lost: the request times out and is
+/// tried again, so a forger cannot contest it that way, and an honest node whose
+/// reply is larger fails with a timeout and the counter says why. Within the cap a
+/// request's first reply may fill the budget and a further one half of it. A first
+/// reply the budget cannot take is lost the same way (the node answers the retry);
+/// a further one is dropped like one past [`REPLIES_PER_REQUEST`]: the attempt is
+/// told, and treats it as a contest. So traffic to other attempts never makes an
+/// honest attempt contested, and a flood of duplicates never keeps a first reply out.
+struct Intake {
+    budget: Arc<ByteBudget>,
+    max_reply: usize,
+    too_large: prometheus::IntCounter,
+    over_budget: prometheus::IntCounter,
+}
 
 /// An attempt the fleet started, with what the fleet needs back when it ends.
 pub struct Ticket {
@@ -76,6 +95,7 @@ struct Cell {
     ready: Sender<Ready>,
     /// Set once the attempt ended: the timer drops its wakes.
     ended: AtomicBool,
+    intake: Arc<Intake>,
 }
 
 /// An attempt between turns.
@@ -92,9 +112,12 @@ struct Parked {
 
 #[derive(Default)]
 struct Inbox {
-    items: VecDeque<(Tag, Routed)>,
+    /// Each reply with its bytes held against the budget until it is read.
+    items: VecDeque<(Tag, Routed, Option<Charge>)>,
     /// Per tag: unread replies and replies dropped since the last look.
     counts: Vec<(usize, u64)>,
+    /// Per tag: whether a reply (or "no responders") was ever routed to it.
+    answered: Vec<bool>,
     probed: Vec<(Tag, bool)>,
     unsent: Vec<(Tag, String)>,
     woken: bool,
@@ -116,16 +139,42 @@ impl Cell {
     /// Called on the reader thread for a message routed to `tag`; false when it was
     /// dropped (more unread than a request keeps).
     fn routed(self: &Arc<Cell>, tag: Tag, routed: Routed) -> bool {
+        let intake = &self.intake;
+        let size = match &routed {
+            Routed::Reply(bytes) => bytes.len(),
+            Routed::NoResponders => 0,
+        };
+        if size > intake.max_reply {
+            // As if lost: the request's timeout and retry take care of it.
+            intake.too_large.inc();
+            return true;
+        }
         let mut inbox = self.inbox.lock();
         let index = tag as usize;
         if inbox.counts.len() <= index {
             inbox.counts.resize(index + 1, (0, 0));
+            inbox.answered.resize(index + 1, false);
+        }
+        let first = !std::mem::replace(&mut inbox.answered[index], true);
+        let ceiling = if first {
+            intake.budget.limit()
+        } else {
+            intake.budget.limit() / 2
+        };
+        let charge = intake.budget.try_charge(size, ceiling);
+        if charge.is_none() {
+            intake.over_budget.inc();
+            if first {
+                // Lost, not contested: the node answers the retry.
+                inbox.answered[index] = false;
+                return true;
+            }
         }
         let (unread, dropped) = &mut inbox.counts[index];
-        let kept = *unread < REPLIES_PER_REQUEST;
+        let kept = charge.is_some() && *unread < REPLIES_PER_REQUEST;
         if kept {
             *unread += 1;
-            inbox.items.push_back((tag, routed));
+            inbox.items.push_back((tag, routed, charge));
         } else {
             *dropped += 1;
         }
@@ -171,6 +220,7 @@ pub(crate) struct Driver {
     waiting: AtomicUsize,
     silent: AtomicUsize,
     max_waiting: usize,
+    intake: Arc<Intake>,
 }
 
 impl Driver {
@@ -181,7 +231,15 @@ impl Driver {
         let cells = Arc::new(Cells::default());
         let timer = Timer::start(Arc::clone(&cells))?;
         let max_waiting = seq.config().max_waiting_attempts;
+        let rejected = &seq.metrics().rejected_replies;
+        let intake = Arc::new(Intake {
+            budget: Arc::clone(seq.budget()),
+            max_reply: usize::try_from(seq.config().max_reply_bytes).unwrap_or(usize::MAX),
+            too_large: rejected.with_label_values(&["too_large"]),
+            over_budget: rejected.with_label_values(&["over_budget"]),
+        });
         Ok(Arc::new(Driver {
+            intake,
             seq,
             rpc,
             ready_tx,
@@ -232,6 +290,7 @@ impl Driver {
             }),
             ready: self.ready_tx.clone(),
             ended: AtomicBool::new(false),
+            intake: Arc::clone(&self.intake),
         });
         self.cells.lock().insert(id, Arc::clone(&cell));
         self.waiting.fetch_add(1, Ordering::Relaxed);
@@ -300,7 +359,7 @@ impl Driver {
     /// What arrived since the last look, as inputs.
     fn collect(&self, cell: &Cell, parked: &mut Parked, inputs: &mut Vec<Input>) {
         let mut inbox = cell.inbox.lock();
-        let items: Vec<(Tag, Routed)> = inbox.items.drain(..).collect();
+        let items: Vec<(Tag, Routed, Option<Charge>)> = inbox.items.drain(..).collect();
         let probed: Vec<(Tag, bool)> = inbox.probed.drain(..).collect();
         let unsent: Vec<(Tag, String)> = inbox.unsent.drain(..).collect();
         let mut dropped = Vec::new();
@@ -313,7 +372,7 @@ impl Driver {
         let woken = std::mem::take(&mut inbox.woken);
         drop(inbox);
         let identity = parked.attempt.identity().clone();
-        for (tag, routed) in items {
+        for (tag, routed, charge) in items {
             let incoming = match routed {
                 Routed::NoResponders => Incoming::NoResponders,
                 Routed::Reply(bytes) => {
@@ -330,6 +389,8 @@ impl Driver {
                     }
                 }
             };
+            // Read: its bytes are given back to the budget.
+            drop(charge);
             inputs.push(Input::Reply { tag, incoming });
         }
         for (tag, nobody) in probed {
@@ -658,4 +719,79 @@ pub(crate) fn panicked(identity: &str, payload: &(dyn std::any::Any + Send)) -> 
         "provisioning {identity} panicked: {}",
         shown.escape_debug()
     ))
+}
+
+#[cfg(test)]
+mod intake_tests {
+    use super::*;
+
+    /// A cell with `budget` bytes and replies of at most `max_reply`, and its
+    /// counters (too large, over budget).
+    fn cell(budget: u64, max_reply: usize) -> (Arc<Cell>, Arc<Intake>, Receiver<Ready>) {
+        let gauge = prometheus::IntGauge::new("held", "held").unwrap();
+        let counter = |n: &str| prometheus::IntCounter::new(n, n).unwrap();
+        let intake = Arc::new(Intake {
+            budget: ByteBudget::new(budget, gauge),
+            max_reply,
+            too_large: counter("too_large"),
+            over_budget: counter("over_budget"),
+        });
+        let (ready, ready_rx) = unbounded();
+        let cell = Arc::new(Cell {
+            id: 1,
+            parked: Mutex::new(None),
+            inbox: Mutex::new(Inbox::default()),
+            ready,
+            ended: AtomicBool::new(false),
+            intake: Arc::clone(&intake),
+        });
+        (cell, intake, ready_rx)
+    }
+
+    fn reply(bytes: usize) -> Routed {
+        Routed::Reply(vec![b'x'; bytes])
+    }
+
+    /// (unread, dropped) of `tag`.
+    fn counts(cell: &Cell, tag: usize) -> (usize, u64) {
+        cell.inbox.lock().counts.get(tag).copied().unwrap_or((0, 0))
+    }
+
+    #[test]
+    fn a_reply_over_the_cap_is_lost_not_contested() {
+        let (cell, intake, _ready) = cell(10_000, 1_000);
+        assert!(cell.routed(0, reply(1_001)), "not an overflow");
+        assert_eq!(intake.too_large.get(), 1);
+        assert_eq!(counts(&cell, 0), (0, 0));
+        assert!(cell.routed(0, reply(1_000)));
+        assert_eq!(counts(&cell, 0), (1, 0));
+        assert_eq!(intake.budget.held(), 1_000);
+    }
+
+    #[test]
+    fn first_replies_may_fill_the_budget_duplicates_half_and_reading_gives_bytes_back() {
+        let (cell, intake, _ready) = cell(10_000, 5_000);
+        // Duplicates of request 0 use up to half of the budget; the next is a contest.
+        assert!(cell.routed(0, reply(4_000)));
+        assert!(cell.routed(0, reply(1_000)));
+        assert!(
+            !cell.routed(0, reply(1_000)),
+            "over half: dropped, told as a contest"
+        );
+        assert_eq!(counts(&cell, 0), (2, 1));
+        // A first reply to request 1 may still use the rest.
+        assert!(cell.routed(1, reply(5_000)));
+        assert_eq!(intake.budget.held(), 10_000);
+        // Full: a first reply to request 2 is lost (its retry is answered), not a
+        // contest, and a later reply to it is a first one again.
+        assert!(cell.routed(2, reply(100)));
+        assert_eq!(counts(&cell, 2), (0, 0));
+        assert_eq!(intake.over_budget.get(), 2);
+        // What a worker reads is given back.
+        let taken: Vec<_> = cell.inbox.lock().items.drain(..).collect();
+        drop(taken);
+        assert_eq!(intake.budget.held(), 0);
+        assert!(cell.routed(2, reply(100)));
+        assert_eq!(counts(&cell, 2), (1, 0));
+    }
 }

@@ -14,6 +14,7 @@ use super::loop_check::{HelperStamp, LoopWarnings};
 use super::outcome::Outcome;
 use super::progress::Progress;
 use super::upgrade_slots::{UpgradeSlots, SLOT_TIMEOUT};
+use crate::budget::ByteBudget;
 use crate::choria::identity::Identity;
 use crate::config::{Config, Pause};
 use crate::metrics::Metrics;
@@ -43,6 +44,8 @@ pub(crate) struct NodeSequence {
     contests: Throttle,
     slots: Arc<UpgradeSlots>,
     loops: LoopWarnings,
+    /// `max_held_bytes`: unread replies and kept inventories.
+    budget: Arc<ByteBudget>,
 }
 
 /// The first go-choria release whose provisioning agent has the provisioning lock.
@@ -68,6 +71,7 @@ impl NodeSequence {
                 metrics.upgrade_slots.clone(),
             )),
             loops: LoopWarnings::default(),
+            budget: ByteBudget::new(config.max_held_bytes, metrics.held_bytes.clone()),
             config,
             metrics,
             pause,
@@ -76,6 +80,11 @@ impl NodeSequence {
             lockless: Throttle::default(),
             contests: Throttle::default(),
         })
+    }
+
+    /// The byte budget of what nodes sent and attempts hold (`max_held_bytes`).
+    pub(crate) fn budget(&self) -> &Arc<ByteBudget> {
+        &self.budget
     }
 
     /// The configuration.

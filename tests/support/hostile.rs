@@ -152,6 +152,7 @@ impl Hostile {
 /// `per_second` of them, until stopped or dropped (two minutes at most).
 pub struct GhostFlood {
     stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<u64>>,
 }
 
@@ -159,6 +160,8 @@ impl GhostFlood {
     pub fn start(url: &str, per_second: u32) -> GhostFlood {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let sent_so_far = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&sent_so_far);
         let attacker = Hostile::connect(url, None);
         let thread = std::thread::spawn(move || {
             let gap = Duration::from_secs(1) / per_second;
@@ -172,6 +175,7 @@ impl GhostFlood {
                     "provision_mode_server",
                 );
                 sent += 1;
+                counted.store(u64::from(sent), Ordering::Relaxed);
                 if sent % 10 == 0 || per_second <= 100 {
                     attacker.flush();
                 }
@@ -183,8 +187,18 @@ impl GhostFlood {
         });
         GhostFlood {
             stop,
+            sent: sent_so_far,
             thread: Some(thread),
         }
+    }
+
+    /// Waits until `n` ghosts were announced (at most `within`); how many were.
+    pub fn until(&self, n: u64, within: Duration) -> u64 {
+        let deadline = Instant::now() + within;
+        while self.sent.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// Stops the flood; how many ghosts it announced.

@@ -196,6 +196,9 @@ impl Attempt {
                 }
                 self.learnt.version = version;
                 self.learnt.upgradable = upgradable;
+                // In memory already: charged whatever the budget holds, so that
+                // while many are kept, new replies give way.
+                self.learnt.inventory_held = Some(seq.budget().charge(inventory.len()));
                 self.learnt.inventory = inventory;
             }
             Value::Csr(csr) => {

@@ -1,7 +1,7 @@
 # choria-provisioner build and test entry points. `make help` lists them.
 CARGO ?= cargo
 
-.PHONY: all help build release test ci lint unit nats-server clean demo bench man fuzz fuzz-smoke
+.PHONY: all help build release test ci lint unit nats-server clean demo bench man fuzz fuzz-smoke stress
 
 all: build
 
@@ -16,6 +16,7 @@ help:
 	@echo "               (INSTANCES=N: N active-active provisioners share the fleet)"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make fuzz      every cargo-fuzz target (10 min network-facing, 2 min others)"
+	@echo "make stress    the driver's contract stress test, 4 million replies a seed, 8 seeds"
 	@echo "make dist      source tarball with vendored crates (air-gapped builds)"
 	@echo "make rpm       RPM from that tarball into target/rpm/"
 	@echo "make man       regenerate packaging/choria-provisioner.8 from the CLI's help"
@@ -77,6 +78,16 @@ fuzz:
 
 fuzz-smoke:
 	fuzz/run.sh smoke
+
+# The driver's contract (src/node/driver.rs) under a longer race than make test runs:
+# replies, timer wakes and workers on shared cells, each seed replayable with
+# DRIVER_STRESS_SEED=<seed> cargo test --lib node::driver::tests::contract.
+STRESS_REPLIES ?= 4000000
+stress:
+	for seed in 1 2 3 4 5 6 7 8; do \
+	  DRIVER_STRESS_SEED=$$seed DRIVER_STRESS_REPLIES=$(STRESS_REPLIES) \
+	    $(CARGO) test --release --lib node::driver::tests::contract -- --nocapture || exit 1; \
+	done
 
 # The README's first command: 200 simulated nodes provisioned on this machine.
 demo: build

@@ -272,13 +272,16 @@ fn a_request_announcing_a_huge_body_is_refused_and_kills_nothing() {
                         b"GET /healthz HTTP/1.1\r\nContent-Length: 1152921504606846976\r\n\r\n",
                     );
                     let mut answer = [0u8; 64];
+                    // Nothing at all once the daemon is stopping (its port closes).
                     let n = s.read(&mut answer).unwrap_or(0);
-                    assert!(
-                        answer[..n].starts_with(b"HTTP/1.1 413"),
-                        "{:?}",
-                        &answer[..n]
-                    );
-                    made.fetch_add(1, Ordering::Relaxed);
+                    if n > 0 {
+                        assert!(
+                            answer[..n].starts_with(b"HTTP/1.1 413"),
+                            "{:?}",
+                            &answer[..n]
+                        );
+                        made.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }

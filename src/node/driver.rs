@@ -10,6 +10,39 @@
 //! sends requests, runs the helper (workers are the helper concurrency, as in Go),
 //! and parks it again until its next wake.
 //!
+//! # The contract
+//!
+//! One attempt is a `Cell`. Its states, and what moves it between them:
+//!
+//! | state | `parked` | `inbox.scheduled` | on the ready channel | moved on by |
+//! |---|---|---|---|---|
+//! | running | `None` (a worker holds it) | true | no | the worker: parks it (below) or ends it |
+//! | parked | `Some` | false | no | a reply, a probe's answer or the timer: `schedule` |
+//! | ready | `Some` | true | once | a worker takes it off the channel: `resume` |
+//! | ended | `None` | — | no (a stale `Ready` finds nothing to take) | — |
+//!
+//! Locks: `inbox` guards what arrived (`items`, `probed`, `unsent`, counts,
+//! `woken`, `wake`) and `scheduled`; `parked` guards the attempt. Where both are
+//! held, `inbox` is taken first (`Cell::park`); nothing takes `inbox` while holding
+//! `parked`.
+//!
+//! Invariants, and why they hold:
+//! - **A cell runs on one worker at a time.** `schedule` sends a `Ready` only when it
+//!   turns `scheduled` from false to true, and only the worker that parks the cell
+//!   turns it back, so at most one `Ready` or one worker exists per cell.
+//! - **A reply is never lost.** `routed` pushes it and calls `schedule` under the
+//!   inbox lock; a worker parks only under that same lock after finding the inbox
+//!   empty (`Cell::park`), so a reply either is seen by the running worker or
+//!   schedules the parked cell.
+//! - **A woken cell runs once per wake.** The timer sets `woken` and schedules
+//!   under the inbox lock; the worker takes `woken` (and turns it into one `Tick`)
+//!   under the same lock; a wake replaced by a later one is skipped.
+//! - **An ended cell frees its routes.** `end` drops its routes (no reply reaches it
+//!   any more) and removes it from `cells` (the timer drops its wakes).
+//!
+//! `intake_tests` and `contract_tests` (a seeded stress test of replies, wakes and
+//! workers racing, run longer by `make stress`) check them.
+//!
 //! Bounds: at most `max_waiting_attempts` attempts are parked at once (the workers
 //! take no new node from the queue meanwhile, so the 50,000-entry queue keeps
 //! waiting nodes; each worker checks before it takes one, so the count may pass the
@@ -134,6 +167,39 @@ impl Cell {
             inbox.scheduled = true;
             let _ = self.ready.send(Ready(Arc::clone(self)));
         }
+    }
+
+    /// Parks the attempt unless something arrived since the worker last looked, in
+    /// which case it is handed back to go on: the only place `scheduled` turns false.
+    fn park(&self, parked: Parked) -> Option<Parked> {
+        let mut inbox = self.inbox.lock();
+        if inbox.items.is_empty() && inbox.probed.is_empty() && !inbox.woken {
+            *self.parked.lock() = Some(parked);
+            inbox.scheduled = false;
+            None
+        } else {
+            Some(parked)
+        }
+    }
+
+    /// The parked attempt, for the worker that took the cell's `Ready`.
+    fn take(&self) -> Option<Parked> {
+        self.parked.lock().take()
+    }
+
+    /// The timer's wake due at `at`: marks the cell woken and schedules it, unless a
+    /// later wake replaced this one or the attempt ended.
+    fn wake(self: &Arc<Cell>, at: Instant) {
+        if self.ended.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut inbox = self.inbox.lock();
+        if inbox.wake.is_some_and(|w| w > at) {
+            return;
+        }
+        inbox.wake = None;
+        inbox.woken = true;
+        self.schedule(&mut inbox);
     }
 
     /// Called on the reader thread for a message routed to `tag`; false when it was
@@ -308,7 +374,7 @@ impl Driver {
     /// Runs a parked attempt that has something to do.
     pub(crate) fn resume(&self, ready: Ready, stopping: &AtomicBool) -> Option<Finished> {
         let cell = ready.0;
-        let parked = cell.parked.lock().take()?;
+        let parked = cell.take()?;
         self.turns(&cell, parked, Vec::new(), stopping)
     }
 
@@ -320,7 +386,7 @@ impl Driver {
         cells
             .into_iter()
             .filter_map(|cell| {
-                let parked = cell.parked.lock().take()?;
+                let parked = cell.take()?;
                 self.turns(&cell, parked, vec![Input::Stop], &stopping)
             })
             .collect()
@@ -341,13 +407,13 @@ impl Driver {
                 inputs.push(Input::Stop);
             }
             if inputs.is_empty() {
-                let mut inbox = cell.inbox.lock();
-                if inbox.items.is_empty() && inbox.probed.is_empty() && !inbox.woken {
-                    *cell.parked.lock() = Some(parked);
-                    inbox.scheduled = false;
-                    return None;
+                match cell.park(parked) {
+                    None => return None,
+                    Some(back) => {
+                        parked = back;
+                        continue;
+                    }
                 }
-                continue;
             }
             let batch = std::mem::take(&mut inputs);
             if let Some(outcome) = self.turn(cell, &mut parked, batch, stopping) {
@@ -671,17 +737,7 @@ impl Timer {
                     .collect()
             };
             for (at, cell) in woken {
-                if cell.ended.load(Ordering::Relaxed) {
-                    continue;
-                }
-                let mut inbox = cell.inbox.lock();
-                // A later wake replaced this one.
-                if inbox.wake.is_some_and(|w| w > at) {
-                    continue;
-                }
-                inbox.wake = None;
-                inbox.woken = true;
-                cell.schedule(&mut inbox);
+                cell.wake(at);
             }
             match next {
                 Some(next) => std::thread::park_timeout(
@@ -722,76 +778,4 @@ pub(crate) fn panicked(identity: &str, payload: &(dyn std::any::Any + Send)) -> 
 }
 
 #[cfg(test)]
-mod intake_tests {
-    use super::*;
-
-    /// A cell with `budget` bytes and replies of at most `max_reply`, and its
-    /// counters (too large, over budget).
-    fn cell(budget: u64, max_reply: usize) -> (Arc<Cell>, Arc<Intake>, Receiver<Ready>) {
-        let gauge = prometheus::IntGauge::new("held", "held").unwrap();
-        let counter = |n: &str| prometheus::IntCounter::new(n, n).unwrap();
-        let intake = Arc::new(Intake {
-            budget: ByteBudget::new(budget, gauge),
-            max_reply,
-            too_large: counter("too_large"),
-            over_budget: counter("over_budget"),
-        });
-        let (ready, ready_rx) = unbounded();
-        let cell = Arc::new(Cell {
-            id: 1,
-            parked: Mutex::new(None),
-            inbox: Mutex::new(Inbox::default()),
-            ready,
-            ended: AtomicBool::new(false),
-            intake: Arc::clone(&intake),
-        });
-        (cell, intake, ready_rx)
-    }
-
-    fn reply(bytes: usize) -> Routed {
-        Routed::Reply(vec![b'x'; bytes])
-    }
-
-    /// (unread, dropped) of `tag`.
-    fn counts(cell: &Cell, tag: usize) -> (usize, u64) {
-        cell.inbox.lock().counts.get(tag).copied().unwrap_or((0, 0))
-    }
-
-    #[test]
-    fn a_reply_over_the_cap_is_lost_not_contested() {
-        let (cell, intake, _ready) = cell(10_000, 1_000);
-        assert!(cell.routed(0, reply(1_001)), "not an overflow");
-        assert_eq!(intake.too_large.get(), 1);
-        assert_eq!(counts(&cell, 0), (0, 0));
-        assert!(cell.routed(0, reply(1_000)));
-        assert_eq!(counts(&cell, 0), (1, 0));
-        assert_eq!(intake.budget.held(), 1_000);
-    }
-
-    #[test]
-    fn first_replies_may_fill_the_budget_duplicates_half_and_reading_gives_bytes_back() {
-        let (cell, intake, _ready) = cell(10_000, 5_000);
-        // Duplicates of request 0 use up to half of the budget; the next is a contest.
-        assert!(cell.routed(0, reply(4_000)));
-        assert!(cell.routed(0, reply(1_000)));
-        assert!(
-            !cell.routed(0, reply(1_000)),
-            "over half: dropped, told as a contest"
-        );
-        assert_eq!(counts(&cell, 0), (2, 1));
-        // A first reply to request 1 may still use the rest.
-        assert!(cell.routed(1, reply(5_000)));
-        assert_eq!(intake.budget.held(), 10_000);
-        // Full: a first reply to request 2 is lost (its retry is answered), not a
-        // contest, and a later reply to it is a first one again.
-        assert!(cell.routed(2, reply(100)));
-        assert_eq!(counts(&cell, 2), (0, 0));
-        assert_eq!(intake.over_budget.get(), 2);
-        // What a worker reads is given back.
-        let taken: Vec<_> = cell.inbox.lock().items.drain(..).collect();
-        drop(taken);
-        assert_eq!(intake.budget.held(), 0);
-        assert!(cell.routed(2, reply(100)));
-        assert_eq!(counts(&cell, 2), (1, 0));
-    }
-}
+mod tests;

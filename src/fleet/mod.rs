@@ -400,6 +400,10 @@ impl Fleet {
         if !self.owns(identity) {
             return AddResult::NotOurs;
         }
+        let lane = match source {
+            Source::Discovery | Source::Retry => Lane::Confirmed,
+            Source::Event => Lane::Announced,
+        };
         let result = {
             let mut hosts = self.hosts.lock();
             let now = Instant::now();
@@ -408,62 +412,12 @@ impl Fleet {
             // entry yet: the node is queued under a new generation, and the
             // finisher's late finish no longer matches it.
             let over = |e: &Entry| matches!(e.state, State::CoolingDown(at) if at <= now);
-            let lane = match source {
-                Source::Discovery | Source::Retry => Lane::Confirmed,
-                Source::Event => Lane::Announced,
-            };
             match hosts.get_mut(identity).filter(|e| !over(e)) {
                 Some(entry) => {
-                    // A node seen again while still queued is alive: restart its
-                    // stale clock but keep its place (re-queuing would cost a second
-                    // slot), unless a discovery confirms a node that waits in the
-                    // announced lane: it moves to the confirmed one (its old job is
-                    // then of an older generation and ignored).
-                    if let State::Queued(since) = &mut entry.state {
-                        *since = now;
-                        if entry.lane == Lane::Announced && lane == Lane::Confirmed {
-                            let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-                            let job = Job {
-                                identity: identity.clone(),
-                                generation,
-                            };
-                            if self.work_tx.try_send(job).is_ok() {
-                                entry.generation = generation;
-                                entry.lane = Lane::Confirmed;
-                            }
-                        }
-                    }
+                    self.seen_again(identity, entry, lane, now);
                     AddResult::Known
                 }
-                None => {
-                    let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-                    let job = Job {
-                        identity: identity.clone(),
-                        generation,
-                    };
-                    let queue = match lane {
-                        Lane::Confirmed => &self.work_tx,
-                        Lane::Announced => &self.announced_tx,
-                    };
-                    match queue.try_send(job) {
-                        Ok(()) => {
-                            hosts.insert(
-                                identity.clone(),
-                                Entry {
-                                    generation,
-                                    state: State::Queued(now),
-                                    lane,
-                                },
-                            );
-                            AddResult::Added
-                        }
-                        Err(TrySendError::Full(_)) => {
-                            self.queue_full.fetch_add(1, Ordering::Relaxed);
-                            AddResult::QueueFull
-                        }
-                        Err(TrySendError::Disconnected(_)) => AddResult::Stopping,
-                    }
-                }
+                None => self.queue(&mut hosts, identity, lane, now),
             }
         };
         if result == AddResult::Added {
@@ -479,6 +433,63 @@ impl Fleet {
         }
         self.update_gauges();
         result
+    }
+
+    /// A known node seen again: while it is queued it is alive, so its stale clock
+    /// restarts but it keeps its place (re-queuing would cost a second slot), unless
+    /// a discovery confirms a node that waits in the announced lane: it moves to the
+    /// confirmed one (its old job is then of an older generation and ignored).
+    fn seen_again(&self, identity: &Identity, entry: &mut Entry, lane: Lane, now: Instant) {
+        let State::Queued(since) = &mut entry.state else {
+            return;
+        };
+        *since = now;
+        if entry.lane == Lane::Announced && lane == Lane::Confirmed {
+            let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+            let job = Job {
+                identity: identity.clone(),
+                generation,
+            };
+            if self.work_tx.try_send(job).is_ok() {
+                entry.generation = generation;
+                entry.lane = Lane::Confirmed;
+            }
+        }
+    }
+
+    /// Queues a node not known yet in `lane`, under a new generation.
+    fn queue(
+        &self,
+        hosts: &mut HashMap<Identity, Entry>,
+        identity: &Identity,
+        lane: Lane,
+        now: Instant,
+    ) -> AddResult {
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let job = Job {
+            identity: identity.clone(),
+            generation,
+        };
+        let queue = match lane {
+            Lane::Confirmed => &self.work_tx,
+            Lane::Announced => &self.announced_tx,
+        };
+        match queue.try_send(job) {
+            Ok(()) => {
+                let entry = Entry {
+                    generation,
+                    state: State::Queued(now),
+                    lane,
+                };
+                hosts.insert(identity.clone(), entry);
+                AddResult::Added
+            }
+            Err(TrySendError::Full(_)) => {
+                self.queue_full.fetch_add(1, Ordering::Relaxed);
+                AddResult::QueueFull
+            }
+            Err(TrySendError::Disconnected(_)) => AddResult::Stopping,
+        }
     }
 
     /// How many offers were refused because the queue was full since the last call.

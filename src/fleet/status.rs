@@ -288,27 +288,35 @@ type Queued = (Lane, u64, Identity, Instant);
 /// A node cooling down: until when, and its identity.
 type Cooling = (Instant, Identity);
 
-/// One list of `/nodes`, whole, in its order: only the page asked for is made into
-/// JSON.
-struct Listed<T> {
-    items: Vec<T>,
+/// One `/nodes` answer being made: the page `query` asks for of each list, with
+/// each list's total and, when more follow, the path of its next page. A list is
+/// given whole and in its order; only the page asked for is made into JSON.
+struct Page<'q> {
+    query: &'q NodesQuery,
+    doc: serde_json::Map<String, Value>,
+    totals: serde_json::Map<String, Value>,
+    next: serde_json::Map<String, Value>,
 }
 
-impl<T> Listed<T> {
-    /// Puts the page `query` asks for into `doc[list]`, and the list's total (and
-    /// the next page's path, when more follow) into `totals` and `next`.
-    fn page(
-        self,
-        list: &str,
-        query: &NodesQuery,
-        doc: &mut serde_json::Map<String, Value>,
-        totals: &mut serde_json::Map<String, Value>,
-        next: &mut serde_json::Map<String, Value>,
-        show: impl Fn(usize, T) -> Value,
-    ) {
-        let total = self.items.len();
-        let shown: Vec<Value> = self
-            .items
+impl<'q> Page<'q> {
+    fn new(query: &'q NodesQuery, doc: serde_json::Map<String, Value>) -> Page<'q> {
+        Page {
+            query,
+            doc,
+            totals: serde_json::Map::new(),
+            next: serde_json::Map::new(),
+        }
+    }
+
+    /// Adds the list `name` of `items` (when the query wants it), each shown by
+    /// `show` with its place in the whole list.
+    fn list<T>(&mut self, name: &str, items: Vec<T>, show: impl Fn(usize, T) -> Value) {
+        let query = self.query;
+        if !query.wants(name) {
+            return;
+        }
+        let total = items.len();
+        let shown: Vec<Value> = items
             .into_iter()
             .enumerate()
             .skip(query.offset)
@@ -316,10 +324,16 @@ impl<T> Listed<T> {
             .map(|(n, item)| show(n, item))
             .collect();
         if query.offset.saturating_add(query.limit) < total {
-            next.insert(list.into(), query.next_of(list).into());
+            self.next.insert(name.into(), query.next_of(name).into());
         }
-        totals.insert(list.into(), total.into());
-        doc.insert(list.into(), shown.into());
+        self.totals.insert(name.into(), total.into());
+        self.doc.insert(name.into(), shown.into());
+    }
+
+    fn finish(mut self) -> Value {
+        self.doc.insert("total".into(), self.totals.into());
+        self.doc.insert("next".into(), self.next.into());
+        Value::Object(self.doc)
     }
 }
 
@@ -327,7 +341,7 @@ impl FleetStatus {
     /// The queued nodes in queue order (generation, identity, since) and the nodes
     /// cooling down by end (until, identity), as asked: copied under the fleet's
     /// lock (identities are shared, not copied), sorted and shown after it.
-    fn known(&self, query: &NodesQuery) -> (Listed<Queued>, Listed<Cooling>) {
+    fn known(&self, query: &NodesQuery) -> (Vec<Queued>, Vec<Cooling>) {
         let mut queued = Vec::new();
         let mut cooling = Vec::new();
         {
@@ -348,7 +362,7 @@ impl FleetStatus {
         // lane goes first: a node's place is its rank by lane, then generation.
         queued.sort_unstable();
         cooling.sort_unstable();
-        (Listed { items: queued }, Listed { items: cooling })
+        (queued, cooling)
     }
 
     /// One node's entry in the fleet's map, looked up (a queued node's place is
@@ -370,6 +384,44 @@ impl FleetStatus {
         }
     }
 
+    /// What every `/nodes` answer starts with: who answers, when, and the pause.
+    fn header(&self) -> serde_json::Map<String, Value> {
+        let mut doc = serde_json::Map::new();
+        let instance = self.0.board.instance.get().cloned().unwrap_or_default();
+        doc.insert("instance".into(), json!(instance));
+        let now = crate::clock::rfc3339(crate::clock::unix_nanos() as f64 / 1e9);
+        doc.insert("time".into(), now.into());
+        doc.insert("paused".into(), self.0.pause().paused().into());
+        doc.insert("operator_pause".into(), json!(self.0.pause().operator()));
+        doc
+    }
+
+    /// The attempts in flight, as asked, in the order they began (bounded by
+    /// `max_waiting_attempts`).
+    fn in_flight(&self, query: &NodesQuery) -> Vec<((Instant, Identity), Value)> {
+        if !query.wants("in_flight") {
+            return Vec::new();
+        }
+        let board = &self.0.board;
+        let mut in_flight: Vec<((Instant, Identity), Value)> = board
+            .in_flight
+            .lock()
+            .iter()
+            .map(|(i, f)| ((f.started, i.clone()), board.in_flight_json(i, f)))
+            .collect();
+        in_flight.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        in_flight
+    }
+
+    /// The finished attempts kept, newest first, as asked.
+    fn recent(&self, query: &NodesQuery) -> Vec<Arc<Record>> {
+        if !query.wants("recent") {
+            return Vec::new();
+        }
+        let history = self.0.board.history.lock();
+        history.records.iter().rev().cloned().collect()
+    }
+
     fn upgrading(&self) -> Vec<(Identity, Instant)> {
         let mut upgrading = self.0.provisioner.upgrading();
         upgrading.sort_unstable_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
@@ -383,100 +435,32 @@ fn upgrading_json(identity: &Identity, since: Instant) -> Value {
 
 impl crate::metrics::NodeStatus for FleetStatus {
     fn nodes(&self, query: &NodesQuery) -> Value {
-        let board = &self.0.board;
-        let mut doc = serde_json::Map::new();
-        doc.insert(
-            "instance".into(),
-            json!(board.instance.get().cloned().unwrap_or_default()),
-        );
-        doc.insert(
-            "time".into(),
-            crate::clock::rfc3339(crate::clock::unix_nanos() as f64 / 1e9).into(),
-        );
-        doc.insert("paused".into(), self.0.pause().paused().into());
-        doc.insert("operator_pause".into(), json!(self.0.pause().operator()));
-        let (mut totals, mut next) = (serde_json::Map::new(), serde_json::Map::new());
+        let mut page = Page::new(query, self.header());
         let (queued, cooling) = self.known(query);
-        if query.wants("queued") {
-            queued.page(
-                "queued",
-                query,
-                &mut doc,
-                &mut totals,
-                &mut next,
-                |n, (lane, _, i, since)| {
-                    json!({
-                        "identity": i.as_str(),
-                        "state": "queued",
-                        "position": n + 1,
-                        "lane": lane.name(),
-                        "since": rfc3339(since),
-                    })
-                },
-            );
-        }
-        if query.wants("in_flight") {
-            // Bounded by max_waiting_attempts; in the order the attempts began.
-            let mut in_flight: Vec<((Instant, Identity), Value)> = board
-                .in_flight
-                .lock()
-                .iter()
-                .map(|(i, f)| ((f.started, i.clone()), board.in_flight_json(i, f)))
-                .collect();
-            in_flight.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            Listed { items: in_flight }.page(
-                "in_flight",
-                query,
-                &mut doc,
-                &mut totals,
-                &mut next,
-                |_, (_, v)| v,
-            );
-        }
-        if query.wants("cooling_down") {
-            cooling.page(
-                "cooling_down",
-                query,
-                &mut doc,
-                &mut totals,
-                &mut next,
-                |_, (until, i)| {
-                    json!({
-                        "identity": i.as_str(),
-                        "state": "cooling_down",
-                        "until": rfc3339(until),
-                    })
-                },
-            );
-        }
-        if query.wants("upgrading") {
-            Listed {
-                items: self.upgrading(),
-            }
-            .page(
-                "upgrading",
-                query,
-                &mut doc,
-                &mut totals,
-                &mut next,
-                |_, (i, since)| upgrading_json(&i, since),
-            );
-        }
-        if query.wants("recent") {
-            let recent: Vec<Arc<Record>> =
-                board.history.lock().records.iter().rev().cloned().collect();
-            Listed { items: recent }.page(
-                "recent",
-                query,
-                &mut doc,
-                &mut totals,
-                &mut next,
-                |_, r| serde_json::to_value(&*r).unwrap_or(Value::Null),
-            );
-        }
-        doc.insert("total".into(), totals.into());
-        doc.insert("next".into(), next.into());
-        Value::Object(doc)
+        page.list("queued", queued, |n, (lane, _, i, since)| {
+            json!({
+                "identity": i.as_str(),
+                "state": "queued",
+                "position": n + 1,
+                "lane": lane.name(),
+                "since": rfc3339(since),
+            })
+        });
+        page.list("in_flight", self.in_flight(query), |_, (_, v)| v);
+        page.list("cooling_down", cooling, |_, (until, i)| {
+            json!({
+                "identity": i.as_str(),
+                "state": "cooling_down",
+                "until": rfc3339(until),
+            })
+        });
+        page.list("upgrading", self.upgrading(), |_, (i, since)| {
+            upgrading_json(&i, since)
+        });
+        page.list("recent", self.recent(query), |_, r| {
+            serde_json::to_value(&*r).unwrap_or(Value::Null)
+        });
+        page.finish()
     }
 
     fn node(&self, raw: &str) -> NodeLookup {

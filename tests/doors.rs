@@ -36,6 +36,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(url: &str, tag: &str) -> Daemon {
+        Daemon::start_with_files(url, tag, 1024)
+    }
+
+    /// [`Daemon::start`] under a file limit of `files`.
+    fn start_with_files(url: &str, tag: &str, files: u32) -> Daemon {
         let dir = TempDir::new(tag);
         let port = free_port();
         let cfg = dir.write(
@@ -54,7 +59,11 @@ impl Daemon {
             ),
         );
         let child = Command::new("sh")
-            .args(["-c", "ulimit -n 1024 && exec \"$0\" \"$@\"", BIN])
+            .args([
+                "-c",
+                &format!("ulimit -n {files} && exec \"$0\" \"$@\""),
+                BIN,
+            ])
             .args(["--config", &yaml.display().to_string()])
             .args(["--choria-config", &cfg.display().to_string()])
             .spawn()
@@ -469,4 +478,38 @@ fn the_control_socket_drops_a_dripping_client_and_refuses_another_uid() {
     let _held = UnixStream::connect(&socket).unwrap();
     let stopped_in = daemon.terminate();
     println!("stopped {stopped_in:?} after SIGTERM with a control client connected");
+}
+
+#[test]
+fn a_failed_accept_is_waited_out_and_the_port_answers_again() {
+    // Under a file limit of 64 the monitor runs out of descriptors before it reaches
+    // its cap of connections: accept fails with EMFILE. The accept loop used to end
+    // on the first failure, and the port never answered again.
+    let server = NatsServer::start();
+    let mut daemon = Daemon::start_with_files(&server.url(), "doors-emfile", 64);
+    daemon.scrape();
+    let port = daemon.port;
+    let held: Vec<TcpStream> = (0..100)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(held);
+    // Waited out (at most 1 s between tries), then served again.
+    let mut answered = None;
+    let started = Instant::now();
+    while answered.is_none() && started.elapsed() < Duration::from_secs(10) {
+        let (status, body) = get(port, "/metrics");
+        if status == 200 {
+            answered = Some(body);
+        } else {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let scrape = answered.expect("the port answers again once descriptors are free");
+    assert!(
+        refused(&scrape, "monitor", "accept_failed") > 0,
+        "the failed accepts were counted"
+    );
+    assert!(daemon.logged("HTTP accept failed"), "and logged");
+    daemon.terminate();
 }

@@ -348,8 +348,8 @@ impl FleetStatus {
             let hosts = self.0.hosts.lock();
             for (identity, entry) in hosts.iter() {
                 match entry.state {
-                    State::Queued(since) if query.wants("queued") => {
-                        queued.push((entry.lane, entry.generation, identity.clone(), since))
+                    State::Queued(since, lane) if query.wants("queued") => {
+                        queued.push((lane, entry.generation, identity.clone(), since))
                     }
                     State::CoolingDown(until) if query.wants("cooling_down") => {
                         cooling.push((until, identity.clone()))
@@ -370,7 +370,7 @@ impl FleetStatus {
     fn known_one(&self, identity: &Identity) -> Option<Value> {
         let state = self.0.hosts.lock().get(identity).map(|e| e.state);
         match state? {
-            State::Queued(since) => Some(json!({
+            State::Queued(since, _) => Some(json!({
                 "identity": identity.as_str(),
                 "state": "queued",
                 "since": rfc3339(since),

@@ -522,3 +522,9 @@ fn an_identity_the_policy_refuses_is_never_queued_and_is_counted() {
         "only the admitted one counts"
     );
 }
+
+#[test]
+fn a_fleet_entry_stays_32_bytes() {
+    // 100,000 of them at once: every byte is 100 KB (docs/performance.md).
+    assert_eq!(std::mem::size_of::<Entry>(), 32);
+}

@@ -35,6 +35,8 @@ mod sys;
 #[cfg(test)]
 #[path = "../tests/support/nats_server.rs"]
 mod test_nats_server;
+#[cfg(test)]
+mod test_rng;
 pub(crate) mod throttle;
 pub(crate) mod untrusted;
 

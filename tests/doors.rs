@@ -43,21 +43,13 @@ impl Daemon {
     fn start_with_files(url: &str, tag: &str, files: u32) -> Daemon {
         let dir = TempDir::new(tag);
         let port = free_port();
-        let cfg = dir.write(
-            "choria.cfg",
-            &format!("identity = doors.test\nplugin.choria.middleware_hosts = {url}\n"),
+        let yaml = format!(
+            "helper: {}\nworkers: 4\nreply_grace: 300ms\nshutdown_timeout: 3s\n\
+             monitor_host: 127.0.0.1\nmonitor_port: {port}\ncontrol_socket: {}\n",
+            support::daemon::example_helper().display(),
+            dir.path().join("control.sock").display(),
         );
-        let yaml = dir.write(
-            "p.yaml",
-            &format!(
-                "choria_insecure: true\nlogfile: {}\nhelper: {}\nworkers: 4\nreply_grace: 300ms\n\
-                 shutdown_timeout: 3s\nmonitor_host: 127.0.0.1\nmonitor_port: {port}\n\
-                 control_socket: {}\n",
-                dir.path().join("p.log").display(),
-                support::daemon::example_helper().display(),
-                dir.path().join("control.sock").display(),
-            ),
-        );
+        let (cfg, yaml) = support::daemon::files(&dir, "doors.test", url, &yaml);
         let child = Command::new("sh")
             .args([
                 "-c",

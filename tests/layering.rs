@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// The crate's layers, top first, and the bottom modules every layer may use.
 const LAYERS: [&str; 6] = ["cli", "fleet", "node", "choria", "crypto", "config"];
-const BOTTOM: [&str; 12] = [
+const BOTTOM: [&str; 13] = [
     "config",
     "metrics",
     "backoff",
@@ -19,8 +19,10 @@ const BOTTOM: [&str; 12] = [
     "logging",
     "proc_self",
     "sys",
-    // The unit tests' nats-server (`tests/support/nats_server.rs`), compiled for tests only.
+    // The unit tests' nats-server (`tests/support/nats_server.rs`) and seeded
+    // generator, compiled for tests only.
     "test_nats_server",
+    "test_rng",
 ];
 
 /// The first [`BOTTOM`] modules, which name only the system interface.

@@ -164,15 +164,7 @@ impl Daemon {
         options: DaemonOptions,
         shutdown: &Receiver<()>,
     ) -> Result<Daemon, StartError> {
-        let connector =
-            Connector::connect(client, metrics, shutdown).map_err(StartError::Connect)?;
-        let startup = Event::new("startup", &client.identity, COMPONENT, crate::VERSION);
-        if let Err(e) = lifecycle::publish(connector.bus(), &startup) {
-            log::warn!("Could not publish the startup event: {e}");
-        }
-        let rpc = Arc::new(
-            RpcClient::new(&connector, client, Arc::clone(metrics)).map_err(StartError::Rpc)?,
-        );
+        let (connector, rpc) = Self::connect(client, metrics, shutdown)?;
         let timeouts = Timeouts {
             provision: client.rpc_timeout(Duration::from_secs(20)),
             rpcutil: client.rpc_timeout(Duration::from_secs(2)),
@@ -192,6 +184,70 @@ impl Daemon {
                 name: "attempt-timer",
                 error,
             })?;
+        let fleet = Self::new_fleet(config, client, metrics, pause, &options, provisioner);
+        let (trigger_tx, trigger) = bounded::<()>(1);
+        // Startup events published while we were away are lost: discover at once.
+        connector.state().tell_reconnections(trigger_tx.clone());
+        let mut daemon = Daemon {
+            fleet: Arc::clone(&fleet),
+            connector,
+            rpc: Arc::clone(&rpc),
+            threads: Vec::new(),
+            election: None,
+            membership: None,
+            trigger: Some(trigger_tx.clone()),
+            shutdown_timeout: config.shutdown_timeout,
+            keys,
+        };
+        if config.leader_election {
+            pause.pause();
+            let (thread, state) = daemon.start_election(
+                client,
+                metrics,
+                options.election.clone(),
+                trigger_tx.clone(),
+            )?;
+            daemon.election = Some(state);
+            daemon.threads.push(thread);
+        }
+        if config.active_active {
+            daemon.join_active_active(config, client, metrics, &options, upgrade_slots)?;
+        }
+        fleet.start();
+        let listener = daemon.listen_for_events(config, metrics)?;
+        daemon.threads.push(listener);
+        daemon.start_discovery(config, client, &options, rpc, trigger)?;
+        Ok(daemon)
+    }
+
+    /// Connects to the broker, announces this provisioner's startup and makes the
+    /// RPC client.
+    fn connect(
+        client: &ClientConfig,
+        metrics: &Arc<Metrics>,
+        shutdown: &Receiver<()>,
+    ) -> Result<(Connector, Arc<RpcClient>), StartError> {
+        let connector =
+            Connector::connect(client, metrics, shutdown).map_err(StartError::Connect)?;
+        let startup = Event::new("startup", &client.identity, COMPONENT, crate::VERSION);
+        if let Err(e) = lifecycle::publish(connector.bus(), &startup) {
+            log::warn!("Could not publish the startup event: {e}");
+        }
+        let rpc = Arc::new(
+            RpcClient::new(&connector, client, Arc::clone(metrics)).map_err(StartError::Rpc)?,
+        );
+        Ok((connector, rpc))
+    }
+
+    /// The scheduler of `provisioner`, with its board and audit trail.
+    fn new_fleet(
+        config: &Config,
+        client: &ClientConfig,
+        metrics: &Arc<Metrics>,
+        pause: &Arc<Pause>,
+        options: &DaemonOptions,
+        provisioner: Arc<Driver>,
+    ) -> Arc<Fleet> {
         let fleet = Fleet::new(
             FleetOptions {
                 workers: config.workers,
@@ -213,49 +269,50 @@ impl Daemon {
             log::info!("Writing the audit trail to {}", path.display());
             fleet.board().set_audit(Arc::new(audit));
         }
-        let (trigger_tx, trigger) = bounded::<()>(1);
-        // Startup events published while we were away are lost: discover at once.
-        connector.state().tell_reconnections(trigger_tx.clone());
-        let mut daemon = Daemon {
-            fleet: Arc::clone(&fleet),
-            connector,
-            rpc: Arc::clone(&rpc),
-            threads: Vec::new(),
-            election: None,
-            membership: None,
-            trigger: Some(trigger_tx.clone()),
-            shutdown_timeout: config.shutdown_timeout,
-            keys,
-        };
-        if config.leader_election {
-            pause.pause();
-            let (thread, state) =
-                daemon.start_election(client, metrics, options.election, trigger_tx.clone())?;
-            daemon.election = Some(state);
-            daemon.threads.push(thread);
-        }
-        if config.active_active {
-            let me = Identity::parse(&client.identity).map_err(StartError::Identity)?;
-            let membership = Membership::new(
-                me,
-                &config.site,
-                options.heartbeat,
-                daemon.connector.bus().clone(),
-                Arc::clone(metrics),
-            );
-            // The cap is the site's: split among the live instances.
-            membership.share_upgrade_slots(upgrade_slots);
-            fleet.set_ownership(Arc::clone(&membership) as Arc<dyn super::Ownership>);
-            daemon.threads.push(
-                membership
-                    .start(Arc::clone(&fleet), trigger_tx.clone())
-                    .map_err(StartError::Membership)?,
-            );
-            daemon.membership = Some(membership);
-        }
-        fleet.start();
-        let listener = daemon.listen_for_events(config, metrics)?;
-        daemon.threads.push(listener);
+        fleet
+    }
+
+    /// Joins the site's active-active set: the membership's thread, the fleet's
+    /// ownership and this instance's part of the upgrade slots.
+    fn join_active_active(
+        &mut self,
+        config: &Config,
+        client: &ClientConfig,
+        metrics: &Arc<Metrics>,
+        options: &DaemonOptions,
+        upgrade_slots: Arc<crate::node::upgrade_slots::UpgradeSlots>,
+    ) -> Result<(), StartError> {
+        let me = Identity::parse(&client.identity).map_err(StartError::Identity)?;
+        let membership = Membership::new(
+            me,
+            &config.site,
+            options.heartbeat,
+            self.connector.bus().clone(),
+            Arc::clone(metrics),
+        );
+        // The cap is the site's: split among the live instances.
+        membership.share_upgrade_slots(upgrade_slots);
+        self.fleet
+            .set_ownership(Arc::clone(&membership) as Arc<dyn super::Ownership>);
+        let trigger = self.trigger.clone().expect("set before any thread starts");
+        self.threads.push(
+            membership
+                .start(Arc::clone(&self.fleet), trigger)
+                .map_err(StartError::Membership)?,
+        );
+        self.membership = Some(membership);
+        Ok(())
+    }
+
+    /// The discovery thread: every `interval`, and whenever `trigger` says.
+    fn start_discovery(
+        &mut self,
+        config: &Config,
+        client: &ClientConfig,
+        options: &DaemonOptions,
+        rpc: Arc<RpcClient>,
+        trigger: Receiver<()>,
+    ) -> Result<(), StartError> {
         let discoverer = BroadcastDiscovery {
             rpc,
             initial: client.discovery_timeout,
@@ -266,18 +323,18 @@ impl Daemon {
         };
         let interval = options.interval.unwrap_or(config.interval);
         let rediscovery = options.rediscovery;
-        daemon.threads.push(
-            std::thread::Builder::new()
-                .name("discovery".into())
-                .spawn(move || {
-                    super::discovery::run_with(&fleet, &discoverer, interval, &trigger, rediscovery)
-                })
-                .map_err(|error| StartError::Thread {
-                    name: "discovery",
-                    error,
-                })?,
-        );
-        Ok(daemon)
+        let fleet = Arc::clone(&self.fleet);
+        let thread = std::thread::Builder::new()
+            .name("discovery".into())
+            .spawn(move || {
+                super::discovery::run_with(&fleet, &discoverer, interval, &trigger, rediscovery)
+            })
+            .map_err(|error| StartError::Thread {
+                name: "discovery",
+                error,
+            })?;
+        self.threads.push(thread);
+        Ok(())
     }
 
     /// The scheduler.

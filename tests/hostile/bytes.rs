@@ -11,6 +11,17 @@ use super::support::rig::{fast, sim, wait_provisioned, Provisioner};
 use super::support::{NatsServer, RawPublisher, TempDir};
 use super::{assert_all_provisioned_once, assert_connection_held};
 
+/// The example helper, `seconds` late: a script in `dir`.
+fn slow_helper(dir: &TempDir, seconds: &str) -> std::path::PathBuf {
+    dir.script(
+        "helper.sh",
+        &format!(
+            "#!/bin/sh\nsleep {seconds}\nexec {} \"$@\"\n",
+            super::support::daemon::example_helper().display()
+        ),
+    )
+}
+
 /// A header block of about `bytes` bytes of tiny lines, as nats-server passes an
 /// HPUB's on unread.
 fn header_block(bytes: usize) -> Vec<u8> {
@@ -167,13 +178,7 @@ fn without_a_policy_honest_nodes_are_not_starved_by_answering_ghosts() {
     // ahead of every honest node. Honest nodes are found by a discovery as well
     // (every 2 s here) and go ahead of names known only from events.
     let dir = TempDir::new("slow-helper");
-    let helper = dir.script(
-        "helper.sh",
-        &format!(
-            "#!/bin/sh\nsleep 0.2\nexec {} \"$@\"\n",
-            super::support::daemon::example_helper().display()
-        ),
-    );
+    let helper = slow_helper(&dir, "0.2");
     let (took, seen, prov) =
         answering_ghosts(&format!("workers: 8\nhelper: {}\n", helper.display()));
     let asked = seen.iter().filter(|s| s.starts_with("ghost-")).count();
@@ -267,13 +272,7 @@ fn a_flood_of_megabyte_replies_is_held_within_the_byte_budget() {
         });
     attacker.flush();
     let dir = TempDir::new("reply-flood");
-    let helper = dir.script(
-        "helper.sh",
-        &format!(
-            "#!/bin/sh\nsleep 1\nexec {} \"$@\"\n",
-            super::support::daemon::example_helper().display()
-        ),
-    );
+    let helper = slow_helper(&dir, "1");
     let bin = env!("CARGO_BIN_EXE_choria-provisioner");
     let mut child = super::support::daemon::spawn_with(
         bin,

@@ -187,16 +187,9 @@ pub fn spawn(dir: &TempDir, url: &str, yaml: &str) -> std::process::Child {
     spawn_with(bin, dir, "p1.test", url, &yaml)
 }
 
-/// The provisioner binary `bin` (the test's `CARGO_BIN_EXE_choria-provisioner`;
-/// the example that shares this module has none) as `identity`, with `yaml` (which
-/// names the helper), logging to a file in `dir`.
-pub fn spawn_with(
-    bin: &str,
-    dir: &TempDir,
-    identity: &str,
-    url: &str,
-    yaml: &str,
-) -> std::process::Child {
+/// The client configuration (`choria.cfg`, as `identity` on `url`) and the
+/// provisioner's YAML (`yaml`, logging to `p.log`) in `dir`: their paths.
+pub fn files(dir: &TempDir, identity: &str, url: &str, yaml: &str) -> (PathBuf, PathBuf) {
     let cfg = dir.write(
         "choria.cfg",
         &format!("identity = {identity}\nplugin.choria.middleware_hosts = {url}\n"),
@@ -208,6 +201,20 @@ pub fn spawn_with(
             dir.path().join("p.log").display()
         ),
     );
+    (cfg, yaml)
+}
+
+/// The provisioner binary `bin` (the test's `CARGO_BIN_EXE_choria-provisioner`;
+/// the example that shares this module has none) as `identity`, with `yaml` (which
+/// names the helper), logging to a file in `dir`.
+pub fn spawn_with(
+    bin: &str,
+    dir: &TempDir,
+    identity: &str,
+    url: &str,
+    yaml: &str,
+) -> std::process::Child {
+    let (cfg, yaml) = files(dir, identity, url, yaml);
     std::process::Command::new(bin)
         .args([
             "--config",

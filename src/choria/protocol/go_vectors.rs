@@ -351,20 +351,7 @@ fn lifecycle_events_in_both_formats() {
     );
 }
 
-/// A small deterministic PRNG (xorshift64*), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use crate::test_rng::Rng;
 
 fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
     let mut out = input.to_vec();

@@ -121,6 +121,20 @@ fn rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig 
 /// A [`rig`] whose threads are not started: the test plays the worker and the
 /// finisher.
 fn unstarted_rig(workers: usize, capacity: usize, cooldown: Duration, gated: bool) -> Rig {
+    let options = FleetOptions {
+        workers,
+        capacity,
+        cooldown,
+        shutdown_timeout: Duration::from_secs(2),
+        lock_window: Duration::from_secs(1),
+        silent_cooldown: Duration::from_secs(1),
+        identity_policy: None,
+    };
+    unstarted_rig_with(options, gated)
+}
+
+/// [`unstarted_rig`] with `options` as they are.
+fn unstarted_rig_with(options: FleetOptions, gated: bool) -> Rig {
     let metrics = Arc::new(Metrics::new("test").unwrap());
     let pause = Arc::new(Pause::new(metrics.paused.clone()));
     let (release, gate) = crossbeam_channel::unbounded();
@@ -134,15 +148,7 @@ fn unstarted_rig(workers: usize, capacity: usize, cooldown: Duration, gated: boo
         woken: Mutex::new(Vec::new()),
     });
     let fleet = Fleet::new(
-        FleetOptions {
-            workers,
-            capacity,
-            cooldown,
-            shutdown_timeout: Duration::from_secs(2),
-            lock_window: Duration::from_secs(1),
-            silent_cooldown: Duration::from_secs(1),
-            identity_policy: None,
-        },
+        options,
         metrics,
         pause,
         Arc::clone(&recorder) as Arc<dyn Provision>,
@@ -477,26 +483,15 @@ fn confirmed_nodes_go_before_announced_ones_and_a_discovery_confirms_an_announce
 
 #[test]
 fn an_identity_the_policy_refuses_is_never_queued_and_is_counted() {
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let pause = Arc::new(Pause::new(metrics.paused.clone()));
-    let recorder = Arc::new(Recorder {
-        calls: Mutex::new(Vec::new()),
-        outcomes: Mutex::new(HashMap::new()),
-        gate: None,
-        started: crossbeam_channel::unbounded().0,
-        waiting: Mutex::new(Default::default()),
-        woken: Mutex::new(Vec::new()),
-    });
     let policy = IdentityPolicy::new(&[r"\.example\.net$".into()], &["^ghost-".into()]);
-    let fleet = Fleet::new(
+    let r = unstarted_rig_with(
         FleetOptions {
             identity_policy: policy.map(Arc::new),
             ..FleetOptions::default()
         },
-        Arc::clone(&metrics),
-        pause,
-        recorder as Arc<dyn Provision>,
+        false,
     );
+    let (fleet, metrics) = (&r.fleet, r.fleet.metrics());
     for (name, source) in [
         ("ghost-1.example.net", Source::Event),
         ("web1.example.org", Source::Discovery),

@@ -79,22 +79,8 @@ mod intake_tests {
 
 mod contract_tests {
     use super::*;
+    use crate::test_rng::Rng;
     use std::sync::atomic::AtomicU64;
-
-    /// A small seeded generator (xorshift64*), so a failing run can be replayed.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
 
     fn setting(name: &str, default: u64) -> u64 {
         std::env::var(name)
@@ -227,7 +213,7 @@ mod contract_tests {
                     s.spawn(move || {
                         let mut rng = Rng(seed ^ (r + 1));
                         for _ in 0..replies / 2 {
-                            let cell = &cells[rng.below(16) as usize];
+                            let cell = &cells[rng.below(16)];
                             let tag = rng.below(3) as Tag;
                             let _ = cell.routed(tag, Routed::Reply(vec![0; 8]));
                             routed.fetch_add(1, Ordering::Relaxed);
@@ -242,7 +228,7 @@ mod contract_tests {
             s.spawn(|| {
                 let mut rng = Rng(seed ^ 0xA11);
                 while producing.load(Ordering::Relaxed) {
-                    cells[rng.below(16) as usize].wake(Instant::now());
+                    cells[rng.below(16)].wake(Instant::now());
                     wakes.fetch_add(1, Ordering::Relaxed);
                     std::thread::yield_now();
                 }

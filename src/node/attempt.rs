@@ -524,6 +524,37 @@ impl Attempt {
     /// Moves on as far as the time allows: timeouts, back-offs and refusals whose
     /// time came, then the next step once every call it waits for is answered.
     fn advance(&mut self, seq: &NodeSequence, now: Instant, paused: bool) -> Step<()> {
+        self.advance_calls(seq, now, paused)?;
+        let all_accepted = self
+            .calls
+            .iter()
+            .all(|c| matches!(c.stage, Stage::Accepted(_)));
+        match self.phase {
+            Phase::Gather if all_accepted => {
+                let until = self
+                    .calls
+                    .iter()
+                    .filter_map(|c| match c.stage {
+                        Stage::Accepted(tag) => {
+                            Some(self.sent[tag as usize].asked_at + self.grace(seq, c.action))
+                        }
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(now);
+                self.phase = Phase::Grace(until);
+                self.progress.step("reply_grace");
+                self.advance(seq, now, paused)
+            }
+            Phase::Grace(until) if until <= now => self.start_helper(seq),
+            Phase::Calling if all_accepted => self.called(seq, now, paused),
+            _ => Ok(()),
+        }
+    }
+
+    /// Each call's due step: a try that timed out is retried, a back-off that ran
+    /// out sends the next try, a refusal past its grace ends the attempt.
+    fn advance_calls(&mut self, seq: &NodeSequence, now: Instant, paused: bool) -> Step<()> {
         for call in 0..self.calls.len() {
             match self.calls[call].stage.clone() {
                 Stage::Asking(tag) => {
@@ -571,53 +602,30 @@ impl Attempt {
                 _ => {}
             }
         }
-        let all_accepted = self
-            .calls
-            .iter()
-            .all(|c| matches!(c.stage, Stage::Accepted(_)));
-        match self.phase {
-            Phase::Gather if all_accepted => {
-                let until = self
-                    .calls
-                    .iter()
-                    .filter_map(|c| match c.stage {
-                        Stage::Accepted(tag) => {
-                            Some(self.sent[tag as usize].asked_at + self.grace(seq, c.action))
-                        }
-                        _ => None,
-                    })
-                    .max()
-                    .unwrap_or(now);
-                self.phase = Phase::Grace(until);
-                self.progress.step("reply_grace");
-                self.advance(seq, now, paused)
-            }
-            Phase::Grace(until) if until <= now => {
-                // The inventory survived its grace: a node back from an upgrade on
-                // another version gives its slot back.
-                seq.slots().seen(&self.identity, &self.learnt.version);
-                seq.warn_if_lockless(&self.identity, &self.learnt.version);
-                self.phase = Phase::Helper;
-                self.progress.step("helper");
-                let input = HelperInput {
-                    identity: &self.identity,
-                    csr: self.learnt.csr.as_deref(),
-                    ed25519_pubkey: self.learnt.ed25519.as_deref(),
-                    inventory: &self.learnt.inventory,
-                    jwt: self.learnt.claims.as_deref(),
-                };
-                let bytes = serde_json::to_vec(&input).map_err(|e| {
-                    AttemptError::Encode(format!("could not JSON encode host: {e}"))
-                })?;
-                // Only the helper reads it: not kept while the attempt goes on.
-                self.learnt.inventory = String::new();
-                self.learnt.inventory_held = None;
-                self.effects.push(Effect::RunHelper(bytes));
-                Ok(())
-            }
-            Phase::Calling if all_accepted => self.called(seq, now, paused),
-            _ => Ok(()),
-        }
+        Ok(())
+    }
+
+    /// The grace is over and the inventory survived it: the helper runs now.
+    fn start_helper(&mut self, seq: &NodeSequence) -> Step<()> {
+        // A node back from an upgrade on another version gives its slot back.
+        seq.slots().seen(&self.identity, &self.learnt.version);
+        seq.warn_if_lockless(&self.identity, &self.learnt.version);
+        self.phase = Phase::Helper;
+        self.progress.step("helper");
+        let input = HelperInput {
+            identity: &self.identity,
+            csr: self.learnt.csr.as_deref(),
+            ed25519_pubkey: self.learnt.ed25519.as_deref(),
+            inventory: &self.learnt.inventory,
+            jwt: self.learnt.claims.as_deref(),
+        };
+        let bytes = serde_json::to_vec(&input)
+            .map_err(|e| AttemptError::Encode(format!("could not JSON encode host: {e}")))?;
+        // Only the helper reads it: not kept while the attempt goes on.
+        self.learnt.inventory = String::new();
+        self.learnt.inventory_held = None;
+        self.effects.push(Effect::RunHelper(bytes));
+        Ok(())
     }
 
     /// The call after the helper was answered.

@@ -447,6 +447,18 @@ impl Helper {
             stopping,
         };
         let pumped = pipes::pump(&mut child, run, &kill_tree);
+        self.judge(identity, pumped, secrets)
+    }
+
+    /// What a run that ended came to: its stderr logged, then its end, its output
+    /// and its exit status checked, and its answer decoded.
+    fn judge(
+        &self,
+        identity: &str,
+        pumped: pipes::Pumped,
+        secrets: &[&str],
+    ) -> Result<HelperRun, HelperError> {
+        let name = &self.command;
         log_stderr(identity, name, &pumped.stderr, pumped.stderr_over, secrets);
         match pumped.end {
             End::TimedOut => return Err(HelperError::Timeout(name.clone(), self.timeout)),

@@ -62,58 +62,76 @@ impl Attempt {
                 }
                 Ok(())
             }
-            Incoming::Probed { nobody } => {
-                sent.probing = false;
-                let held = std::mem::take(&mut sent.statuses);
-                let current = matches!(self.calls[sent.call].stage, Stage::Asking(t) if t == tag);
-                if nobody && !sent.listened && current {
-                    metrics.unreachable_nodes.inc();
-                    let label = self.calls[sent.call].action.label();
-                    let e = RpcError::NoResponders {
-                        identity: self.identity.clone(),
-                    };
-                    return Err(AttemptError::Call(CallError::Unreachable(format!(
-                        "{label} failed: {e}"
-                    ))));
-                }
-                sent.listened = true;
-                // The broker says somebody listens (or a reply came meanwhile): the
-                // statuses were forged.
-                count_forged_status(seq, &self.identity, held);
-                Ok(())
-            }
-            Incoming::Reply(reply, body) => {
-                sent.listened = true;
-                if !sent.probing {
-                    let held = std::mem::take(&mut sent.statuses);
-                    count_forged_status(seq, &self.identity, held);
-                }
-                let call = sent.call;
-                let digest = digest(&body);
-                match &sent.first {
-                    Some(first) if *first != digest => {
-                        return Err(self.contest(seq, call, Contest::Different))
-                    }
-                    // An identical copy (a broker's redelivery, a replayed reply).
-                    Some(_) => return Ok(()),
-                    None => sent.first = Some(digest),
-                }
-                self.answered = true;
-                let asked_at = sent.asked_at;
-                // Only the reply to the call's current try is judged; one to an
-                // earlier try that timed out is watched, nothing more.
-                if !matches!(self.calls[call].stage, Stage::Asking(t) if t == tag) {
-                    return Ok(());
-                }
-                let action = self.calls[call].action;
-                metrics.observe_rpc(
-                    action.agent(),
-                    action.name(),
-                    now.saturating_duration_since(asked_at).as_secs_f64(),
-                );
-                self.judge(seq, call, tag, reply, now)
-            }
+            Incoming::Probed { nobody } => self.probed(seq, tag, nobody),
+            Incoming::Reply(reply, body) => self.replied(seq, tag, reply, &body, now),
         }
+    }
+
+    /// The probe of request `tag` answered: `nobody` listens on the node's subject,
+    /// or somebody does (then the "no responders" statuses it held were forged).
+    fn probed(&mut self, seq: &NodeSequence, tag: Tag, nobody: bool) -> Step<()> {
+        let sent = &mut self.sent[tag as usize];
+        sent.probing = false;
+        let held = std::mem::take(&mut sent.statuses);
+        let current = matches!(self.calls[sent.call].stage, Stage::Asking(t) if t == tag);
+        if nobody && !sent.listened && current {
+            seq.metrics().unreachable_nodes.inc();
+            let label = self.calls[sent.call].action.label();
+            let e = RpcError::NoResponders {
+                identity: self.identity.clone(),
+            };
+            return Err(AttemptError::Call(CallError::Unreachable(format!(
+                "{label} failed: {e}"
+            ))));
+        }
+        sent.listened = true;
+        // The broker says somebody listens (or a reply came meanwhile): the
+        // statuses were forged.
+        count_forged_status(seq, &self.identity, held);
+        Ok(())
+    }
+
+    /// A valid reply to request `tag`: a different twin contests the call, an
+    /// identical copy is ignored, and the first reply to the call's current try is
+    /// judged.
+    fn replied(
+        &mut self,
+        seq: &NodeSequence,
+        tag: Tag,
+        reply: Reply,
+        body: &[u8],
+        now: Instant,
+    ) -> Step<()> {
+        let sent = &mut self.sent[tag as usize];
+        sent.listened = true;
+        if !sent.probing {
+            let held = std::mem::take(&mut sent.statuses);
+            count_forged_status(seq, &self.identity, held);
+        }
+        let call = sent.call;
+        let digest = digest(body);
+        match &sent.first {
+            Some(first) if *first != digest => {
+                return Err(self.contest(seq, call, Contest::Different))
+            }
+            // An identical copy (a broker's redelivery, a replayed reply).
+            Some(_) => return Ok(()),
+            None => sent.first = Some(digest),
+        }
+        self.answered = true;
+        let asked_at = sent.asked_at;
+        // Only the reply to the call's current try is judged; one to an earlier try
+        // that timed out is watched, nothing more.
+        if !matches!(self.calls[call].stage, Stage::Asking(t) if t == tag) {
+            return Ok(());
+        }
+        let action = self.calls[call].action;
+        seq.metrics().observe_rpc(
+            action.agent(),
+            action.name(),
+            now.saturating_duration_since(asked_at).as_secs_f64(),
+        );
+        self.judge(seq, call, tag, reply, now)
     }
 
     /// The reply to call `call`'s current try.

@@ -90,7 +90,7 @@ mod contract_tests {
     }
 
     /// A parked cell (as an attempt waiting on its node is), with a big budget.
-    fn parked_cell(id: u64, ready: &Sender<Ready>) -> Arc<Cell> {
+    pub(super) fn parked_cell(id: u64, ready: &Sender<Ready>) -> Arc<Cell> {
         let identity = Identity::parse(&format!("n{id}.example.net")).unwrap();
         let progress = Arc::new(Progress::new());
         let now = Instant::now();
@@ -285,5 +285,31 @@ mod contract_tests {
             woken >= 1 && woken <= wakes.load(Ordering::Relaxed),
             "{woken} wakes taken"
         );
+    }
+}
+
+mod timer_tests {
+    use super::*;
+
+    #[test]
+    fn stale_wakes_are_purged_once_they_outnumber_the_live_attempts() {
+        let cells = Arc::new(Cells::default());
+        let timer = Timer::start(Arc::clone(&cells)).unwrap();
+        let (ready, _ready_rx) = unbounded();
+        // One live attempt, waiting for a wake in an hour.
+        let live = contract_tests::parked_cell(7, &ready);
+        let at = Instant::now() + Duration::from_secs(3600);
+        live.inbox.lock().wake = Some(at);
+        cells.lock().insert(7, Arc::clone(&live));
+        timer.schedule(at, 7);
+        // Its earlier wake (replaced), and 5,000 of attempts that ended.
+        timer.schedule(at - Duration::from_secs(10), 7);
+        for id in 100..5_100 {
+            timer.schedule(at, id);
+        }
+        timer.purge_if_stale();
+        let left: Vec<(Instant, u64)> = timer.heap.lock().iter().map(|w| (w.0, w.1)).collect();
+        assert_eq!(left, [(at, 7)], "only the live attempt's current wake");
+        timer.stop();
     }
 }

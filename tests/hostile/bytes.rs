@@ -248,9 +248,19 @@ fn peak_rss(pid: u32) -> u64 {
 
 #[test]
 fn a_flood_of_megabyte_replies_is_held_within_the_byte_budget() {
-    // For every request it reads, the attacker sends eight replies of 1 MB of junk
-    // to its reply subject, while 40 honest nodes boot and a helper takes a second:
-    // unread replies used to be bounded by count (8 a request) only.
+    reply_flood("max_held_bytes: 32MiB\n", (32 << 20) + (48 << 20));
+}
+
+#[test]
+fn with_the_defaults_a_reply_flood_never_takes_the_daemon_past_256_mb() {
+    reply_flood("", 256 << 20);
+}
+
+/// For every request it reads, the attacker sends eight replies of 1 MB of junk to
+/// its reply subject, while 40 honest nodes boot and a helper takes a second (unread
+/// replies used to be bounded by count, 8 a request, only): the daemon's binary with
+/// `yaml` added must stay connected and grow by less than `allowed` bytes.
+fn reply_flood(yaml: &str, allowed: u64) {
     let server = NatsServer::start();
     let attacker = Hostile::connect(&server.url(), None);
     let publisher = attacker.nc().clone();
@@ -280,7 +290,7 @@ fn a_flood_of_megabyte_replies_is_held_within_the_byte_budget() {
         "p1.test",
         &server.url(),
         &format!(
-            "helper: {}\nworkers: 4\nreply_grace: 300ms\nmax_held_bytes: 32MiB\ninterval: 1m\n",
+            "helper: {}\nworkers: 4\nreply_grace: 300ms\n{yaml}interval: 1m\n",
             helper.display()
         ),
     );
@@ -307,7 +317,7 @@ fn a_flood_of_megabyte_replies_is_held_within_the_byte_budget() {
     );
     assert!(flooded >= 400, "the flood ran: {flooded}");
     assert!(
-        peak < before + (32 << 20) + (48 << 20),
+        peak < before + allowed,
         "peak RSS {peak} bytes: over the budget and the allowance"
     );
     assert!(

@@ -145,7 +145,7 @@ pub(crate) fn raise_open_files_limit() -> io::Result<(u64, u64)> {
         rlim_max: 0,
     };
     // SAFETY: getrlimit and setrlimit read or write one rlimit through a pointer to
-    // a live local, and nothing else.
+    // a live local, and nothing else. std has no API for resource limits.
     unsafe {
         check(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit).into())?;
         if limit.rlim_cur < limit.rlim_max {
@@ -173,7 +173,8 @@ pub(crate) fn peer_credentials(socket: BorrowedFd<'_>) -> io::Result<PeerCredent
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt(SO_PEERCRED) writes at most `len` bytes (one ucred) through
     // a pointer to a live local of that size, and the new length through a pointer
-    // to another live local.
+    // to another live local. std's `UnixStream::peer_cred` would do it, but it is
+    // not stable.
     let ret = unsafe {
         libc::getsockopt(
             socket.as_raw_fd(),

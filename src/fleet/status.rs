@@ -344,6 +344,10 @@ impl FleetStatus {
     fn known(&self, query: &NodesQuery) -> (Vec<Queued>, Vec<Cooling>) {
         let mut queued = Vec::new();
         let mut cooling = Vec::new();
+        // A page of other lists walks no map under the fleet's lock.
+        if !query.wants("queued") && !query.wants("cooling_down") {
+            return (queued, cooling);
+        }
         {
             let hosts = self.0.hosts.lock();
             for (identity, entry) in hosts.iter() {

@@ -19,6 +19,12 @@
 
 use std::sync::Arc;
 
+mod approvals;
+pub(crate) use approvals::{
+    publish_approvals, subscribe_approvals, ApprovalBatch, ApprovalRecord, BatchKind, Decision,
+    RecordWire, MAX_BY, MAX_FACTS, MAX_FACT_VALUE, MAX_REASON, MAX_RECORDS, MAX_VERSION,
+};
+
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 
@@ -147,7 +153,7 @@ struct HandoffWire {
 /// Why a peer message was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PeerMessageError {
-    /// Larger than the 4 KiB a peer message may be.
+    /// Larger than its kind may be (4 KiB; approvals 512 KiB).
     TooLarge(usize),
     /// Not the expected JSON document.
     Undecodable,
@@ -157,11 +163,14 @@ pub(crate) enum PeerMessageError {
     ForeignSite,
     /// A heartbeat period outside [`HEARTBEAT_MS`].
     Period(u64),
+    /// An approvals message with too many records, or a string in a record too
+    /// long or holding a control character.
+    Field,
 }
 
 impl PeerMessageError {
-    /// `too_large`, `undecodable`, `identity`, `foreign_site` or `period`: the
-    /// metric label.
+    /// `too_large`, `undecodable`, `identity`, `foreign_site`, `period` or
+    /// `field`: the metric label.
     pub(crate) fn reason(&self) -> &'static str {
         match self {
             PeerMessageError::TooLarge(_) => "too_large",
@@ -169,6 +178,7 @@ impl PeerMessageError {
             PeerMessageError::Identity(_) => "identity",
             PeerMessageError::ForeignSite => "foreign_site",
             PeerMessageError::Period(_) => "period",
+            PeerMessageError::Field => "field",
         }
     }
 }
@@ -179,7 +189,7 @@ impl std::fmt::Display for PeerMessageError {
             PeerMessageError::TooLarge(n) => {
                 write!(
                     f,
-                    "a peer message of {n} bytes, more than {MAX_PEER_MESSAGE}"
+                    "a peer message of {n} bytes, more than its kind may be (4096; approvals: 524288)"
                 )
             }
             PeerMessageError::Undecodable => f.write_str("an undecodable peer message"),
@@ -191,6 +201,9 @@ impl std::fmt::Display for PeerMessageError {
                 HEARTBEAT_MS.start(),
                 HEARTBEAT_MS.end()
             ),
+            PeerMessageError::Field => f.write_str(
+                "an approvals message with too many records or a bad string in a record",
+            ),
         }
     }
 }
@@ -200,7 +213,7 @@ impl std::error::Error for PeerMessageError {}
 /// Every [`PeerMessageError::reason`]: the metrics layer's list, whose series start
 /// at 0 (a test checks every reason is in it).
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) const PEER_REFUSALS: [&str; 5] = crate::metrics::PEER_REFUSALS;
+pub(crate) const PEER_REFUSALS: [&str; 6] = crate::metrics::PEER_REFUSALS;
 
 /// `provisioning.provisioner.peers.<site>`; `site` must be one subject token.
 pub(crate) fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {

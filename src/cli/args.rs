@@ -46,6 +46,76 @@ pub(crate) enum Command {
     Pause(PauseArgs),
     /// resume a provisioner an operator paused
     Resume(ResumeArgs),
+    /// list the identities waiting for an operator's approval
+    Pending(PendingArgs),
+    /// approve identities: their helper runs
+    Approve(ApproveArgs),
+    /// deny identities: refused until forget
+    Deny(DenyArgs),
+    /// take back any decision on identities: each waits again when seen
+    Forget(ForgetArgs),
+}
+
+/// Lists the identities waiting for approval (approval: required), longest
+/// waiting first, with the facts approval_facts names, through the control_socket.
+#[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
+#[argh(subcommand, name = "pending")]
+pub(crate) struct PendingArgs {
+    /// the provisioner configuration file (for its control_socket)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// print JSON lines, one per identity, instead of a table
+    #[argh(switch)]
+    pub json: bool,
+}
+
+/// Approves identities through the control_socket: pending ones are provisioned
+/// at once, others when they are next seen. With --all, every identity pending
+/// now: the count is shown, and nothing is approved without --yes.
+#[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
+#[argh(subcommand, name = "approve")]
+pub(crate) struct ApproveArgs {
+    /// the provisioner configuration file (for its control_socket)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// every identity pending now (with --yes)
+    #[argh(switch)]
+    pub all: bool,
+    /// confirm --all
+    #[argh(switch)]
+    pub yes: bool,
+    /// the identities
+    #[argh(positional)]
+    pub identities: Vec<String>,
+}
+
+/// Denies identities through the control_socket: they are refused at admission
+/// until forget.
+#[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
+#[argh(subcommand, name = "deny")]
+pub(crate) struct DenyArgs {
+    /// the provisioner configuration file (for its control_socket)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// why, kept with the decision and in the audit trail
+    #[argh(option)]
+    pub reason: Option<String>,
+    /// the identities
+    #[argh(positional)]
+    pub identities: Vec<String>,
+}
+
+/// Takes back any decision on identities through the control_socket: each waits
+/// for a decision again when it is next seen.
+#[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
+#[argh(subcommand, name = "forget")]
+pub(crate) struct ForgetArgs {
+    /// the provisioner configuration file (for its control_socket)
+    #[argh(option)]
+    pub config: Option<String>,
+    /// the identities
+    #[argh(positional)]
+    pub identities: Vec<String>,
 }
 
 /// Pauses a running provisioner through its control_socket: no discovery, no RPC,
@@ -146,8 +216,16 @@ pub(crate) struct Invocation {
     pub pid: Option<String>,
     /// The `nodes` command's flags.
     pub nodes: Option<NodesArgs>,
-    /// `pause --reason`.
+    /// `pause --reason`, `deny --reason`.
     pub reason: Option<String>,
+    /// The identities `approve`, `deny` and `forget` name.
+    pub identities: Vec<String>,
+    /// `pending --json`.
+    pub json: bool,
+    /// `approve --all`.
+    pub all: bool,
+    /// `approve --all --yes`.
+    pub yes: bool,
 }
 
 /// The command chosen.
@@ -165,6 +243,14 @@ pub(crate) enum Action {
     Pause,
     /// Resume a paused provisioner.
     Resume,
+    /// List the identities waiting for approval.
+    Pending,
+    /// Approve identities.
+    Approve,
+    /// Deny identities.
+    Deny,
+    /// Forget decisions.
+    Forget,
 }
 
 const VALUE_FLAGS: [&str; 6] = [
@@ -204,6 +290,10 @@ pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::
         pid: top.pid,
         nodes: None,
         reason: None,
+        identities: Vec::new(),
+        json: false,
+        all: false,
+        yes: false,
     };
     match top.command {
         None | Some(Command::Run(_)) if top.version => inv.action = Action::Version,
@@ -233,6 +323,28 @@ pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::
         Some(Command::Resume(resume)) => {
             inv.action = Action::Resume;
             inv.config = resume.config.or(inv.config);
+        }
+        Some(Command::Pending(pending)) => {
+            inv.action = Action::Pending;
+            inv.config = pending.config.or(inv.config);
+            inv.json = pending.json;
+        }
+        Some(Command::Approve(approve)) => {
+            inv.action = Action::Approve;
+            inv.config = approve.config.or(inv.config);
+            inv.identities = approve.identities;
+            (inv.all, inv.yes) = (approve.all, approve.yes);
+        }
+        Some(Command::Deny(deny)) => {
+            inv.action = Action::Deny;
+            inv.config = deny.config.or(inv.config);
+            inv.identities = deny.identities;
+            inv.reason = deny.reason;
+        }
+        Some(Command::Forget(forget)) => {
+            inv.action = Action::Forget;
+            inv.config = forget.config.or(inv.config);
+            inv.identities = forget.identities;
         }
     }
     if top.version {
@@ -303,6 +415,33 @@ mod tests {
         assert_eq!(
             (inv.action, inv.config.as_deref()),
             (Action::Resume, Some("z"))
+        );
+    }
+
+    #[test]
+    fn the_approval_commands_take_identities_and_their_flags() {
+        let inv = p(&[
+            "approve",
+            "--config",
+            "x",
+            "n1.example.net",
+            "n2.example.net",
+        ]);
+        assert_eq!(inv.action, Action::Approve);
+        assert_eq!(inv.identities, ["n1.example.net", "n2.example.net"]);
+        assert!(!inv.all && !inv.yes);
+        let inv = p(&["approve", "--all", "--yes", "--config=x"]);
+        assert!(inv.all && inv.yes && inv.identities.is_empty());
+        let inv = p(&["deny", "--reason", "unknown rack", "n3.example.net"]);
+        assert_eq!(
+            (inv.action, inv.reason.as_deref(), inv.identities.len()),
+            (Action::Deny, Some("unknown rack"), 1)
+        );
+        assert_eq!(p(&["forget", "n3.example.net"]).action, Action::Forget);
+        let inv = p(&["--config", "y", "pending", "--json"]);
+        assert_eq!(
+            (inv.action, inv.json, inv.config.as_deref()),
+            (Action::Pending, true, Some("y"))
         );
     }
 

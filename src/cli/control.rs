@@ -1,10 +1,14 @@
-//! `choria-provisioner pause` and `resume`: an operator's requests to the running
-//! daemon, sent through its `control_socket` (see `fleet/control.rs`).
+//! `choria-provisioner pause`, `resume`, `pending`, `approve`, `deny` and `forget`:
+//! an operator's requests to the running daemon, sent through its
+//! `control_socket` (see `fleet/control.rs`).
+
+use std::path::PathBuf;
 
 use super::args::Invocation;
 use super::fail;
-use crate::fleet::control::{ControlRequest, Response};
-use crate::fleet::control_socket::send;
+use crate::fleet::approvals::{PendingRow, MAX_PAGE};
+use crate::fleet::control::{ApprovalAnswer, ControlRequest, Response};
+use crate::fleet::control_socket::{send, MAX_REQUEST};
 use crate::untrusted::shown;
 
 /// Runs `pause`; returns the exit code.
@@ -23,26 +27,249 @@ pub(super) fn resume(inv: &Invocation) -> i32 {
 }
 
 fn ask(inv: &Invocation, request: &ControlRequest) -> i32 {
-    let Some(file) = inv.config.as_deref() else {
-        return fail("give the provisioner's --config (it names the control_socket)");
+    let path = match socket_of(inv) {
+        Ok(p) => p,
+        Err(code) => return code,
     };
-    let loaded = match crate::config::Config::load(std::path::Path::new(file)) {
-        Ok(l) => l,
-        Err(e) => return fail(format!("Provisioning could not be configured: {e}")),
-    };
-    let Some(path) = loaded.config.control_socket else {
-        return fail(format!(
-            "{file} sets no control_socket: the provisioner takes no pause or resume"
-        ));
-    };
-    match send(&path, request) {
-        Ok(answer) if answer.ok => {
+    match exchange(&path, request) {
+        Ok(answer) => {
             println!("{}", describe(&answer));
             0
         }
-        Ok(answer) => fail(shown(answer.error.as_deref().unwrap_or("refused"))),
-        Err(e) => fail(e),
+        Err(code) => code,
     }
+}
+
+/// The control socket `--config` names, or the exit code of the error printed.
+fn socket_of(inv: &Invocation) -> Result<PathBuf, i32> {
+    let Some(file) = inv.config.as_deref() else {
+        return Err(fail(
+            "give the provisioner's --config (it names the control_socket)",
+        ));
+    };
+    let loaded = match crate::config::Config::load(std::path::Path::new(file)) {
+        Ok(l) => l,
+        Err(e) => return Err(fail(format!("Provisioning could not be configured: {e}"))),
+    };
+    loaded.config.control_socket.ok_or_else(|| {
+        fail(format!(
+            "{file} sets no control_socket: the provisioner takes no requests from operators"
+        ))
+    })
+}
+
+/// Sends `request`; a refusal or a failure is printed and its exit code returned.
+fn exchange(path: &std::path::Path, request: &ControlRequest) -> Result<Response, i32> {
+    match send(path, request) {
+        Ok(answer) if answer.ok => Ok(answer),
+        Ok(answer) => Err(fail(shown(answer.error.as_deref().unwrap_or("refused")))),
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// The approval part of an answer (a daemon that answers always gives it).
+fn approval_part(answer: Response) -> Result<ApprovalAnswer, i32> {
+    answer
+        .approvals
+        .ok_or_else(|| fail("the provisioner's answer says nothing of approvals"))
+}
+
+/// The most pages `pending` follows (a daemon keeps 100,000 pending at most).
+const MAX_PAGES: usize = 1_001;
+
+/// Runs `pending`: every page, then one table (or JSON document).
+pub(super) fn pending(inv: &Invocation) -> i32 {
+    let path = match socket_of(inv) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let mut rows: Vec<PendingRow> = Vec::new();
+    let mut total = 0;
+    for _ in 0..MAX_PAGES {
+        let request = ControlRequest::Pending {
+            offset: rows.len(),
+            limit: MAX_PAGE,
+        };
+        let page = match exchange(&path, &request).and_then(approval_part) {
+            Ok(p) => p,
+            Err(code) => return code,
+        };
+        total = page.total_pending;
+        let empty = page.pending.is_empty();
+        rows.extend(page.pending);
+        if empty || rows.len() >= total {
+            break;
+        }
+    }
+    if inv.json {
+        println!(
+            "{}",
+            serde_json::json!({"total_pending": total, "pending": rows})
+        );
+    } else {
+        print!("{}", pending_table(&rows, total));
+    }
+    0
+}
+
+/// The pending identities as a table, longest waiting first.
+pub(crate) fn pending_table(rows: &[PendingRow], total: usize) -> String {
+    let mut out = format!("{total} identities wait for approval\n");
+    if rows.is_empty() {
+        return out;
+    }
+    let time = |t: u64| crate::clock::rfc3339(t as f64);
+    let table: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            let facts: Vec<String> = r
+                .facts
+                .iter()
+                .map(|(k, v)| format!("{k}={}", shown(v)))
+                .collect();
+            [
+                shown(&r.identity),
+                time(r.first_seen),
+                time(r.last_seen),
+                shown(&r.version),
+                facts.join(" "),
+            ]
+        })
+        .collect();
+    let header = ["IDENTITY", "FIRST SEEN", "LAST SEEN", "VERSION", "FACTS"];
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: &[String]| {
+        let mut text = String::new();
+        for (n, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if n + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&header.map(String::from));
+    for row in &table {
+        line(row);
+    }
+    out
+}
+
+/// Identities split into requests that each fit the control socket's 4 KiB.
+fn chunks(identities: &[String]) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::new();
+    let mut bytes = 0;
+    for identity in identities {
+        let size = identity.len() + 8;
+        if out.is_empty() || bytes + size > MAX_REQUEST - 512 {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        if let Some(last) = out.last_mut() {
+            last.push(identity.clone());
+        }
+    }
+    out
+}
+
+/// Sends one request per chunk of `inv`'s identities, made by `make`, and says
+/// what changed.
+fn decide(inv: &Invocation, verb: &str, make: impl Fn(Vec<String>) -> ControlRequest) -> i32 {
+    if inv.identities.is_empty() {
+        return fail(format!("name the identities to {verb}"));
+    }
+    let path = match socket_of(inv) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let mut changed = 0;
+    let mut pending = 0;
+    for chunk in chunks(&inv.identities) {
+        match exchange(&path, &make(chunk)).and_then(approval_part) {
+            Ok(a) => {
+                changed += a.changed.len();
+                pending = a.total_pending;
+            }
+            Err(code) => return code,
+        }
+    }
+    println!(
+        "{verb}: {changed} of {} changed; {pending} identities wait for approval",
+        inv.identities.len()
+    );
+    0
+}
+
+/// Runs `approve`; returns the exit code.
+pub(super) fn approve(inv: &Invocation) -> i32 {
+    if !inv.all {
+        return decide(inv, "approve", |identities| ControlRequest::Approve {
+            identities,
+        });
+    }
+    if !inv.identities.is_empty() {
+        return fail("approve --all names no identity");
+    }
+    let path = match socket_of(inv) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let listing = ControlRequest::Pending {
+        offset: 0,
+        limit: 0,
+    };
+    let counted = match exchange(&path, &listing).and_then(approval_part) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    let when = crate::clock::rfc3339(counted.now as f64 / 1e9);
+    if !inv.yes {
+        println!(
+            "{} identities wait for approval (as of {when}); run approve --all --yes to approve them",
+            counted.total_pending
+        );
+        return 1;
+    }
+    println!(
+        "Approving the {} identities pending as of {when}",
+        counted.total_pending
+    );
+    let request = ControlRequest::ApproveAll { as_of: counted.now };
+    match exchange(&path, &request).and_then(approval_part) {
+        Ok(a) => {
+            println!(
+                "approve --all: {} approved; {} identities wait for approval (held since the count)",
+                a.changed.len(),
+                a.total_pending
+            );
+            0
+        }
+        Err(code) => code,
+    }
+}
+
+/// Runs `deny`; returns the exit code.
+pub(super) fn deny(inv: &Invocation) -> i32 {
+    let reason = inv.reason.clone().unwrap_or_default();
+    decide(inv, "deny", |identities| ControlRequest::Deny {
+        identities,
+        reason: reason.clone(),
+    })
+}
+
+/// Runs `forget`; returns the exit code.
+pub(super) fn forget(inv: &Invocation) -> i32 {
+    decide(inv, "forget", |identities| ControlRequest::Forget {
+        identities,
+    })
 }
 
 /// What the daemon said, for a terminal.

@@ -49,6 +49,10 @@ pub fn main() -> i32 {
         Action::Nodes => nodes::nodes(&inv),
         Action::Pause => control::pause(&inv),
         Action::Resume => control::resume(&inv),
+        Action::Pending => control::pending(&inv),
+        Action::Approve => control::approve(&inv),
+        Action::Deny => control::deny(&inv),
+        Action::Forget => control::forget(&inv),
     }
 }
 

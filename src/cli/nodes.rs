@@ -23,7 +23,7 @@ pub(crate) const MAX_RESPONSE: u64 = 16 * 1024 * 1024;
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The states `--state` takes, in the order the table shows them.
-pub(crate) const STATES: [&str; 5] = crate::metrics::NODE_LISTS;
+pub(crate) const STATES: [&str; 7] = crate::metrics::NODE_LISTS;
 
 /// Runs `nodes`; returns the exit code.
 pub(crate) fn nodes(inv: &Invocation) -> i32 {
@@ -321,6 +321,20 @@ fn current_row(v: &Value) -> Vec<String> {
         ),
         "cooling_down" => format!("until {}", clock(v, "until")),
         "upgrading" => format!("since {}", clock(v, "since")),
+        "pending" => format!(
+            "first seen {}, last seen {}",
+            clock(v, "first_seen"),
+            clock(v, "last_seen")
+        ),
+        "denied" if field(v, "reason").is_empty() => {
+            format!("since {} by {}", clock(v, "since"), field(v, "by"))
+        }
+        "denied" => format!(
+            "since {} by {}: {}",
+            clock(v, "since"),
+            field(v, "by"),
+            field(v, "reason")
+        ),
         _ => String::new(),
     };
     vec![state, field(v, "identity"), detail]
@@ -364,12 +378,22 @@ const RECENT_HEADER: [&str; 7] = [
     "ERROR / MESSAGE",
 ];
 
+/// The lists of nodes known now, in the order the table shows them.
+const CURRENT: [&str; 6] = [
+    "queued",
+    "in_flight",
+    "cooling_down",
+    "upgrading",
+    "pending",
+    "denied",
+];
+
 /// The `/nodes` document as tables: nodes known now, then recent attempts.
 pub(crate) fn fleet_table(doc: &Value, state: Option<&str>) -> String {
     let wanted = |s: &str| state.is_none_or(|w| w == s);
     let mut out = String::new();
     let mut rows = Vec::new();
-    for key in ["queued", "in_flight", "cooling_down", "upgrading"] {
+    for key in CURRENT {
         if !wanted(key) {
             continue;
         }
@@ -379,8 +403,10 @@ pub(crate) fn fleet_table(doc: &Value, state: Option<&str>) -> String {
     }
     // The provisioner's own count where it gives one (every list's, even those not
     // fetched whole), else what the document holds.
-    let counts: Vec<String> = ["queued", "in_flight", "cooling_down", "upgrading"]
+    // The approval lists are there only with `approval: required`.
+    let counts: Vec<String> = CURRENT
         .iter()
+        .filter(|k| !matches!(**k, "pending" | "denied") || !doc[**k].is_null())
         .map(|k| {
             let held = doc[*k].as_array().map_or(0, Vec::len) as u64;
             format!("{} {k}", doc["total"][*k].as_u64().unwrap_or(held))

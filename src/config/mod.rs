@@ -7,6 +7,7 @@
 //! name the closest known key. This module imports nothing else of the crate: it is
 //! the bottom layer that everything else reads.
 
+mod approval;
 mod duration;
 mod identity_policy;
 mod pause;
@@ -19,6 +20,8 @@ mod yaml_keys;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use approval::ApprovalRules;
+pub(crate) use approval::{DEFAULT_APPROVAL_FACTS, DEFAULT_MAX_PENDING, MAX_APPROVAL_FACTS};
 pub use duration::{format_duration, parse_duration, DurationError, MAX_DURATION};
 pub use identity_policy::IdentityPolicy;
 pub use pause::{OperatorPause, Pause};
@@ -216,6 +219,22 @@ pub struct Config {
     /// `pause_file`: where an operator's pause is kept so it holds across a restart;
     /// unset: a pause ends with the process.
     pub pause_file: Option<PathBuf>,
+    /// `approval: required`: a new identity waits for an operator's `approve` before
+    /// its helper runs (new key; `off` by default).
+    pub approval: bool,
+    /// `approval_identities`: only identities matching one of these need approval
+    /// (`/re/` slashes stripped); empty: every identity does.
+    pub approval_identities: Vec<String>,
+    /// `approval_preapproved`: identities matching one of these never wait
+    /// (`/re/` slashes stripped).
+    pub approval_preapproved: Vec<String>,
+    /// `approval_file`: where decisions and pending identities are kept; unset:
+    /// `approvals.json` beside `pause_file` (see [`Config::approval_state_file`]).
+    pub approval_file: Option<PathBuf>,
+    /// `approval_max_pending`: the most identities waiting for a decision.
+    pub approval_max_pending: usize,
+    /// `approval_facts`: the inventory facts (dotted paths) `pending` shows.
+    pub approval_facts: Vec<String>,
     /// How long a stopping daemon waits for in-flight nodes (new key).
     pub shutdown_timeout: Duration,
     /// Optional features.
@@ -272,6 +291,15 @@ impl Config {
             audit_file: None,
             control_socket: None,
             pause_file: None,
+            approval: false,
+            approval_identities: Vec::new(),
+            approval_preapproved: Vec::new(),
+            approval_file: None,
+            approval_max_pending: DEFAULT_MAX_PENDING,
+            approval_facts: DEFAULT_APPROVAL_FACTS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             shutdown_timeout: Duration::from_secs(10),
             features: Features::default(),
         }
@@ -319,6 +347,18 @@ impl Config {
     /// The effective configuration as YAML, secrets shown as `***`, for `check`.
     pub(crate) fn effective_yaml(&self) -> String {
         yaml_keys::effective_yaml(self)
+    }
+
+    /// Where approvals are kept: `approval_file`, else `approvals.json` in
+    /// `pause_file`'s directory; `None` when neither is set.
+    pub fn approval_state_file(&self) -> Option<PathBuf> {
+        self.approval_file.clone().or_else(|| {
+            self.pause_file.as_ref().map(|p| {
+                p.parent()
+                    .unwrap_or_else(|| Path::new("."))
+                    .join("approvals.json")
+            })
+        })
     }
 
     /// The discovery stale limit: entries waiting longer than this are given up.

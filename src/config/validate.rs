@@ -24,6 +24,75 @@ pub(crate) fn validate(c: &Config, problems: &mut Vec<Problem>, warnings: &mut V
     active_active(c, problems);
     audit_file(c, problems, warnings);
     control_files(c, problems, warnings);
+    approval(c, problems, warnings);
+}
+
+/// `approval: required` needs a place to keep decisions (they must survive a
+/// restart) and a control socket to take them; its patterns compile, its facts are
+/// a short list of dotted names.
+fn approval(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
+    patterns("approval_identities", &c.approval_identities, problems);
+    patterns("approval_preapproved", &c.approval_preapproved, problems);
+    if c.approval_facts.len() > super::MAX_APPROVAL_FACTS {
+        problems.push(Problem::new(
+            "approval_facts",
+            format!(
+                "names {} facts; at most {} are shown",
+                c.approval_facts.len(),
+                super::MAX_APPROVAL_FACTS
+            ),
+        ));
+    }
+    for (i, fact) in c.approval_facts.iter().enumerate() {
+        if !super::approval::valid_fact_name(fact) {
+            problems.push(Problem::with_value(
+                format!("approval_facts[{i}]"),
+                fact,
+                "must be a dotted name of letters, digits, `_` and `-`, at most 64 characters",
+            ));
+        }
+    }
+    if let Some(path) = &c.approval_file {
+        if path.is_dir() {
+            problems.push(Problem::with_value(
+                "approval_file",
+                path.display().to_string(),
+                "is a directory; name the file",
+            ));
+        } else {
+            directory_exists("approval_file", path, problems);
+        }
+        if Some(path) == c.pause_file.as_ref() || Some(path) == c.control_socket.as_ref() {
+            problems.push(Problem::new(
+                "approval_file",
+                "is the pause_file or the control_socket; approvals need a file of their own",
+            ));
+        }
+    }
+    if !c.approval {
+        let set = !c.approval_identities.is_empty()
+            || !c.approval_preapproved.is_empty()
+            || c.approval_file.is_some();
+        if set {
+            warnings.push(Problem::new(
+                "approval",
+                "is off: approval_identities, approval_preapproved and approval_file are not used",
+            ));
+        }
+        return;
+    }
+    if c.approval_state_file().is_none() {
+        problems.push(Problem::new(
+            "approval",
+            "is required but neither approval_file nor pause_file is set: decisions and pending identities must survive a restart",
+        ));
+    }
+    if c.control_socket.is_none() {
+        problems.push(Problem::new(
+            "approval",
+            "is required but no control_socket is set: operators approve through it",
+        ));
+    }
 }
 
 /// Active-active shares the fleet among the instances of one `site`, which names

@@ -49,6 +49,12 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "audit_file",
     "control_socket",
     "pause_file",
+    "approval",
+    "approval_identities",
+    "approval_preapproved",
+    "approval_file",
+    "approval_max_pending",
+    "approval_facts",
     "shutdown_timeout",
     "features",
 ];
@@ -232,6 +238,31 @@ fn apply_top(
                 .map(|s| c.control_socket = Some(s).filter(|s| !s.is_empty()).map(Into::into)),
             "pause_file" => string(key, v)
                 .map(|s| c.pause_file = Some(s).filter(|s| !s.is_empty()).map(Into::into)),
+            "approval" => string(key, v).and_then(|s| match s.to_ascii_lowercase().as_str() {
+                "required" => {
+                    c.approval = true;
+                    Ok(())
+                }
+                "" | "off" => {
+                    c.approval = false;
+                    Ok(())
+                }
+                _ => Err(Problem::with_value(key, s, "must be `required` or `off`")),
+            }),
+            "approval_identities" => string_list(key, v).map(|list| {
+                c.approval_identities = list.iter().map(|p| strip_slashes(p).to_string()).collect()
+            }),
+            "approval_preapproved" => string_list(key, v).map(|list| {
+                c.approval_preapproved = list.iter().map(|p| strip_slashes(p).to_string()).collect()
+            }),
+            "approval_file" => string(key, v)
+                .map(|s| c.approval_file = Some(s).filter(|s| !s.is_empty()).map(Into::into)),
+            "approval_max_pending" => int(key, v).and_then(max_pending).map(|n| {
+                if let Some(n) = n {
+                    c.approval_max_pending = n;
+                }
+            }),
+            "approval_facts" => string_list(key, v).map(|list| c.approval_facts = list),
             "shutdown_timeout" => {
                 duration(key, v).map(|d| c.shutdown_timeout = d.unwrap_or(c.shutdown_timeout))
             }
@@ -324,6 +355,19 @@ fn max_in_flight(n: Option<i64>) -> Result<Option<usize>, Problem> {
         n,
         "must not be negative; use 0 (or leave it out) for no limit",
         None,
+    )
+}
+
+/// `approval_max_pending`: absent or 0 is the default; at most 100,000.
+fn max_pending(n: Option<i64>) -> Result<Option<usize>, Problem> {
+    count(
+        "approval_max_pending",
+        n,
+        "must not be negative; leave it out for the default of 10000",
+        Some((
+            100_000,
+            "is more than 100000 identities waiting for a person's decision",
+        )),
     )
 }
 
@@ -595,6 +639,27 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
                 .unwrap_or_default()),
         );
     }
+    put("approval", s(if c.approval { "required" } else { "off" }));
+    for (key, list) in [
+        ("approval_identities", &c.approval_identities),
+        ("approval_preapproved", &c.approval_preapproved),
+    ] {
+        put(key, Value::Sequence(list.iter().map(|p| s(p)).collect()));
+    }
+    put(
+        "approval_file",
+        s(&c.approval_state_file()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()),
+    );
+    put(
+        "approval_max_pending",
+        Value::Number(c.approval_max_pending.into()),
+    );
+    put(
+        "approval_facts",
+        Value::Sequence(c.approval_facts.iter().map(|p| s(p)).collect()),
+    );
     put("shutdown_timeout", s(&format_duration(c.shutdown_timeout)));
     let mut features = Mapping::new();
     for (k, v) in [

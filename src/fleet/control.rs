@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::Fleet;
+use crate::choria::identity::Identity;
 use crate::config::{OperatorPause, Pause};
 
 /// The longest reason kept.
@@ -44,6 +45,59 @@ pub(crate) enum ControlRequest {
     Resume,
     /// Only say how things are.
     Status,
+    /// A page of the identities waiting for approval.
+    Pending {
+        /// How many to skip.
+        #[serde(default)]
+        offset: usize,
+        /// How many at most (at most `approvals::MAX_PAGE`).
+        #[serde(default = "page_size")]
+        limit: usize,
+    },
+    /// Approve these identities (pending or not seen yet).
+    Approve {
+        /// The identities.
+        identities: Vec<String>,
+    },
+    /// Approve every identity pending since `as_of` or before (Unix nanoseconds, as
+    /// a `pending` answer's `now` gave it).
+    ApproveAll {
+        /// The listing's time.
+        as_of: u64,
+    },
+    /// Deny these identities: refused at admission until forgotten.
+    Deny {
+        /// The identities.
+        identities: Vec<String>,
+        /// Why (the log, the audit trail, `nodes`).
+        #[serde(default)]
+        reason: String,
+    },
+    /// Take back any decision on these identities: each waits again when seen.
+    Forget {
+        /// The identities.
+        identities: Vec<String>,
+    },
+}
+
+fn page_size() -> usize {
+    super::approvals::MAX_PAGE
+}
+
+/// The approval part of an answer (`pending`, `approve`, `deny`, `forget`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ApprovalAnswer {
+    /// Identities pending now.
+    pub total_pending: usize,
+    /// The daemon's time of the answer, Unix nanoseconds (`approve --all` passes it
+    /// back as `as_of`).
+    pub now: u64,
+    /// A page of the pending identities (`pending` only).
+    #[serde(default)]
+    pub pending: Vec<super::approvals::PendingRow>,
+    /// The identities whose standing the request changed.
+    #[serde(default)]
+    pub changed: Vec<String>,
 }
 
 /// The daemon's answer.
@@ -62,6 +116,9 @@ pub(crate) struct Response {
     /// Why the request was refused (`ok` false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What an approval request found or did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalAnswer>,
 }
 
 /// Why a pause reason is refused.
@@ -161,13 +218,17 @@ fn user_name(uid: u32) -> Option<String> {
 }
 
 /// What the daemon lets the control socket reach once it runs: the scheduler (its
-/// queue is emptied on pause) and the discovery trigger (pulled on resume).
+/// queue is emptied on pause), the discovery trigger (pulled on resume) and the
+/// operators' approvals (with `approval: required`).
 pub(crate) struct DaemonHooks {
     /// The scheduler.
     pub fleet: Arc<Fleet>,
     /// Starts a discovery now.
     pub discover: Sender<()>,
 }
+
+/// The most identities one request names (a request is 4 KiB at most anyway).
+const MAX_IDENTITIES: usize = 256;
 
 /// Carries out operators' requests: the pause flag, the pause file, the daemon.
 pub(crate) struct Controller {
@@ -297,6 +358,78 @@ impl Controller {
                 self.answer(message)
             }
             ControlRequest::Status => self.answer(String::new()),
+            request => self.approval(request, by),
+        }
+    }
+
+    /// Carries out `pending`, `approve`, `approve_all`, `deny` and `forget`.
+    fn approval(&self, request: ControlRequest, by: &Operator) -> Response {
+        let approvals = self
+            .daemon
+            .lock()
+            .as_ref()
+            .and_then(|hooks| hooks.fleet.approvals().cloned());
+        let Some(approvals) = approvals else {
+            return self.refuse(
+                "approval is off: this provisioner's configuration does not set approval: required"
+                    .into(),
+            );
+        };
+        let decided = match request {
+            ControlRequest::Pending { offset, limit } => {
+                let limit = limit.min(super::approvals::MAX_PAGE);
+                let (total_pending, pending) = approvals.pending(offset, limit);
+                return Response {
+                    approvals: Some(ApprovalAnswer {
+                        total_pending,
+                        now: now_nanos(),
+                        pending,
+                        changed: Vec::new(),
+                    }),
+                    ..self.answer(String::new())
+                };
+            }
+            ControlRequest::ApproveAll { as_of } => approvals.approve_all(as_of, by),
+            ControlRequest::Approve { identities } => match parse_identities(&identities) {
+                Ok(ids) => approvals.approve(&ids, by),
+                Err(e) => return self.refuse(e.to_string()),
+            },
+            ControlRequest::Deny { identities, reason } => {
+                if let Err(e) = check_reason(&reason) {
+                    return self.refuse(e.to_string());
+                }
+                match parse_identities(&identities) {
+                    Ok(ids) => approvals.deny(&ids, &reason, by),
+                    Err(e) => return self.refuse(e.to_string()),
+                }
+            }
+            ControlRequest::Forget { identities } => match parse_identities(&identities) {
+                Ok(ids) => approvals.forget(&ids, by),
+                Err(e) => return self.refuse(e.to_string()),
+            },
+            ControlRequest::Pause { .. } | ControlRequest::Resume | ControlRequest::Status => {
+                unreachable!("handled by Controller::handle")
+            }
+        };
+        let message = match &decided.saved {
+            Ok(()) => format!("{} changed", decided.changed.len()),
+            Err(e) => {
+                log::error!("{e}");
+                format!(
+                    "{} changed, but {e}: a restart would not know the decision",
+                    decided.changed.len()
+                )
+            }
+        };
+        let (total_pending, _) = approvals.pending(0, 0);
+        Response {
+            approvals: Some(ApprovalAnswer {
+                total_pending,
+                now: now_nanos(),
+                pending: Vec::new(),
+                changed: decided.changed.iter().map(|i| i.to_string()).collect(),
+            }),
+            ..self.answer(message)
         }
     }
 
@@ -307,6 +440,7 @@ impl Controller {
             operator_pause: self.pause.operator(),
             message,
             error: None,
+            approvals: None,
         }
     }
 
@@ -352,6 +486,62 @@ impl Controller {
             }),
         }
     }
+}
+
+/// Unix nanoseconds now.
+fn now_nanos() -> u64 {
+    u64::try_from(crate::clock::unix_nanos()).unwrap_or(0)
+}
+
+/// Why the identities of a request were refused.
+#[derive(Debug)]
+pub(crate) enum IdentityListError {
+    /// The request names none.
+    Empty,
+    /// More than [`MAX_IDENTITIES`].
+    TooMany(usize),
+    /// One breaks the identity rule (shown escaped and cut).
+    Invalid {
+        /// The identity as given, fit for a log line.
+        shown: String,
+        /// Why.
+        error: crate::choria::identity::IdentityError,
+    },
+}
+
+impl std::fmt::Display for IdentityListError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdentityListError::Empty => f.write_str("name at least one identity"),
+            IdentityListError::TooMany(n) => {
+                write!(f, "{n} identities in one request; at most {MAX_IDENTITIES}")
+            }
+            IdentityListError::Invalid { shown, error } => {
+                write!(f, "\"{shown}\" is not a valid identity: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IdentityListError {}
+
+/// The identities of a request, each checked by the identity rule; the first bad
+/// one refuses the request.
+fn parse_identities(raw: &[String]) -> Result<Vec<Identity>, IdentityListError> {
+    if raw.is_empty() {
+        return Err(IdentityListError::Empty);
+    }
+    if raw.len() > MAX_IDENTITIES {
+        return Err(IdentityListError::TooMany(raw.len()));
+    }
+    raw.iter()
+        .map(|r| {
+            Identity::parse(r).map_err(|error| IdentityListError::Invalid {
+                shown: crate::untrusted::shown(r),
+                error,
+            })
+        })
+        .collect()
 }
 
 /// A reason as logged: quoted, or "no reason given".

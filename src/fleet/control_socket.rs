@@ -34,6 +34,9 @@ use crate::throttle::Throttle;
 
 /// The most a request may be.
 pub(crate) const MAX_REQUEST: usize = 4096;
+/// The largest answer a client reads: a page of `pending` is 100 identities with
+/// their facts, each bounded.
+const MAX_ANSWER: u64 = 2 * 1024 * 1024;
 /// How long a client may take to send its whole request.
 pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 /// How long the answer may take to be written (and, for `send`, to come).
@@ -366,7 +369,7 @@ pub(crate) fn send(path: &Path, request: &ControlRequest) -> Result<Response, Se
     // A daemon that refuses at once (busy) writes its answer and closes before
     // reading: the request then cannot be written, but the answer is there to read.
     let sent = (&stream).write_all(&text);
-    let read = BufReader::new((&stream).take(64 * 1024)).read_until(b'\n', &mut line);
+    let read = BufReader::new((&stream).take(MAX_ANSWER)).read_until(b'\n', &mut line);
     match (sent, read) {
         (_, Ok(n)) if n > 0 => {}
         (Err(e), _) | (Ok(()), Err(e)) => return Err(SendError::Exchange(e)),

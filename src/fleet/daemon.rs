@@ -90,7 +90,7 @@ pub enum StartError {
     },
     /// A thread could not be started.
     Thread {
-        /// Which (`events`, `election`, `discovery`).
+        /// Which (`events`, `election`, `discovery`, `approvals`).
         name: &'static str,
         /// Why.
         error: std::io::Error,
@@ -137,6 +137,7 @@ pub struct Daemon {
     trigger: Option<Sender<()>>,
     shutdown_timeout: Duration,
     keys: KeyReloader,
+    approvals: Option<Arc<super::approvals::Approvals>>,
 }
 
 /// Loads the key files of a running provisioner again (on SIGHUP).
@@ -177,6 +178,13 @@ impl Daemon {
         )
         .map_err(StartError::Keys)?;
         let upgrade_slots = sequence.upgrade_slots();
+        let approvals = config.approval.then(|| {
+            let approvals =
+                super::approvals::Approvals::new(config, &client.identity, Arc::clone(metrics));
+            approvals.restore();
+            sequence.set_gate(Arc::clone(&approvals) as Arc<dyn crate::node::approval::Gate>);
+            approvals
+        });
         let sequence = Arc::new(sequence);
         let keys = KeyReloader(Arc::clone(&sequence));
         let provisioner =
@@ -198,7 +206,11 @@ impl Daemon {
             trigger: Some(trigger_tx.clone()),
             shutdown_timeout: config.shutdown_timeout,
             keys,
+            approvals: None,
         };
+        if let Some(approvals) = approvals {
+            daemon.share_approvals(config, metrics, approvals)?;
+        }
         if config.leader_election {
             pause.pause();
             let (thread, state) = daemon.start_election(
@@ -270,6 +282,34 @@ impl Daemon {
             fleet.board().set_audit(Arc::new(audit));
         }
         fleet
+    }
+
+    /// Holds new identities for operators (`approval: required`): the fleet asks
+    /// `approvals` before queueing, approved nodes are queued, decisions are
+    /// audited, and the `approvals` thread shares the table with the site's other
+    /// instances and keeps its file.
+    fn share_approvals(
+        &mut self,
+        config: &Config,
+        metrics: &Arc<Metrics>,
+        approvals: Arc<super::approvals::Approvals>,
+    ) -> Result<(), StartError> {
+        approvals.attach(&self.fleet, self.fleet.board().audit().cloned());
+        self.fleet.set_approvals(Arc::clone(&approvals));
+        let thread = super::approvals::sync::start(
+            Arc::clone(&approvals),
+            self.connector.bus().clone(),
+            &config.site,
+            Arc::clone(metrics),
+            self.fleet.stopped(),
+        )
+        .map_err(|error| StartError::Thread {
+            name: "approvals",
+            error,
+        })?;
+        self.threads.push(thread);
+        self.approvals = Some(approvals);
+        Ok(())
     }
 
     /// Joins the site's active-active set: the membership's thread, the fleet's

@@ -138,7 +138,11 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
         &mut |identity| match fleet.add(&identity, Source::Discovery) {
             AddResult::Added => added += 1,
             AddResult::QueueFull => full += 1,
-            AddResult::Known | AddResult::Stopping | AddResult::NotOurs | AddResult::Refused => {}
+            AddResult::Known
+            | AddResult::Stopping
+            | AddResult::NotOurs
+            | AddResult::Refused
+            | AddResult::Pending => {}
         },
     );
     let heard = match found {

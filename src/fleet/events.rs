@@ -42,7 +42,7 @@ pub(crate) fn run_with(fleet: &Fleet, events: &Receiver<Identity>, not_ours: &dy
             }
             AddResult::Added => log::debug!("Queued {identity} from its startup event"),
             AddResult::NotOurs => not_ours(&identity),
-            AddResult::Known | AddResult::Stopping | AddResult::Refused => {}
+            AddResult::Known | AddResult::Stopping | AddResult::Refused | AddResult::Pending => {}
         }
     }
 }

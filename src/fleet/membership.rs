@@ -485,7 +485,11 @@ impl Membership {
         match fleet.add(node, Source::Event) {
             AddResult::Added => log::debug!("Queued {node}, handed over by a peer"),
             AddResult::NotOurs => log::debug!("Dropping {node}, handed over but not ours"),
-            AddResult::Known | AddResult::QueueFull | AddResult::Stopping | AddResult::Refused => {}
+            AddResult::Known
+            | AddResult::QueueFull
+            | AddResult::Stopping
+            | AddResult::Refused
+            | AddResult::Pending => {}
         }
     }
 

@@ -8,6 +8,7 @@
 //! reported as such (not as "added"), the gauges are exact, and shutdown waits for
 //! in-flight nodes within a bound.
 
+pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod control;
 pub(crate) mod control_socket;
@@ -144,9 +145,12 @@ pub enum AddResult {
     Stopping,
     /// Another instance owns the node (active-active); nothing queued.
     NotOurs,
-    /// The identity policy (`identity_allow`, `identity_deny`) refuses it: counted,
-    /// nothing queued, nothing kept.
+    /// The identity policy (`identity_allow`, `identity_deny`) refuses it, or an
+    /// operator denied it: counted, nothing queued, nothing kept.
     Refused,
+    /// It waits for an operator's approval (`approval: required`): nothing queued;
+    /// its last sighting is noted.
+    Pending,
 }
 
 /// Scheduler settings.
@@ -287,6 +291,8 @@ pub struct Fleet {
     /// The generations of the attempts under way that were taken from the announced
     /// lane: at most [`Fleet::announced_in_flight_max`].
     announced_in_flight: Mutex<std::collections::HashSet<u64>>,
+    /// Operators' approvals (`approval: required`), set once before start.
+    approvals: OnceLock<Arc<approvals::Approvals>>,
 }
 
 impl Fleet {
@@ -317,6 +323,7 @@ impl Fleet {
             stopping: AtomicBool::new(false),
             policy_refusals: crate::throttle::Throttle::default(),
             announced_in_flight: Mutex::new(std::collections::HashSet::new()),
+            approvals: OnceLock::new(),
             options,
             metrics,
             pause,
@@ -334,6 +341,17 @@ impl Fleet {
     /// [`Fleet::start`]); without it every node is ours.
     pub(crate) fn set_ownership(&self, ownership: Arc<dyn Ownership>) {
         let _ = self.ownership.set(ownership);
+    }
+
+    /// Asks `approvals` before queueing any node (set once, before
+    /// [`Fleet::start`]).
+    pub(crate) fn set_approvals(&self, approvals: Arc<approvals::Approvals>) {
+        let _ = self.approvals.set(approvals);
+    }
+
+    /// Operators' approvals, when `approval: required`.
+    pub(crate) fn approvals(&self) -> Option<&Arc<approvals::Approvals>> {
+        self.approvals.get()
     }
 
     /// True unless an [`Ownership`] says another instance owns `identity`.
@@ -395,6 +413,13 @@ impl Fleet {
         if let Some(policy) = &self.options.identity_policy {
             if !policy.admits(identity.as_str()) {
                 return self.refuse_by_policy(identity, source);
+            }
+        }
+        if let Some(approvals) = self.approvals.get() {
+            match approvals.admission(identity) {
+                approvals::Admission::Go => {}
+                approvals::Admission::Pending => return AddResult::Pending,
+                approvals::Admission::Denied => return self.refuse_denied(identity, source),
             }
         }
         if !self.owns(identity) {
@@ -526,6 +551,26 @@ impl Fleet {
         if let Some(note) = self.policy_refusals.ready_note("identities refused") {
             log::warn!(
                 "Refused {identity} from {}: identity_allow / identity_deny exclude it{note}",
+                source.label()
+            );
+        }
+        AddResult::Refused
+    }
+
+    /// Counts (and logs, once per identity per `approvals::DENIED_LOG_EVERY`) an
+    /// identity an operator denied.
+    fn refuse_denied(&self, identity: &Identity, source: Source) -> AddResult {
+        self.metrics
+            .refused_identities
+            .with_label_values(&[source.label(), "denied"])
+            .inc();
+        if self
+            .approvals
+            .get()
+            .is_some_and(|a| a.log_denial_now(identity))
+        {
+            log::warn!(
+                "Refused {identity} from {}: an operator denied it (choria-provisioner forget {identity} to undo)",
                 source.label()
             );
         }
@@ -717,7 +762,8 @@ impl Fleet {
                 AddResult::Known
                 | AddResult::Stopping
                 | AddResult::NotOurs
-                | AddResult::Refused => {}
+                | AddResult::Refused
+                | AddResult::Pending => {}
             }
         }
     }

@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use super::audit::AuditLog;
 use super::{Fleet, Lane, State};
 use crate::choria::identity::Identity;
+use crate::choria::peers::{ApprovalRecord, Decision};
 use crate::metrics::{NodeLookup, NodesQuery};
 use crate::node::outcome::Outcome;
 use crate::node::progress::{Facts, Progress};
@@ -222,7 +223,7 @@ impl Board {
             Outcome::Done | Outcome::ShutDown | Outcome::Upgraded | Outcome::Deferred(_) => {
                 (None, None)
             }
-            Outcome::UpgradeWaiting(_) => (None, text()),
+            Outcome::UpgradeWaiting(_) | Outcome::PendingApproval(_) => (None, text()),
             _ => (text(), None),
         };
         let mut facts = flight.progress.facts();
@@ -322,6 +323,29 @@ impl<'q> Page<'q> {
             .skip(query.offset)
             .take(query.limit)
             .map(|(n, item)| show(n, item))
+            .collect();
+        if query.offset.saturating_add(query.limit) < total {
+            self.next.insert(name.into(), query.next_of(name).into());
+        }
+        self.totals.insert(name.into(), total.into());
+        self.doc.insert(name.into(), shown.into());
+    }
+
+    /// Adds the list `name` when only its page was made: `page` starts at the
+    /// query's offset, and the whole list has `total` entries.
+    fn list_page<T>(
+        &mut self,
+        name: &str,
+        total: usize,
+        page: Vec<T>,
+        show: impl Fn(usize, T) -> Value,
+    ) {
+        let query = self.query;
+        let shown: Vec<Value> = page
+            .into_iter()
+            .take(query.limit)
+            .enumerate()
+            .map(|(n, item)| show(query.offset + n, item))
             .collect();
         if query.offset.saturating_add(query.limit) < total {
             self.next.insert(name.into(), query.next_of(name).into());
@@ -433,6 +457,50 @@ impl FleetStatus {
     }
 }
 
+impl FleetStatus {
+    /// The pending and denied lists, when `approval: required` (a page of each
+    /// taken from the approvals table).
+    fn approvals(&self, query: &NodesQuery, page: &mut Page<'_>) {
+        let Some(approvals) = self.0.approvals() else {
+            return;
+        };
+        if query.wants("pending") {
+            let (total, rows) = approvals.pending(query.offset, query.limit);
+            page.list_page("pending", total, rows, |n, row| {
+                json!({
+                    "identity": row.identity,
+                    "state": "pending",
+                    "position": n + 1,
+                    "first_seen": crate::clock::rfc3339(row.first_seen as f64),
+                    "last_seen": crate::clock::rfc3339(row.last_seen as f64),
+                    "version": row.version,
+                    "facts": row.facts.into_iter().map(|(k, v)| (k, Value::String(v))).collect::<serde_json::Map<String, Value>>(),
+                })
+            });
+        }
+        if query.wants("denied") {
+            let (rows, total) = approvals.decided(Decision::Denied, query.offset, query.limit);
+            page.list_page("denied", total, rows, |_, r| approval_json(&r));
+        }
+    }
+}
+
+/// A pending or denied node as `/nodes` shows it.
+fn approval_json(r: &ApprovalRecord) -> Value {
+    let state = r.decision.name();
+    let decided = crate::clock::rfc3339((r.at / 1_000_000_000) as f64);
+    let mut doc = json!({"identity": r.identity.as_str(), "state": state});
+    if r.decision == Decision::Pending {
+        doc["first_seen"] = crate::clock::rfc3339(r.first_seen as f64).into();
+        doc["last_seen"] = crate::clock::rfc3339(r.last_seen as f64).into();
+    } else {
+        doc["since"] = decided.into();
+        doc["by"] = r.by.clone().into();
+        doc["reason"] = r.reason.clone().into();
+    }
+    doc
+}
+
 fn upgrading_json(identity: &Identity, since: Instant) -> Value {
     json!({"identity": identity.as_str(), "state": "upgrading", "since": rfc3339(since)})
 }
@@ -461,6 +529,7 @@ impl crate::metrics::NodeStatus for FleetStatus {
         page.list("upgrading", self.upgrading(), |_, (i, since)| {
             upgrading_json(&i, since)
         });
+        self.approvals(query, &mut page);
         page.list("recent", self.recent(query), |_, r| {
             serde_json::to_value(&*r).unwrap_or(Value::Null)
         });
@@ -489,6 +558,14 @@ impl crate::metrics::NodeStatus for FleetStatus {
                 .into_iter()
                 .find(|(i, _)| *i == identity)
                 .map(|(i, since)| upgrading_json(&i, since));
+        }
+        if now.is_none() {
+            now = self
+                .0
+                .approvals()
+                .and_then(|a| a.record(&identity))
+                .filter(|r| matches!(r.decision, Decision::Pending | Decision::Denied))
+                .map(|r| approval_json(&r));
         }
         let history = board.history_of(identity.as_str());
         if now.is_none() && history.is_empty() {

@@ -169,7 +169,7 @@ pub(super) fn finished(fleet: &Fleet, finished: Finished) {
     } else if outcome.is_error() {
         metrics.provision_errors.inc();
         log::error!("Provisioning {} failed: {outcome}", ticket.identity);
-    } else if let Outcome::UpgradeWaiting(why) = &outcome {
+    } else if let Outcome::UpgradeWaiting(why) | Outcome::PendingApproval(why) = &outcome {
         log::info!("{why}");
     } else {
         // A made-up identity or a node that left (counted in unreachable_nodes),

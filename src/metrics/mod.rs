@@ -153,6 +153,16 @@ pub struct Metrics {
     /// `upgrades_max_in_flight` (the whole cap unless active-active splits it among
     /// the live instances; 0 when unlimited, or while out of the active-active set).
     pub upgrade_slots: IntGauge,
+    /// Identities waiting for an operator's approval (`approval: required`).
+    pub pending_approval: IntGauge,
+    /// How long the identity pending longest has waited, in seconds (0: none).
+    pub pending_approval_oldest_seconds: IntGauge,
+    /// Operators' decisions taken on this instance, by `decision` (`approved`,
+    /// `denied`, `forgotten`).
+    pub approval_decisions: IntCounterVec,
+    /// Pending identities forgotten because more than `approval_max_pending`
+    /// waited.
+    pub pending_evicted: IntCounter,
 }
 
 /// The `outcome` label values of `choria_provisioner_outcomes`, each created at 0 on
@@ -171,7 +181,9 @@ pub struct Metrics {
 /// | `contested` | two different replies came in the node's name |
 /// | `locked` | another provisioner holds the node's provisioning lock |
 /// | `upgrade_waiting` | an upgrade must wait: `upgrades_max_in_flight` nodes are upgrading |
-pub(crate) const OUTCOMES: [&str; 11] = [
+/// | `pending_approval` | held before its helper until an operator approves it |
+/// | `denied` | an operator denied it |
+pub(crate) const OUTCOMES: [&str; 13] = [
     "provisioned",
     "deferred",
     "shut_down",
@@ -183,16 +195,19 @@ pub(crate) const OUTCOMES: [&str; 11] = [
     "contested",
     "locked",
     "upgrade_waiting",
+    "pending_approval",
+    "denied",
 ];
 
 /// The `reason` label values of `choria_provisioner_peer_messages_refused`, each
 /// created at 0 (the same words as `choria::peers::PeerMessageError::reason`).
-pub(crate) const PEER_REFUSALS: [&str; 5] = [
+pub(crate) const PEER_REFUSALS: [&str; 6] = [
     "too_large",
     "undecodable",
     "identity",
     "foreign_site",
     "period",
+    "field",
 ];
 
 /// Why the control socket closed or refused a connection early (`door="control"`
@@ -314,6 +329,11 @@ impl Metrics {
             "choria_provisioner_connections_refused",
             "How many connections to the monitor port or the control socket were closed or refused early, by door and reason",
             &["door", "reason"],
+        )?;
+        let approval_decisions = site_vec(
+            "choria_provisioner_approval_decisions",
+            "How many operators' decisions on node identities this instance took, by decision",
+            &["decision"],
         )?;
         let share = prometheus::Gauge::with_opts(site_opts(
             "choria_provisioner_share",
@@ -514,6 +534,19 @@ impl Metrics {
                 "choria_provisioner_upgrade_slots",
                 "How many nodes this instance may have upgrading at once: its part of upgrades_max_in_flight (0 when unlimited)",
             )?,
+            pending_approval: gauge(
+                "choria_provisioner_pending_approval",
+                "How many node identities wait for an operator's approval",
+            )?,
+            pending_approval_oldest_seconds: gauge(
+                "choria_provisioner_pending_approval_oldest_seconds",
+                "How long the node identity pending longest has waited for an operator's approval",
+            )?,
+            pending_evicted: counter(
+                "choria_provisioner_pending_evicted",
+                "How many pending identities were forgotten because more than approval_max_pending waited",
+            )?,
+            approval_decisions,
             looping_configurations,
             refused_identities,
             rejected_replies,
@@ -537,7 +570,10 @@ impl Metrics {
         for reason in PEER_REFUSALS {
             metrics.peer_messages_refused.with_label_values(&[reason]);
         }
-        for kind in ["heartbeat", "handoff"] {
+        for decision in ["approved", "denied", "forgotten"] {
+            metrics.approval_decisions.with_label_values(&[decision]);
+        }
+        for kind in ["heartbeat", "handoff", "approvals"] {
             metrics.peer_messages_dropped.with_label_values(&[kind]);
         }
         for outcome in OUTCOMES {

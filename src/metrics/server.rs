@@ -51,7 +51,15 @@ pub enum NodeLookup {
 
 /// The lists of `/nodes`, in the order the document and the `nodes` table show
 /// them; `?state=` takes one of them.
-pub const NODE_LISTS: [&str; 5] = ["queued", "in_flight", "cooling_down", "upgrading", "recent"];
+pub const NODE_LISTS: [&str; 7] = [
+    "queued",
+    "in_flight",
+    "cooling_down",
+    "upgrading",
+    "pending",
+    "denied",
+    "recent",
+];
 
 /// Entries of each list in one `/nodes` page unless `?limit=` says otherwise.
 pub const NODES_PAGE: usize = 500;

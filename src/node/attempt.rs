@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use super::approval::Verdict;
 use super::failure::AttemptError;
 use super::helper::{CsrInfo, Ed25519Info, HelperError, HelperInput, HelperOutput};
 use super::outcome::Outcome;
@@ -605,11 +606,15 @@ impl Attempt {
         Ok(())
     }
 
-    /// The grace is over and the inventory survived it: the helper runs now.
+    /// The grace is over and the inventory survived it: the helper runs now, unless
+    /// the node waits for an operator's approval or was denied.
     fn start_helper(&mut self, seq: &NodeSequence) -> Step<()> {
         // A node back from an upgrade on another version gives its slot back.
         seq.slots().seen(&self.identity, &self.learnt.version);
         seq.warn_if_lockless(&self.identity, &self.learnt.version);
+        if self.held_for_approval(seq) {
+            return Ok(());
+        }
         self.phase = Phase::Helper;
         self.progress.step("helper");
         let input = HelperInput {
@@ -626,6 +631,30 @@ impl Attempt {
         self.learnt.inventory_held = None;
         self.effects.push(Effect::RunHelper(bytes));
         Ok(())
+    }
+
+    /// Asks the approval gate (`approval: required`); true when the attempt ends
+    /// here, before anything is made: the node is pending or denied.
+    fn held_for_approval(&mut self, seq: &NodeSequence) -> bool {
+        let Some(gate) = seq.gate() else {
+            return false;
+        };
+        let verdict = gate.judge(&self.identity, &self.learnt.version, &self.learnt.inventory);
+        let outcome = match verdict {
+            Verdict::Go => return false,
+            Verdict::Held => Outcome::PendingApproval(format!(
+                "{} waits for an operator's approval (choria-provisioner pending)",
+                self.identity
+            )),
+            Verdict::Denied => {
+                Outcome::Denied(format!("{} was denied by an operator", self.identity))
+            }
+        };
+        self.progress.step("approval");
+        self.learnt.inventory = String::new();
+        self.learnt.inventory_held = None;
+        self.done = Some(outcome);
+        true
     }
 
     /// The call after the helper was answered.

@@ -1,5 +1,6 @@
 //! Everything that happens to one server: the provisioning sequence and its crypto.
 
+pub(crate) mod approval;
 mod attempt;
 pub mod driver;
 pub(crate) mod failure;

@@ -37,6 +37,13 @@ pub enum Outcome {
     /// upgrading: not an error; the node waits its turn and is queued again when a
     /// slot is given back (or when it is found again).
     UpgradeWaiting(String),
+    /// `approval: required` and no operator approved the node yet: held before its
+    /// helper ran (nothing was made or sent), kept as pending until an operator
+    /// decides. Not an error; forgotten at once.
+    PendingApproval(String),
+    /// An operator denied the node: nothing was made or sent. Not an error of ours;
+    /// forgotten at once, and refused at admission from then on.
+    Denied(String),
 }
 
 impl Outcome {
@@ -58,8 +65,8 @@ impl Outcome {
     }
 
     /// The `outcome` label: `provisioned`, `shut_down`, `upgraded`, `deferred`,
-    /// `failed`, `stale`, `refused_csr`, `unreachable`, `contested`, `locked` or
-    /// `upgrade_waiting`.
+    /// `failed`, `stale`, `refused_csr`, `unreachable`, `contested`, `locked`,
+    /// `upgrade_waiting`, `pending_approval` or `denied`.
     pub(crate) fn label(&self) -> &'static str {
         match self {
             Outcome::Done => "provisioned",
@@ -73,6 +80,8 @@ impl Outcome {
             Outcome::Contested(_) => "contested",
             Outcome::Locked(_) => "locked",
             Outcome::UpgradeWaiting(_) => "upgrade_waiting",
+            Outcome::PendingApproval(_) => "pending_approval",
+            Outcome::Denied(_) => "denied",
         }
     }
 
@@ -88,6 +97,8 @@ impl Outcome {
             Outcome::Unreachable(m) => Outcome::Unreachable(f(&m)),
             Outcome::Contested(m) => Outcome::Contested(f(&m)),
             Outcome::UpgradeWaiting(m) => Outcome::UpgradeWaiting(f(&m)),
+            Outcome::PendingApproval(m) => Outcome::PendingApproval(f(&m)),
+            Outcome::Denied(m) => Outcome::Denied(f(&m)),
         }
     }
 
@@ -113,7 +124,9 @@ impl fmt::Display for Outcome {
             | Outcome::Locked(msg)
             | Outcome::Unreachable(msg)
             | Outcome::Contested(msg)
-            | Outcome::UpgradeWaiting(msg) => f.write_str(msg),
+            | Outcome::UpgradeWaiting(msg)
+            | Outcome::PendingApproval(msg)
+            | Outcome::Denied(msg) => f.write_str(msg),
         }
     }
 }

@@ -46,6 +46,8 @@ pub(crate) struct NodeSequence {
     loops: LoopWarnings,
     /// `max_held_bytes`: unread replies and kept inventories.
     budget: Arc<ByteBudget>,
+    /// The operator's approval (`approval: required`), set once before any attempt.
+    gate: std::sync::OnceLock<Arc<dyn super::approval::Gate>>,
 }
 
 /// The first go-choria release whose provisioning agent has the provisioning lock.
@@ -79,12 +81,24 @@ impl NodeSequence {
             keys,
             lockless: Throttle::default(),
             contests: Throttle::default(),
+            gate: std::sync::OnceLock::new(),
         })
     }
 
     /// The byte budget of what nodes sent and attempts hold (`max_held_bytes`).
     pub(crate) fn budget(&self) -> &Arc<ByteBudget> {
         &self.budget
+    }
+
+    /// Holds every node at `gate` before its helper runs (set once, before the
+    /// first attempt; a second call is ignored).
+    pub(crate) fn set_gate(&self, gate: Arc<dyn super::approval::Gate>) {
+        let _ = self.gate.set(gate);
+    }
+
+    /// The approval gate, when `approval: required`.
+    pub(crate) fn gate(&self) -> Option<&dyn super::approval::Gate> {
+        self.gate.get().map(|g| &**g)
     }
 
     /// The configuration.

@@ -1,0 +1,333 @@
+//! Operators' approvals shared by the instances of one site, on
+//! `provisioning.provisioner.approvals.<site>`, and the same records as the
+//! approval file keeps them.
+//!
+//! A record says where one identity stands (pending, approved, denied, forgotten),
+//! when that was decided (Unix nanoseconds) and by whom. Instances merge records by
+//! that time, the later winning (ties go to the stricter decision), so every
+//! instance ends with the same table whatever order the messages came in. A batch
+//! is a few hundred records at most; each record's strings are bounded and free of
+//! control characters, its identity passes [`Identity::parse`], and a batch from
+//! another site is refused: a hostile or buggy peer costs a counted refusal.
+
+use serde::{Deserialize, Serialize};
+
+use super::{invalid, PeerMessageError, PEER_PREFIX};
+use crate::choria::bus::{Bus, Subscription};
+use crate::choria::identity::Identity;
+use crate::choria::subject::{Subject, SubjectError, SubjectFilter};
+
+/// The most records one message carries.
+pub(crate) const MAX_RECORDS: usize = 128;
+
+/// The largest approvals message read: [`MAX_RECORDS`] records of the largest size.
+pub(crate) const MAX_APPROVAL_MESSAGE: usize = 512 * 1024;
+
+/// The longest "by" (an operator, or the instance that held the node).
+pub(crate) const MAX_BY: usize = 160;
+/// The longest reason an operator gives.
+pub(crate) const MAX_REASON: usize = 256;
+/// The longest version kept.
+pub(crate) const MAX_VERSION: usize = 64;
+/// The most facts a record keeps.
+pub(crate) const MAX_FACTS: usize = 8;
+/// The longest fact name.
+pub(crate) const MAX_FACT_NAME: usize = 64;
+/// The longest fact value kept (longer ones are cut when taken from an inventory).
+pub(crate) const MAX_FACT_VALUE: usize = 128;
+
+/// Where an identity stands. The order breaks ties between records of the same
+/// time: the stricter decision wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Decision {
+    /// Waiting for an operator.
+    Pending,
+    /// An operator took the decision back: the identity waits again when seen.
+    Forgotten,
+    /// Its helper may run.
+    Approved,
+    /// Refused at admission until forgotten.
+    Denied,
+}
+
+impl Decision {
+    /// `pending`, `forgotten`, `approved` or `denied`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Decision::Pending => "pending",
+            Decision::Forgotten => "forgotten",
+            Decision::Approved => "approved",
+            Decision::Denied => "denied",
+        }
+    }
+}
+
+/// One identity's standing, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApprovalRecord {
+    /// The node.
+    pub identity: Identity,
+    /// Where it stands.
+    pub decision: Decision,
+    /// When that was decided (for a pending record, when it was first held), in
+    /// Unix nanoseconds: the later record wins a merge.
+    pub at: u64,
+    /// The operator who decided, or the instance that held the node.
+    pub by: String,
+    /// The operator's reason (deny).
+    pub reason: String,
+    /// When the node was first held, Unix seconds (0: never seen).
+    pub first_seen: u64,
+    /// When the node was last seen (held, discovered or announced), Unix seconds.
+    pub last_seen: u64,
+    /// The version its inventory gave.
+    pub version: String,
+    /// The facts `approval_facts` names, as its inventory gave them.
+    pub facts: Vec<(String, String)>,
+}
+
+/// The wire form of [`ApprovalRecord`] before validation.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecordWire {
+    identity: String,
+    decision: Decision,
+    at: u64,
+    #[serde(default)]
+    by: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    first_seen: u64,
+    #[serde(default)]
+    last_seen: u64,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    facts: Vec<(String, String)>,
+}
+
+impl From<&ApprovalRecord> for RecordWire {
+    fn from(r: &ApprovalRecord) -> RecordWire {
+        RecordWire {
+            identity: r.identity.to_string(),
+            decision: r.decision,
+            at: r.at,
+            by: r.by.clone(),
+            reason: r.reason.clone(),
+            first_seen: r.first_seen,
+            last_seen: r.last_seen,
+            version: r.version.clone(),
+            facts: r.facts.clone(),
+        }
+    }
+}
+
+/// A string of a record is at most `most` characters and holds no control
+/// character.
+fn bounded(text: &str, most: usize) -> bool {
+    text.chars().count() <= most && !text.chars().any(char::is_control)
+}
+
+impl RecordWire {
+    /// The record, checked.
+    pub(crate) fn check(self) -> Result<ApprovalRecord, PeerMessageError> {
+        let identity = Identity::parse(&self.identity).map_err(PeerMessageError::Identity)?;
+        let facts_ok = self.facts.len() <= MAX_FACTS
+            && self.facts.iter().all(|(k, v)| {
+                !k.is_empty() && bounded(k, MAX_FACT_NAME) && bounded(v, MAX_FACT_VALUE)
+            });
+        if !bounded(&self.by, MAX_BY)
+            || !bounded(&self.reason, MAX_REASON)
+            || !bounded(&self.version, MAX_VERSION)
+            || !facts_ok
+        {
+            return Err(PeerMessageError::Field);
+        }
+        Ok(ApprovalRecord {
+            identity,
+            decision: self.decision,
+            at: self.at,
+            by: self.by,
+            reason: self.reason,
+            first_seen: self.first_seen,
+            last_seen: self.last_seen,
+            version: self.version,
+            facts: self.facts,
+        })
+    }
+}
+
+/// What an approvals message is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum BatchKind {
+    /// Records that changed.
+    Update,
+    /// An instance that (re)started asks for everybody's table; it carries its own.
+    Hello,
+}
+
+/// One approvals message, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ApprovalBatch {
+    /// The sending instance's identity (as its client configuration names it).
+    pub from: String,
+    /// Its site.
+    pub site: String,
+    /// Update or hello.
+    pub kind: BatchKind,
+    /// At most [`MAX_RECORDS`].
+    pub records: Vec<ApprovalRecord>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchWire {
+    from: String,
+    site: String,
+    kind: BatchKind,
+    records: Vec<RecordWire>,
+}
+
+impl ApprovalBatch {
+    /// The JSON body.
+    pub(crate) fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(&BatchWire {
+            from: self.from.clone(),
+            site: self.site.clone(),
+            kind: self.kind,
+            records: self.records.iter().map(RecordWire::from).collect(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// Reads and checks a batch for `site`. One bad record refuses the batch: a
+    /// peer that writes it is broken, and its other records are not trusted either.
+    pub(crate) fn parse(body: &[u8], site: &str) -> Result<ApprovalBatch, PeerMessageError> {
+        if body.len() > MAX_APPROVAL_MESSAGE {
+            return Err(PeerMessageError::TooLarge(body.len()));
+        }
+        let wire: BatchWire =
+            serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)?;
+        if wire.site != site {
+            return Err(PeerMessageError::ForeignSite);
+        }
+        if wire.records.len() > MAX_RECORDS || !bounded(&wire.from, MAX_BY) {
+            return Err(PeerMessageError::Field);
+        }
+        let records = wire
+            .records
+            .into_iter()
+            .map(RecordWire::check)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ApprovalBatch {
+            from: wire.from,
+            site: wire.site,
+            kind: wire.kind,
+            records,
+        })
+    }
+}
+
+/// `provisioning.provisioner.approvals.<site>` (`_` for an empty site); `site` must
+/// be one subject token.
+pub(crate) fn approvals_subject(site: &str) -> Result<Subject, SubjectError> {
+    if site.contains('.') {
+        return Err(SubjectError::NotOneToken);
+    }
+    let token = if site.is_empty() { "_" } else { site };
+    Subject::new(format!("{PEER_PREFIX}.approvals.{token}"))
+}
+
+/// Publishes `batch` on its site's subject.
+pub(crate) fn publish_approvals(bus: &Bus, batch: &ApprovalBatch) -> std::io::Result<()> {
+    let subject = approvals_subject(&batch.site).map_err(invalid)?;
+    bus.publish(&subject, &batch.to_json())
+}
+
+/// Calls `deliver` (on the reader thread: it must return at once) with every
+/// approvals message's bytes of `site`, unread; [`ApprovalBatch::parse`] reads them
+/// off the reader thread.
+pub(crate) fn subscribe_approvals(
+    bus: &Bus,
+    site: &str,
+    deliver: impl Fn(Vec<u8>) + Send + Sync + 'static,
+) -> std::io::Result<Subscription> {
+    let filter: SubjectFilter = approvals_subject(site).map_err(invalid)?.into();
+    bus.subscribe(&filter, None, move |msg| deliver(msg.data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, decision: Decision, at: u64) -> ApprovalRecord {
+        ApprovalRecord {
+            identity: Identity::parse(id).unwrap(),
+            decision,
+            at,
+            by: "alice (uid 1000, pid 7)".into(),
+            reason: String::new(),
+            first_seen: 10,
+            last_seen: 20,
+            version: "0.29.4".into(),
+            facts: vec![("os.name".into(), "AlmaLinux".into())],
+        }
+    }
+
+    #[test]
+    fn a_batch_round_trips_and_bad_ones_are_refused_with_a_reason() {
+        let batch = ApprovalBatch {
+            from: "p1.example.net".into(),
+            site: "lon".into(),
+            kind: BatchKind::Update,
+            records: vec![
+                record("n1.example.net", Decision::Approved, 5),
+                record("n2.example.net", Decision::Denied, 6),
+            ],
+        };
+        let body = batch.to_json();
+        assert_eq!(ApprovalBatch::parse(&body, "lon").unwrap(), batch);
+        let reason = |body: &[u8]| ApprovalBatch::parse(body, "lon").unwrap_err().reason();
+        assert_eq!(
+            ApprovalBatch::parse(&body, "par").unwrap_err().reason(),
+            "foreign_site"
+        );
+        assert_eq!(reason(b"{"), "undecodable");
+        assert_eq!(reason(&vec![b' '; MAX_APPROVAL_MESSAGE + 1]), "too_large");
+        let text = String::from_utf8(body).unwrap();
+        assert_eq!(
+            reason(text.replace("n1.example.net", "n1 bad").as_bytes()),
+            "identity"
+        );
+        assert_eq!(
+            reason(text.replace("AlmaLinux", "Alma\\nLinux").as_bytes()),
+            "field"
+        );
+        let mut many = batch.clone();
+        many.records = vec![record("n.example.net", Decision::Pending, 1); MAX_RECORDS + 1];
+        assert_eq!(reason(&many.to_json()), "field");
+        assert_eq!(
+            reason(text.replace("\"kind\"", "\"extra\":1,\"kind\"").as_bytes()),
+            "undecodable"
+        );
+    }
+
+    #[test]
+    fn the_subject_is_one_per_site_and_the_stricter_decision_ranks_higher() {
+        assert_eq!(
+            approvals_subject("lon").unwrap().as_str(),
+            "provisioning.provisioner.approvals.lon"
+        );
+        assert_eq!(
+            approvals_subject("").unwrap().as_str(),
+            "provisioning.provisioner.approvals._"
+        );
+        assert!(approvals_subject("a.b").is_err());
+        assert!(Decision::Denied > Decision::Approved);
+        assert!(Decision::Approved > Decision::Forgotten);
+        assert!(Decision::Forgotten > Decision::Pending);
+    }
+}

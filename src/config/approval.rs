@@ -1,0 +1,103 @@
+//! `approval`, `approval_identities` and `approval_preapproved`: which identities
+//! wait for an operator's decision before their helper runs.
+
+/// `approval_max_pending`'s default.
+pub(crate) const DEFAULT_MAX_PENDING: usize = 10_000;
+
+/// The most facts `approval_facts` may name.
+pub(crate) const MAX_APPROVAL_FACTS: usize = 8;
+
+/// `approval_facts`' default: what facter calls a machine's name, address and OS.
+pub(crate) const DEFAULT_APPROVAL_FACTS: [&str; 3] =
+    ["networking.fqdn", "networking.ip", "os.name"];
+
+/// The longest fact name.
+const MAX_FACT_NAME: usize = 64;
+
+/// True for a dotted fact name: tokens of letters, digits, `_` and `-`.
+pub(crate) fn valid_fact_name(name: &str) -> bool {
+    name.len() <= MAX_FACT_NAME
+        && name.split('.').all(|token| {
+            !token.is_empty()
+                && token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        })
+}
+
+/// The compiled approval rules: built once from the configuration, shared
+/// read-only.
+#[derive(Debug, Clone)]
+pub struct ApprovalRules {
+    only: Vec<regex::Regex>,
+    preapproved: Vec<regex::Regex>,
+}
+
+impl ApprovalRules {
+    /// The rules of `approval: required` with `only` (`approval_identities`) and
+    /// `preapproved` (`approval_preapproved`), `/re/` slashes stripped already.
+    /// Patterns were checked when the configuration was loaded: one that does not
+    /// compile here (it cannot) matches nothing, so it exempts nobody.
+    pub fn new(only: &[String], preapproved: &[String]) -> ApprovalRules {
+        let compile = |patterns: &[String]| -> Vec<regex::Regex> {
+            patterns
+                .iter()
+                .filter_map(|p| regex::Regex::new(p).ok())
+                .collect()
+        };
+        let only_patterns = compile(only);
+        ApprovalRules {
+            // A pattern list that compiled to nothing must not widen to "everyone":
+            // it was checked at load, so this only keeps the rule total.
+            only: if only.is_empty() || !only_patterns.is_empty() {
+                only_patterns
+            } else {
+                vec![regex::Regex::new(".*").unwrap_or_else(|_| unreachable!("fixed pattern"))]
+            },
+            preapproved: compile(preapproved),
+        }
+    }
+
+    /// True when `identity` must wait for an operator: it matches no pre-approved
+    /// pattern and, when `approval_identities` is set, one of those.
+    pub fn needs_approval(&self, identity: &str) -> bool {
+        !self.preapproved.iter().any(|r| r.is_match(identity))
+            && (self.only.is_empty() || self.only.iter().any(|r| r.is_match(identity)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(only: &[&str], pre: &[&str]) -> ApprovalRules {
+        let owned = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        ApprovalRules::new(&owned(only), &owned(pre))
+    }
+
+    #[test]
+    fn every_identity_waits_unless_pre_approved_or_outside_the_listed_ones() {
+        let all = rules(&[], &[]);
+        assert!(all.needs_approval("web1.example.net"));
+        let pre = rules(&[], &[r"\.lab\.example\.net$"]);
+        assert!(!pre.needs_approval("t1.lab.example.net"));
+        assert!(pre.needs_approval("web1.example.net"));
+        let only = rules(&[r"\.dmz\.example\.net$"], &[r"^bastion\."]);
+        assert!(only.needs_approval("web1.dmz.example.net"));
+        assert!(!only.needs_approval("web1.example.net"), "not listed");
+        assert!(
+            !only.needs_approval("bastion.dmz.example.net"),
+            "pre-approved wins"
+        );
+    }
+
+    #[test]
+    fn fact_names_are_dotted_tokens() {
+        for good in ["os.name", "networking.ip", "a_b-c.d1"] {
+            assert!(valid_fact_name(good), "{good}");
+        }
+        for bad in ["", "os..name", ".os", "os name", "a\nb", &"x".repeat(65)] {
+            assert!(!valid_fact_name(bad), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! An operator's approval of new identities (`approval: required`), as `salt-key`
+//! and `puppetserver ca` let sites do: a node that answered its inventory (and its
+//! JWT and CSR checks) waits before its helper runs, so nothing is signed,
+//! encrypted or sent to it until a person says yes.
+//!
+//! - **The hold.** [`Approvals`] is the node sequence's approval gate
+//!   (`node::approval::Gate`): at the end of an attempt's reply grace, a node that
+//!   needs approval and has none is recorded as pending (first and last seen, its
+//!   version, the facts `approval_facts` names) and the attempt ends
+//!   (`Outcome::PendingApproval`): no worker, no waiting-attempt slot is held.
+//! - **Admission.** [`Fleet::add`](super::Fleet::add) asks [`Approvals::admission`]
+//!   first: a pending node is not queued (a sighting only refreshes its last seen),
+//!   a denied one is refused and counted (`refused_identities{reason="denied"}`,
+//!   logged once per identity per [`DENIED_LOG_EVERY`]).
+//! - **Decisions.** `approve`, `approve --all`, `deny` and `forget` come through the
+//!   control socket (`fleet/control.rs`) with the operator the kernel names; each
+//!   is written to the approval file before the operator is answered, to the audit
+//!   trail and the log, and an approved node is queued at once.
+//! - **Bounds.** The table keeps `approval_max_pending` pending records and
+//!   100,000 decided ones (`approvals/table.rs` says which give way); every string
+//!   of a record is bounded, so the table is bounded in bytes too.
+//! - **Every instance of the site** holds the same table: each change is sent on
+//!   `provisioning.provisioner.approvals.<site>` and merged by time
+//!   (`approvals/sync.rs`), so an approval given on one instance is honoured by the
+//!   one that owns the node, in active-active and across an election.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::audit::AuditLog;
+use super::control::Operator;
+use super::{Fleet, Source};
+use crate::choria::identity::Identity;
+use crate::choria::peers::{ApprovalRecord, Decision, MAX_BY, MAX_REASON, MAX_VERSION};
+use crate::config::{ApprovalRules, Config};
+use crate::metrics::Metrics;
+use crate::node::approval::{Gate, Verdict};
+
+mod facts;
+mod file;
+pub(crate) mod sync;
+mod table;
+
+pub(crate) use file::ApprovalFileError;
+use table::{Change, Table};
+
+/// How often a denied identity's refusal is logged.
+pub(crate) const DENIED_LOG_EVERY: Duration = Duration::from_secs(600);
+
+/// The most pending records one page of `pending` shows.
+pub(crate) const MAX_PAGE: usize = 100;
+
+/// Changes waiting to be sent to the other instances.
+const OUTBOX: usize = 4096;
+
+/// The most identities whose last denial log time is kept.
+const DENIED_LOGGED: usize = 10_000;
+
+/// What [`Approvals::admission`] says of an identity offered to the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Queue it (approved, no approval needed, or not seen yet: its attempt asks
+    /// the gate once its inventory is in).
+    Go,
+    /// It waits for an operator: not queued.
+    Pending,
+    /// An operator denied it: refused.
+    Denied,
+}
+
+/// One pending node as `pending` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PendingRow {
+    /// The node.
+    pub identity: String,
+    /// First held, Unix seconds.
+    pub first_seen: u64,
+    /// Last seen (held, discovered or announced), Unix seconds.
+    pub last_seen: u64,
+    /// The version its inventory gave.
+    pub version: String,
+    /// The facts `approval_facts` names.
+    pub facts: Vec<(String, String)>,
+}
+
+impl From<&ApprovalRecord> for PendingRow {
+    fn from(r: &ApprovalRecord) -> PendingRow {
+        PendingRow {
+            identity: r.identity.to_string(),
+            first_seen: r.first_seen,
+            last_seen: r.last_seen,
+            version: r.version.clone(),
+            facts: r.facts.clone(),
+        }
+    }
+}
+
+/// What an operator's decision did.
+#[derive(Debug)]
+pub(crate) struct Decided {
+    /// The identities whose standing changed.
+    pub changed: Vec<Identity>,
+    /// Whether the approval file has the decision (it applies either way).
+    pub saved: Result<(), ApprovalFileError>,
+}
+
+/// The approvals of one provisioner: the table, its file, the gate.
+pub(crate) struct Approvals {
+    rules: ApprovalRules,
+    facts: Vec<String>,
+    table: Mutex<Table>,
+    file: Option<PathBuf>,
+    /// Serialises writes of the file.
+    writing: Mutex<()>,
+    /// The table changed since the file was written.
+    dirty: AtomicBool,
+    /// This instance, as records name it.
+    instance: String,
+    metrics: Arc<Metrics>,
+    outbox_tx: Sender<ApprovalRecord>,
+    outbox_rx: Receiver<ApprovalRecord>,
+    /// A change could not be queued for the others: the sync sends the whole table.
+    resync: AtomicBool,
+    fleet: OnceLock<Weak<Fleet>>,
+    audit: OnceLock<Arc<AuditLog>>,
+    /// When each denied identity's refusal was last logged.
+    denied_logged: Mutex<HashMap<Identity, Instant>>,
+}
+
+/// A string cut to `most` characters, control characters dropped.
+fn clean(text: &str, most: usize) -> String {
+    text.chars()
+        .filter(|c| !c.is_control())
+        .take(most)
+        .collect()
+}
+
+impl Approvals {
+    /// The approvals of `config` for the instance `instance`; call
+    /// [`Approvals::restore`] to read the file.
+    pub(crate) fn new(config: &Config, instance: &str, metrics: Arc<Metrics>) -> Arc<Approvals> {
+        let (outbox_tx, outbox_rx) = bounded(OUTBOX);
+        Arc::new(Approvals {
+            rules: ApprovalRules::new(&config.approval_identities, &config.approval_preapproved),
+            facts: config.approval_facts.clone(),
+            table: Mutex::new(Table::new(config.approval_max_pending)),
+            file: config.approval_state_file(),
+            writing: Mutex::new(()),
+            dirty: AtomicBool::new(false),
+            instance: clean(instance, MAX_BY),
+            metrics,
+            outbox_tx,
+            outbox_rx,
+            resync: AtomicBool::new(false),
+            fleet: OnceLock::new(),
+            audit: OnceLock::new(),
+            denied_logged: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Reads the approval file (a file that cannot be read is moved aside, and every
+    /// node waits for a decision again).
+    pub(crate) fn restore(&self) {
+        let Some(path) = &self.file else {
+            return;
+        };
+        match file::load(path) {
+            Ok(loaded) => {
+                let n = loaded.records.len();
+                let mut table = self.table.lock();
+                for record in loaded.records {
+                    table.merge(record);
+                }
+                log::info!(
+                    "Read {n} approval records ({} pending) from {}",
+                    table.pending(),
+                    path.display()
+                );
+                if loaded.refused > 0 {
+                    log::error!(
+                        "Skipped {} invalid records of the approval file {}",
+                        loaded.refused,
+                        path.display()
+                    );
+                }
+            }
+            Err(e) => {
+                let aside = file::move_aside(path);
+                log::error!(
+                    "{e}; starting with no approvals: every node waits for a decision again{}",
+                    aside.map_or(String::new(), |p| format!(
+                        " (the file was moved to {})",
+                        p.display()
+                    ))
+                );
+            }
+        }
+        self.update_gauges();
+    }
+
+    /// From now on, approved nodes are offered to `fleet` and decisions are written
+    /// to `audit`.
+    pub(crate) fn attach(&self, fleet: &Arc<Fleet>, audit: Option<Arc<AuditLog>>) {
+        let _ = self.fleet.set(Arc::downgrade(fleet));
+        if let Some(audit) = audit {
+            let _ = self.audit.set(audit);
+        }
+    }
+
+    /// Whether `identity` may be queued (see [`Admission`]); a pending one's last
+    /// sighting is noted.
+    pub(crate) fn admission(&self, identity: &Identity) -> Admission {
+        if !self.rules.needs_approval(identity.as_str()) {
+            return Admission::Go;
+        }
+        let mut table = self.table.lock();
+        match table.get(identity).map(|r| r.decision) {
+            Some(Decision::Pending) => {
+                table.seen(identity, crate::clock::unix_now());
+                Admission::Pending
+            }
+            Some(Decision::Denied) => Admission::Denied,
+            _ => Admission::Go,
+        }
+    }
+
+    /// True when a refusal of `identity` as denied should be logged now (once per
+    /// [`DENIED_LOG_EVERY`] per identity).
+    pub(crate) fn log_denial_now(&self, identity: &Identity) -> bool {
+        let mut logged = self.denied_logged.lock();
+        let now = Instant::now();
+        if logged.len() >= DENIED_LOGGED {
+            logged.retain(|_, at| now.duration_since(*at) < DENIED_LOG_EVERY);
+            if logged.len() >= DENIED_LOGGED {
+                return false;
+            }
+        }
+        match logged.get(identity) {
+            Some(at) if now.duration_since(*at) < DENIED_LOG_EVERY => false,
+            _ => {
+                logged.insert(identity.clone(), now);
+                true
+            }
+        }
+    }
+
+    /// Pending records now, and a page of them (longest waiting first; the control
+    /// socket asks for [`MAX_PAGE`] at most).
+    pub(crate) fn pending(&self, offset: usize, limit: usize) -> (usize, Vec<PendingRow>) {
+        let table = self.table.lock();
+        let page = table.pending_page(offset, limit);
+        (table.pending(), page.iter().map(PendingRow::from).collect())
+    }
+
+    /// A page of the records of `decision` (most recent first), and their count.
+    pub(crate) fn decided(
+        &self,
+        decision: Decision,
+        offset: usize,
+        limit: usize,
+    ) -> (Vec<ApprovalRecord>, usize) {
+        self.table.lock().decided_page(decision, offset, limit)
+    }
+
+    /// The record of `identity`, if it has one.
+    pub(crate) fn record(&self, identity: &Identity) -> Option<ApprovalRecord> {
+        self.table.lock().get(identity).cloned()
+    }
+
+    /// Approves `identities` (pending or not seen yet: a pre-approval), on behalf of
+    /// `by`; each approved node is queued at once.
+    pub(crate) fn approve(&self, identities: &[Identity], by: &Operator) -> Decided {
+        self.decide(identities, Decision::Approved, "", by)
+    }
+
+    /// Approves every node pending since `as_of` (Unix nanoseconds) or before: the
+    /// ones the operator counted, not those held since.
+    pub(crate) fn approve_all(&self, as_of: u64, by: &Operator) -> Decided {
+        let identities = self.table.lock().pending_as_of(as_of);
+        self.decide(&identities, Decision::Approved, "", by)
+    }
+
+    /// Denies `identities` with `reason` (checked by the caller).
+    pub(crate) fn deny(&self, identities: &[Identity], reason: &str, by: &Operator) -> Decided {
+        self.decide(identities, Decision::Denied, reason, by)
+    }
+
+    /// Takes back any decision on `identities`: each waits for one again when seen.
+    pub(crate) fn forget(&self, identities: &[Identity], by: &Operator) -> Decided {
+        self.decide(identities, Decision::Forgotten, "", by)
+    }
+
+    /// Records `decision` for each of `identities`, writes the file, tells the
+    /// audit trail, the log and the other instances, and queues approved nodes.
+    fn decide(
+        &self,
+        identities: &[Identity],
+        decision: Decision,
+        reason: &str,
+        by: &Operator,
+    ) -> Decided {
+        let now = u64::try_from(crate::clock::unix_nanos()).unwrap_or(0);
+        let mut changed = Vec::new();
+        {
+            let mut table = self.table.lock();
+            for identity in identities {
+                let old = table.get(identity).cloned();
+                if old
+                    .as_ref()
+                    .is_some_and(|o| o.decision == decision && o.reason == reason)
+                {
+                    continue;
+                }
+                // Later than what the table holds even if the clock stepped back.
+                let at = old.as_ref().map_or(now, |o| now.max(o.at + 1));
+                let record = ApprovalRecord {
+                    identity: identity.clone(),
+                    decision,
+                    at,
+                    by: clean(&by.to_string(), MAX_BY),
+                    reason: clean(reason, MAX_REASON),
+                    first_seen: old.as_ref().map_or(0, |o| o.first_seen),
+                    last_seen: old.as_ref().map_or(0, |o| o.last_seen),
+                    version: old.as_ref().map_or(String::new(), |o| o.version.clone()),
+                    facts: old.map_or(Vec::new(), |o| o.facts),
+                };
+                table.merge(record.clone());
+                self.send(record);
+                changed.push(identity.clone());
+            }
+        }
+        self.dirty.store(true, Ordering::Relaxed);
+        let saved = self.save();
+        for identity in &changed {
+            self.decided_by_operator(identity, decision, reason, by);
+        }
+        self.update_gauges();
+        Decided { changed, saved }
+    }
+
+    /// Logs, audits, counts and (approved) queues one operator's decision.
+    fn decided_by_operator(
+        &self,
+        identity: &Identity,
+        decision: Decision,
+        reason: &str,
+        by: &Operator,
+    ) {
+        self.metrics
+            .approval_decisions
+            .with_label_values(&[decision.name()])
+            .inc();
+        let why = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {reason:?}")
+        };
+        log::warn!("{identity} {} by an operator, {by}{why}", decision.name());
+        if let Some(audit) = self.audit.get() {
+            let line = json!({
+                "time": crate::clock::rfc3339(crate::clock::unix_now() as f64),
+                "instance": self.instance,
+                "event": "approval",
+                "identity": identity.as_str(),
+                "decision": decision.name(),
+                "operator": {"uid": by.uid, "user": by.user, "pid": by.pid},
+                "reason": reason,
+            });
+            audit.write(&line.to_string());
+        }
+        if decision == Decision::Approved {
+            self.offer(identity);
+        }
+    }
+
+    /// Queues an approved node (if it is ours: [`Fleet::add`] decides).
+    fn offer(&self, identity: &Identity) {
+        if let Some(fleet) = self.fleet.get().and_then(Weak::upgrade) {
+            let result = fleet.add(identity, Source::Retry);
+            log::debug!("Offered approved {identity} to the queue: {result:?}");
+        }
+    }
+
+    /// Takes records another instance sent; the approved ones are queued.
+    pub(crate) fn merge(&self, records: Vec<ApprovalRecord>, from: &str) {
+        let mut approved = Vec::new();
+        let mut any = false;
+        {
+            let mut table = self.table.lock();
+            for record in records {
+                let (identity, decision, by) =
+                    (record.identity.clone(), record.decision, record.by.clone());
+                if let Change::Took(before) = table.merge(record) {
+                    any = true;
+                    if decision != Decision::Pending && before != Some(decision) {
+                        log::info!(
+                            "{identity} {} by {} (told by the instance {})",
+                            decision.name(),
+                            crate::untrusted::shown(&by),
+                            crate::untrusted::shown(from)
+                        );
+                    }
+                    if decision == Decision::Approved && before != Some(Decision::Approved) {
+                        approved.push(identity);
+                    }
+                }
+            }
+        }
+        if any {
+            self.dirty.store(true, Ordering::Relaxed);
+            self.update_gauges();
+        }
+        for identity in &approved {
+            self.offer(identity);
+        }
+    }
+
+    /// Queues `record` for the other instances; when the outbox is full the whole
+    /// table is sent instead.
+    fn send(&self, record: ApprovalRecord) {
+        if self.outbox_tx.try_send(record).is_err() {
+            self.resync.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the file now if the table changed since it was last written.
+    pub(crate) fn save(&self) -> Result<(), ApprovalFileError> {
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let _writing = self.writing.lock();
+        if !self.dirty.swap(false, Ordering::Relaxed) {
+            return Ok(());
+        }
+        let bytes = file::encode(self.table.lock().records());
+        file::write(path, &bytes).inspect_err(|_| self.dirty.store(true, Ordering::Relaxed))
+    }
+
+    /// Sets the pending gauge and counts evictions (cheap: no scan of the table).
+    pub(crate) fn update_gauges(&self) {
+        let (pending, evicted) = {
+            let mut table = self.table.lock();
+            (table.pending(), table.take_evicted())
+        };
+        self.metrics.pending_approval.set(pending as i64);
+        if evicted > 0 {
+            self.metrics.pending_evicted.inc_by(evicted);
+            log::warn!(
+                "Forgot {evicted} pending identities seen longest ago: more than approval_max_pending wait for a decision"
+            );
+        }
+    }
+
+    /// Sets how long the node pending longest has waited (a scan of the table: the
+    /// sync thread does it once a second).
+    pub(crate) fn update_oldest(&self) {
+        let oldest = self.table.lock().oldest_pending();
+        let waited = oldest.map_or(0, |first| crate::clock::unix_now().saturating_sub(first));
+        self.metrics
+            .pending_approval_oldest_seconds
+            .set(i64::try_from(waited).unwrap_or(i64::MAX));
+    }
+
+    /// Every record, for a peer that asked (a hello).
+    pub(crate) fn all_records(&self) -> Vec<ApprovalRecord> {
+        self.table.lock().records().cloned().collect()
+    }
+
+    /// The changes waiting to be sent to the other instances.
+    pub(crate) fn outbox(&self) -> Receiver<ApprovalRecord> {
+        self.outbox_rx.clone()
+    }
+
+    /// Whether the whole table must be sent (a change could not be queued); asking
+    /// clears it.
+    pub(crate) fn take_resync(&self) -> bool {
+        self.resync.swap(false, Ordering::Relaxed)
+    }
+
+    /// This instance, as records name it.
+    pub(crate) fn instance(&self) -> &str {
+        &self.instance
+    }
+}
+
+impl Gate for Approvals {
+    fn judge(&self, identity: &Identity, version: &str, inventory: &str) -> Verdict {
+        if !self.rules.needs_approval(identity.as_str()) {
+            return Verdict::Go;
+        }
+        let now_ns = u64::try_from(crate::clock::unix_nanos()).unwrap_or(0);
+        let now = now_ns / 1_000_000_000;
+        match self.table.lock().get(identity).map(|r| r.decision) {
+            Some(Decision::Approved) => return Verdict::Go,
+            Some(Decision::Denied) => return Verdict::Denied,
+            _ => {}
+        }
+        let record = ApprovalRecord {
+            identity: identity.clone(),
+            decision: Decision::Pending,
+            at: now_ns,
+            by: self.instance.clone(),
+            reason: String::new(),
+            first_seen: now,
+            last_seen: now,
+            version: clean(version, MAX_VERSION),
+            facts: facts::facts_of(inventory, &self.facts),
+        };
+        let change = self.table.lock().merge(record.clone());
+        // An operator may have decided meanwhile: the table says.
+        match self.table.lock().get(identity).map(|r| r.decision) {
+            Some(Decision::Approved) => return Verdict::Go,
+            Some(Decision::Denied) => return Verdict::Denied,
+            _ => {}
+        }
+        if change == Change::Took(None) || change == Change::Took(Some(Decision::Forgotten)) {
+            log::info!("{identity} waits for an operator's approval");
+            self.send(record);
+        }
+        self.dirty.store(true, Ordering::Relaxed);
+        self.update_gauges();
+        Verdict::Held
+    }
+}
+
+#[cfg(test)]
+mod tests;

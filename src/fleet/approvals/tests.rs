@@ -1,0 +1,203 @@
+//! The approvals table as the fleet, the attempts and operators use it, without a
+//! broker (`tests/approval.rs` runs the daemon, the simulator and the control
+//! socket end to end).
+
+use super::*;
+use crate::test_nats_server::TempDir;
+
+fn id(s: &str) -> Identity {
+    Identity::parse(s).unwrap()
+}
+
+fn alice() -> Operator {
+    Operator {
+        uid: 1000,
+        pid: 42,
+        user: Some("alice".into()),
+    }
+}
+
+fn config(dir: &TempDir, extra: impl FnOnce(&mut Config)) -> Config {
+    let mut c = Config::defaults(&dir.path().join("p.yaml"));
+    c.approval = true;
+    c.approval_file = Some(dir.path().join("approvals.json"));
+    extra(&mut c);
+    c
+}
+
+fn approvals(c: &Config) -> (Arc<Approvals>, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let a = Approvals::new(c, "p1.example.net", Arc::clone(&metrics));
+    a.restore();
+    (a, metrics)
+}
+
+const INVENTORY: &str = r#"{"facts":{"os":{"name":"AlmaLinux"},"networking":{"fqdn":"n1.example.net","ip":"10.0.0.1"}},"version":"0.29.4"}"#;
+
+#[test]
+fn a_new_identity_is_held_with_its_facts_and_goes_on_once_approved() {
+    let dir = TempDir::new("approvals-hold");
+    let (a, metrics) = approvals(&config(&dir, |_| {}));
+    let n1 = id("n1.example.net");
+    assert_eq!(a.admission(&n1), Admission::Go, "not seen yet: asked");
+    assert_eq!(a.judge(&n1, "0.29.4", INVENTORY), Verdict::Held);
+    assert_eq!(a.admission(&n1), Admission::Pending, "not queued again");
+    assert_eq!(a.judge(&n1, "0.29.4", INVENTORY), Verdict::Held);
+    let (total, rows) = a.pending(0, 10);
+    assert_eq!(total, 1);
+    assert_eq!(rows[0].identity, "n1.example.net");
+    assert_eq!(rows[0].version, "0.29.4");
+    assert_eq!(
+        rows[0].facts,
+        [
+            ("networking.fqdn".to_string(), "n1.example.net".to_string()),
+            ("networking.ip".into(), "10.0.0.1".into()),
+            ("os.name".into(), "AlmaLinux".into()),
+        ]
+    );
+    assert_eq!(metrics.pending_approval.get(), 1);
+    let decided = a.approve(std::slice::from_ref(&n1), &alice());
+    assert_eq!(decided.changed, std::slice::from_ref(&n1));
+    assert!(decided.saved.is_ok());
+    assert_eq!(a.admission(&n1), Admission::Go);
+    assert_eq!(a.judge(&n1, "0.29.4", INVENTORY), Verdict::Go);
+    assert_eq!(metrics.pending_approval.get(), 0);
+    assert_eq!(
+        metrics
+            .approval_decisions
+            .with_label_values(&["approved"])
+            .get(),
+        1
+    );
+    let r = a.record(&n1).unwrap();
+    assert_eq!(r.by, "alice (uid 1000, pid 42)");
+    assert_eq!(r.facts.len(), 3, "the facts stay with the decision");
+    // Approving again changes nothing.
+    assert!(a.approve(&[n1], &alice()).changed.is_empty());
+}
+
+#[test]
+fn a_denied_identity_is_refused_until_forgotten_and_then_waits_again() {
+    let dir = TempDir::new("approvals-deny");
+    let (a, _) = approvals(&config(&dir, |_| {}));
+    let n2 = id("n2.example.net");
+    a.judge(&n2, "0.29.4", INVENTORY);
+    a.deny(std::slice::from_ref(&n2), "unknown rack", &alice());
+    assert_eq!(a.admission(&n2), Admission::Denied);
+    assert_eq!(a.judge(&n2, "0.29.4", INVENTORY), Verdict::Denied);
+    assert_eq!(a.record(&n2).unwrap().reason, "unknown rack");
+    assert!(a.log_denial_now(&n2));
+    assert!(!a.log_denial_now(&n2), "once per identity per cool-down");
+    a.forget(std::slice::from_ref(&n2), &alice());
+    assert_eq!(a.admission(&n2), Admission::Go);
+    assert_eq!(a.judge(&n2, "0.29.4", INVENTORY), Verdict::Held);
+    // A pre-approval: never seen, approved, goes on at once.
+    let n3 = id("n3.example.net");
+    a.approve(std::slice::from_ref(&n3), &alice());
+    assert_eq!(a.judge(&n3, "", "{}"), Verdict::Go);
+}
+
+#[test]
+fn decisions_and_pending_identities_survive_a_restart() {
+    let dir = TempDir::new("approvals-restart");
+    let c = config(&dir, |_| {});
+    {
+        let (a, _) = approvals(&c);
+        for n in 0..5 {
+            a.judge(&id(&format!("p{n}.example.net")), "1", INVENTORY);
+        }
+        a.deny(&[id("p0.example.net")], "", &alice());
+        a.approve(&[id("p1.example.net")], &alice());
+        // The holds are written by the approvals thread, or here.
+        a.save().unwrap();
+    }
+    let (again, metrics) = approvals(&c);
+    assert_eq!(again.pending(0, 10).0, 3);
+    assert_eq!(metrics.pending_approval.get(), 3);
+    assert_eq!(again.admission(&id("p0.example.net")), Admission::Denied);
+    assert_eq!(again.judge(&id("p1.example.net"), "1", "{}"), Verdict::Go);
+    // A file that cannot be read is moved aside: every node waits again.
+    std::fs::write(dir.path().join("approvals.json"), b"{not json").unwrap();
+    let (empty, _) = approvals(&c);
+    assert_eq!(empty.pending(0, 10).0, 0);
+    assert_eq!(empty.admission(&id("p0.example.net")), Admission::Go);
+    let moved = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| e.file_name().to_string_lossy().contains(".unreadable-"));
+    assert!(moved, "the unreadable file is kept for the operator");
+}
+
+#[test]
+fn pre_approved_and_unlisted_identities_never_wait() {
+    let dir = TempDir::new("approvals-rules");
+    let (a, _) = approvals(&config(&dir, |c| {
+        c.approval_identities = vec![r"\.dmz\.example\.net$".into()];
+        c.approval_preapproved = vec![r"^bastion\.".into()];
+    }));
+    assert_eq!(a.judge(&id("web.example.net"), "", "{}"), Verdict::Go);
+    assert_eq!(
+        a.judge(&id("bastion.dmz.example.net"), "", "{}"),
+        Verdict::Go
+    );
+    assert_eq!(a.judge(&id("web.dmz.example.net"), "", "{}"), Verdict::Held);
+}
+
+#[test]
+fn approve_all_takes_the_identities_counted_not_those_held_since() {
+    let dir = TempDir::new("approvals-all");
+    let (a, _) = approvals(&config(&dir, |_| {}));
+    for n in 0..3 {
+        a.judge(&id(&format!("early{n}")), "", "{}");
+    }
+    let as_of = u64::try_from(crate::clock::unix_nanos()).unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    a.judge(&id("late"), "", "{}");
+    let decided = a.approve_all(as_of, &alice());
+    assert_eq!(decided.changed.len(), 3);
+    assert_eq!(a.admission(&id("late")), Admission::Pending);
+}
+
+#[test]
+fn a_flood_of_made_up_identities_is_bounded_and_approve_still_works() {
+    let dir = TempDir::new("approvals-flood");
+    let (a, metrics) = approvals(&config(&dir, |c| c.approval_max_pending = 1_000));
+    for n in 0..10_000 {
+        a.judge(&id(&format!("ghost-{n}.example.net")), "", INVENTORY);
+        assert!(a.pending(0, 0).0 <= 1_000);
+    }
+    let (total, page) = a.pending(0, MAX_PAGE);
+    assert!((900..=1_000).contains(&total), "{total}");
+    assert_eq!(page.len(), MAX_PAGE, "the table is paged");
+    assert_eq!(metrics.pending_evicted.get() as usize, 10_000 - total);
+    // The rule of which give way (seen longest ago) is `table.rs`'s tests'.
+    let newest = id("ghost-9999.example.net");
+    assert_eq!(a.admission(&newest), Admission::Pending);
+    a.approve(std::slice::from_ref(&newest), &alice());
+    assert_eq!(a.judge(&newest, "", INVENTORY), Verdict::Go);
+    a.save().unwrap();
+    let bytes = std::fs::metadata(dir.path().join("approvals.json"))
+        .unwrap()
+        .len();
+    assert!(bytes < 1_000 * 400, "{bytes} bytes for 1,000 records");
+}
+
+#[test]
+fn records_from_another_instance_merge_and_queue_nothing_without_a_fleet() {
+    let dir = TempDir::new("approvals-merge");
+    let (a, _) = approvals(&config(&dir, |_| {}));
+    let n1 = id("n1.example.net");
+    a.judge(&n1, "", "{}");
+    let mut approved = a.record(&n1).unwrap();
+    approved.decision = Decision::Approved;
+    approved.at += 1;
+    approved.by = "bob (uid 1001, pid 7)".into();
+    a.merge(vec![approved.clone()], "p2.example.net");
+    assert_eq!(a.admission(&n1), Admission::Go);
+    // An older record never wins.
+    let mut stale = approved;
+    stale.decision = Decision::Denied;
+    stale.at -= 10;
+    a.merge(vec![stale], "p3.example.net");
+    assert_eq!(a.judge(&n1, "", "{}"), Verdict::Go);
+}

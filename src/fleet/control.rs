@@ -368,12 +368,19 @@ impl Controller {
             .daemon
             .lock()
             .as_ref()
-            .and_then(|hooks| hooks.fleet.approvals().cloned());
-        let Some(approvals) = approvals else {
-            return self.refuse(
+            .map(|hooks| hooks.fleet.approvals().cloned());
+        let approvals = match approvals {
+            None => {
+                return self.refuse(
+                    "the provisioner is still starting (connecting to the broker): try again"
+                        .into(),
+                )
+            }
+            Some(None) => return self.refuse(
                 "approval is off: this provisioner's configuration does not set approval: required"
                     .into(),
-            );
+            ),
+            Some(Some(approvals)) => approvals,
         };
         let decided = match request {
             ControlRequest::Pending { offset, limit } => {

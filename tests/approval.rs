@@ -1,0 +1,415 @@
+//! An operator's approval of new identities (`approval: required`) against the real
+//! binary, a real nats-server and the simulated fleet: nodes wait before their
+//! helper, `pending` lists them, `approve` provisions them, `deny` keeps them out
+//! through restarts and reboots, two active-active instances share decisions, and
+//! a flood of 10,000 made-up identities stays bounded and paged.
+#![cfg(feature = "sim")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+
+use std::time::Duration;
+
+use choria_provisioner::sim::{identity, SimOptions};
+use support::rig::*;
+use support::{free_port, http_get, wait_for_port, NatsServer, TempDir};
+
+const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
+
+/// A helper that notes each run in `helper-runs`, then configures the node as the
+/// example helper does.
+fn counting_helper(dir: &TempDir) -> PathBuf {
+    dir.script(
+        "counting-helper.sh",
+        &format!(
+            "#!/bin/sh\necho run >> {}\nexec {}\n",
+            dir.path().join("helper-runs").display(),
+            support::daemon::example_helper().display()
+        ),
+    )
+}
+
+fn helper_runs(dir: &TempDir) -> usize {
+    std::fs::read_to_string(dir.path().join("helper-runs"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// The daemon's YAML: approval required, a control socket, a pause file (the
+/// approval file goes beside it), an audit trail, a monitor port.
+fn settings(dir: &TempDir, port: u16, extra: &str) -> String {
+    format!(
+        "helper: {}\nworkers: 4\nshutdown_timeout: 3s\nmonitor_host: 127.0.0.1\nmonitor_port: {port}\n\
+         control_socket: {}\npause_file: {}\naudit_file: {}\napproval: required\n\
+         approval_facts: [networking.fqdn, os.name, role]\n{extra}",
+        counting_helper(dir).display(),
+        dir.path().join("control.sock").display(),
+        dir.path().join("paused").display(),
+        dir.path().join("audit.log").display(),
+    )
+}
+
+/// A daemon killed if the test fails before it stops it.
+struct Daemon(Option<Child>);
+
+impl Daemon {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The binary as `identity`, up when its monitor port answers and its control
+/// socket takes requests.
+fn spawn(dir: &TempDir, identity: &str, url: &str, port: u16, extra: &str) -> Daemon {
+    let child = support::daemon::spawn_with(BIN, dir, identity, url, &settings(dir, port, extra));
+    let daemon = Daemon(Some(child));
+    assert!(wait_for_port(port, Duration::from_secs(20)), "monitor up");
+    wait_until("control socket", Duration::from_secs(20), || {
+        cli(dir, &["pending", "--json"]).status.success()
+    });
+    daemon
+}
+
+fn stop(mut daemon: Daemon) {
+    let mut child = daemon.0.take().unwrap();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+/// `choria-provisioner <args> --config <dir>/p.yaml`.
+fn cli(dir: &TempDir, args: &[&str]) -> Output {
+    let config = dir.path().join("p.yaml");
+    Command::new(BIN)
+        .args(args)
+        .args(["--config", &config.display().to_string()])
+        .output()
+        .unwrap()
+}
+
+fn cli_ok(dir: &TempDir, args: &[&str]) -> String {
+    let o = cli(dir, args);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{args:?}: {out}{err}");
+    out
+}
+
+/// What `pending --json` says.
+fn pending(dir: &TempDir) -> serde_json::Value {
+    serde_json::from_str(&cli_ok(dir, &["pending", "--json"])).unwrap()
+}
+
+fn total_pending(dir: &TempDir) -> u64 {
+    pending(dir)["total_pending"].as_u64().unwrap()
+}
+
+fn metric(port: u16, line_start: &str) -> f64 {
+    let (_, text) = http_get(port, "/metrics");
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {line_start} in {text}"))
+}
+
+fn names(options: &SimOptions, range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|n| identity(options, n)).collect()
+}
+
+fn rpcs_of(fleet: &choria_provisioner::sim::Sim, name: &str) -> Vec<String> {
+    fleet
+        .summary()
+        .nodes
+        .into_iter()
+        .find(|n| n.identity == name)
+        .map(|n| n.rpcs)
+        .unwrap_or_default()
+}
+
+#[test]
+fn held_nodes_wait_for_an_operator_and_decisions_survive_restarts_and_reboots() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("approval");
+    let port = free_port();
+    let daemon = spawn(&dir, "p1.test", &server.url(), port, "");
+    let fleet = sim(&server.url(), 20, |_| {});
+    let options = SimOptions::default();
+    // All 20 answer their inventory and wait: none configured, no helper run.
+    wait_until("20 pending", Duration::from_secs(60), || {
+        total_pending(&dir) == 20
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(fleet.progress().configured, 0);
+    assert_eq!(helper_runs(&dir), 0, "the helper never ran");
+    let listed = pending(&dir);
+    let first = &listed["pending"][0];
+    assert!(first["identity"].as_str().unwrap().starts_with("sim-"));
+    assert_eq!(first["version"], "0.30.2");
+    let facts: Vec<&str> = first["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[0].as_str().unwrap())
+        .collect();
+    assert_eq!(facts, ["networking.fqdn", "os.name", "role"]);
+    let table = cli_ok(&dir, &["pending"]);
+    assert!(
+        table.starts_with("20 identities wait for approval"),
+        "{table}"
+    );
+    assert!(table.contains("os.name=AlmaLinux"), "{table}");
+    assert_eq!(metric(port, "choria_provisioner_pending_approval{"), 20.0);
+    let (_, nodes) = http_get(port, "/nodes?state=pending&limit=5");
+    let nodes: serde_json::Value = serde_json::from_str(&nodes).unwrap();
+    assert_eq!(nodes["total"]["pending"], 20);
+    assert_eq!(nodes["pending"].as_array().unwrap().len(), 5, "paged");
+    // A restart with entries pending loses none.
+    stop(daemon);
+    let daemon = spawn(&dir, "p1.test", &server.url(), port, "");
+    assert_eq!(total_pending(&dir), 20, "kept across a restart");
+    // 15 approved: provisioned at their usual pace; 5 denied.
+    let approved = names(&options, 0..15);
+    let denied = names(&options, 15..20);
+    let mut args = vec!["approve"];
+    args.extend(approved.iter().map(String::as_str));
+    let out = cli_ok(&dir, &args);
+    assert!(out.contains("15 of 15 changed"), "{out}");
+    let mut args = vec!["deny", "--reason", "not in the rack plan"];
+    args.extend(denied.iter().map(String::as_str));
+    cli_ok(&dir, &args);
+    wait_provisioned(&fleet, 15, Duration::from_secs(30));
+    assert_eq!(helper_runs(&dir), 15);
+    assert_eq!(total_pending(&dir), 0);
+    for name in &denied {
+        assert!(
+            !rpcs_of(&fleet, name)
+                .iter()
+                .any(|r| r.contains("configure")),
+            "{name} was configured"
+        );
+    }
+    assert_eq!(
+        metric(
+            port,
+            "choria_provisioner_approval_decisions{decision=\"approved\""
+        ),
+        15.0
+    );
+    let (_, one) = http_get(port, &format!("/nodes/{}", denied[0]));
+    let one: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(one["state"], "denied", "{one}");
+    assert_eq!(one["reason"], "not in the rack plan");
+    let table = Command::new(BIN)
+        .args(["nodes", "--monitor", &format!("http://127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(
+        table.contains("5 denied") && table.contains(": not in the rack plan"),
+        "{table}"
+    );
+    // Who decided what, and when: in the audit trail.
+    let audit = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+    let decisions: Vec<serde_json::Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "approval")
+        .collect();
+    assert_eq!(decisions.len(), 20);
+    // Our uid, as the owner of a file we made.
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
+    assert!(decisions.iter().all(|d| d["operator"]["uid"] == uid));
+    assert_eq!(
+        decisions
+            .iter()
+            .filter(|d| d["decision"] == "denied")
+            .count(),
+        5
+    );
+    // The daemon restarts and every node reboots into provisioning mode: the five
+    // denied stay out, unasked.
+    stop(daemon);
+    fleet.stop();
+    let daemon = spawn(&dir, "p1.test", &server.url(), port, "");
+    let again = sim(&server.url(), 20, |_| {});
+    wait_provisioned(&again, 15, Duration::from_secs(30));
+    wait_until("denied refusals counted", Duration::from_secs(10), || {
+        metric(
+            port,
+            "choria_provisioner_refused_identities{reason=\"denied\",site=\"\",source=\"event\"}",
+        ) >= 5.0
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    for name in &denied {
+        assert!(rpcs_of(&again, name).is_empty(), "{name} was asked");
+    }
+    assert_eq!(total_pending(&dir), 0);
+    // Forgotten, a denied node waits again.
+    cli_ok(&dir, &["forget", &denied[0]]);
+    stop(daemon);
+    let daemon = spawn(&dir, "p1.test", &server.url(), port, "");
+    wait_until(
+        "the forgotten node pending",
+        Duration::from_secs(30),
+        || total_pending(&dir) == 1,
+    );
+    assert_eq!(pending(&dir)["pending"][0]["identity"], denied[0]);
+    stop(daemon);
+    again.stop();
+}
+
+#[test]
+fn approve_all_shows_the_count_and_needs_yes_and_bad_requests_are_refused() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("approval-all");
+    let port = free_port();
+    let daemon = spawn(&dir, "p1.test", &server.url(), port, "");
+    let fleet = sim(&server.url(), 6, |_| {});
+    wait_until("6 pending", Duration::from_secs(60), || {
+        total_pending(&dir) == 6
+    });
+    let o = cli(&dir, &["approve", "--all"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("6 identities wait for approval"), "{out}");
+    assert!(out.contains("--yes"), "{out}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "nothing approved without --yes"
+    );
+    let out = cli_ok(&dir, &["approve", "--all", "--yes"]);
+    assert!(out.contains("6 approved"), "{out}");
+    wait_provisioned(&fleet, 6, Duration::from_secs(30));
+    for bad in [
+        &["approve", "not an identity"][..],
+        &["deny", "--reason", "a\nb", "x.example.net"],
+    ] {
+        let o = cli(&dir, bad);
+        assert_eq!(o.status.code(), Some(1), "{bad:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("error:"), "{err}");
+    }
+    // A daemon without approval says so.
+    stop(daemon);
+    fleet.stop();
+}
+
+/// Two active-active instances of one site: an approval given on either is honoured
+/// by the instance that owns the node, and both list the same pending nodes.
+#[test]
+fn an_approval_given_on_one_active_active_instance_is_honoured_by_the_other() {
+    let server = NatsServer::start();
+    let (a, b) = (TempDir::new("approval-a"), TempDir::new("approval-b"));
+    let (port_a, port_b) = (free_port(), free_port());
+    let shared = "active_active: true\nsite: lon\n";
+    let first = spawn(&a, "p1.test", &server.url(), port_a, shared);
+    let second = spawn(&b, "p2.test", &server.url(), port_b, shared);
+    wait_until("two peers", Duration::from_secs(30), || {
+        metric(port_a, "choria_provisioner_peers{") == 2.0
+            && metric(port_b, "choria_provisioner_peers{") == 2.0
+    });
+    let fleet = sim(&server.url(), 12, |_| {});
+    // Each instance holds the nodes it owns; both list all twelve.
+    wait_until("12 pending on both", Duration::from_secs(60), || {
+        total_pending(&a) == 12 && total_pending(&b) == 12
+    });
+    assert_eq!(helper_runs(&a) + helper_runs(&b), 0);
+    // Everything is approved on the first; the second provisions its share.
+    cli_ok(&a, &["approve", "--all", "--yes"]);
+    wait_provisioned(&fleet, 12, Duration::from_secs(30));
+    let (by_a, by_b) = (helper_runs(&a), helper_runs(&b));
+    assert_eq!(by_a + by_b, 12);
+    assert!(
+        by_b > 0,
+        "the second instance provisioned nodes the first approved"
+    );
+    // A restarted instance catches up on decisions made while it was down.
+    stop(second);
+    let options = SimOptions {
+        prefix: "late-".into(),
+        ..SimOptions::default()
+    };
+    let late = identity(&options, 0);
+    cli_ok(&a, &["deny", &late]);
+    let second = spawn(&b, "p2.test", &server.url(), port_b, shared);
+    wait_until(
+        "the denial reached the restarted instance",
+        Duration::from_secs(20),
+        || {
+            let (_, doc) = http_get(port_b, &format!("/nodes/{late}"));
+            doc.contains("\"denied\"")
+        },
+    );
+    stop(first);
+    stop(second);
+    fleet.stop();
+}
+
+/// 10,000 made-up identities that answer their inventory: all pending, the daemon's
+/// memory bounded, the table paged, and `approve` still works.
+#[test]
+fn a_flood_of_ten_thousand_made_up_identities_is_bounded_paged_and_approve_works() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("approval-flood");
+    let port = free_port();
+    let fleet = sim(&server.url(), 10_000, |o| {
+        o.prefix = "ghost-".into();
+        o.workers = 4;
+    });
+    let daemon = spawn(&dir, "p1.test", &server.url(), port, "");
+    wait_until("10,000 pending", Duration::from_secs(240), || {
+        metric(port, "choria_provisioner_pending_approval{") >= 10_000.0
+    });
+    let listed = pending(&dir);
+    assert_eq!(listed["total_pending"], 10_000);
+    assert_eq!(
+        listed["pending"].as_array().unwrap().len(),
+        10_000,
+        "every page"
+    );
+    let peak = peak_rss(daemon.id());
+    println!("peak RSS with 10,000 pending: {} MB", peak >> 20);
+    assert!(peak < 256 << 20, "{} MB", peak >> 20);
+    let options = SimOptions {
+        prefix: "ghost-".into(),
+        ..SimOptions::default()
+    };
+    let chosen = identity(&options, 4_321);
+    cli_ok(&dir, &["approve", &chosen]);
+    wait_provisioned(&fleet, 1, Duration::from_secs(30));
+    assert_eq!(helper_runs(&dir), 1);
+    assert!(
+        std::fs::metadata(dir.path().join("approvals.json"))
+            .unwrap()
+            .len()
+            > 0
+    );
+    stop(daemon);
+    fleet.stop();
+}
+
+/// The process's peak resident set (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status =
+        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap()
+}

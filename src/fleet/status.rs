@@ -203,11 +203,10 @@ impl Board {
         attempt
     }
 
-    /// The attempt of `identity` ended with `outcome`: keep it and write it to the
-    /// audit trail.
     /// Ends `identity`'s attempt with `outcome`: a record for the history and the
     /// audit trail. `silent`: it never had a valid reply (with a node that was gone
-    /// or stale, a quiet attempt: written at a bounded rate, see `fleet::audit`).
+    /// or stale, held for approval or denied, a quiet attempt: written at a bounded
+    /// rate, see `fleet::audit`).
     pub(super) fn finish(
         &self,
         identity: &Identity,
@@ -245,7 +244,16 @@ impl Board {
             facts,
         });
         if let Some(audit) = self.audit.get() {
-            let quiet = silent || matches!(outcome, Outcome::Unreachable(_) | Outcome::Stale(_));
+            // Nothing was made for or sent to the node (held or denied ones wait
+            // in the approvals table, where the operator looks).
+            let quiet = silent
+                || matches!(
+                    outcome,
+                    Outcome::Unreachable(_)
+                        | Outcome::Stale(_)
+                        | Outcome::PendingApproval(_)
+                        | Outcome::Denied(_)
+                );
             match serde_json::to_string(&*record) {
                 Ok(line) if quiet => audit.write_quiet(&record, &line),
                 Ok(line) => audit.write(&line),

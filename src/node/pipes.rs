@@ -174,139 +174,217 @@ fn feed(
     }
 }
 
+/// One output pipe being read: what was kept, whether it went over its cap, whether
+/// it is still open.
+struct Output<'a> {
+    pipe: &'a File,
+    kept: Vec<u8>,
+    cap: usize,
+    over: bool,
+    open: bool,
+    error: Option<std::io::Error>,
+}
+
+impl<'a> Output<'a> {
+    fn new(pipe: &'a File, cap: usize) -> Output<'a> {
+        Output {
+            pipe,
+            kept: Vec::new(),
+            cap,
+            over: false,
+            open: true,
+            error: None,
+        }
+    }
+
+    /// Reads what is there; closed at EOF, on an error, or (`close_when_over`) once
+    /// over its cap.
+    fn read(&mut self, close_when_over: bool) {
+        match drain(self.pipe, &mut self.kept, self.cap, &mut self.over) {
+            Ok(open) => self.open = open && !(close_when_over && self.over),
+            Err(e) => {
+                self.error = Some(e);
+                self.open = false;
+            }
+        }
+    }
+}
+
+/// The exchange with one helper as a state machine: [`Exchange::tick`] judges the
+/// time (deadline, stop, the kill's grace), [`Exchange::interest`] says what poll(2)
+/// waits for, [`Exchange::ready`] handles what it found. Its states:
+///
+/// | state | poll(2) waits for | leaves it |
+/// |---|---|---|
+/// | writing (`stdin` open) | stdin writable, outputs readable | all written, or a write error: waiting |
+/// | waiting (`quiet`) | only the outputs' hang-up (the usual helper's answer fits its pipes, so it is woken once) | a quiet [`TICK`]: reading |
+/// | reading | outputs readable | both outputs closed: done |
+/// | killed (`killer.at`) | outputs readable | outputs closed, or [`AFTER_KILL`]: done |
+struct Exchange<'a> {
+    stdin: Option<File>,
+    input: &'a [u8],
+    written: usize,
+    write_error: Option<std::io::Error>,
+    stdout: Output<'a>,
+    stderr: Output<'a>,
+    quiet: bool,
+    deadline: Instant,
+    stopping: Option<&'a AtomicBool>,
+    killer: Killer<'a>,
+    poll_error: Option<std::io::Error>,
+}
+
+impl<'a> Exchange<'a> {
+    /// Whether anything is left to read or write.
+    fn open(&self) -> bool {
+        self.stdout.open || self.stderr.open || self.stdin.is_some()
+    }
+
+    /// Judges the time `now`: the kill at the deadline or the stop, the second sweep,
+    /// the end of the kill's grace (false: the exchange is over).
+    fn tick(&mut self, now: Instant) -> bool {
+        match self.killer.at {
+            Some(at) if now.duration_since(at) >= AFTER_KILL => return false,
+            Some(at) if now.duration_since(at) >= SECOND_SWEEP => self.killer.sweep_again(),
+            Some(_) => {}
+            None if now >= self.deadline => self.killer.kill(End::TimedOut),
+            None if self.stopping.is_some_and(|s| s.load(Ordering::Relaxed)) => {
+                self.killer.kill(End::Stopped)
+            }
+            None => {}
+        }
+        true
+    }
+
+    /// What poll(2) waits for now, in `polled`; how many entries.
+    fn interest(&self, polled: &mut [PollFd; 3]) -> usize {
+        let waiting = self.quiet && self.stdin.is_none() && self.killer.at.is_none();
+        // Waiting: only POLLHUP and POLLERR, which poll(2) always reports.
+        let output = if waiting { 0 } else { PollFd::IN };
+        let mut count = 0;
+        for out in [&self.stdout, &self.stderr].into_iter().filter(|o| o.open) {
+            polled[count] = PollFd::new(out.pipe.as_fd(), output);
+            count += 1;
+        }
+        if let Some(s) = &self.stdin {
+            polled[count] = PollFd::new(s.as_fd(), PollFd::OUT);
+            count += 1;
+        }
+        count
+    }
+
+    /// Handles the descriptors poll(2) found ready.
+    fn ready(&mut self, fds: &[PollFd]) {
+        for p in fds.iter().filter(|p| p.ready()) {
+            if self.stdout.open && p.fd() == self.stdout.pipe.as_raw_fd() {
+                self.stdout.read(true);
+                if self.stdout.over {
+                    // Over the cap: stop the helper rather than buffer without bound.
+                    self.killer.kill(End::Finished);
+                }
+            } else if self.stderr.open && p.fd() == self.stderr.pipe.as_raw_fd() {
+                // Past its cap stderr is read and dropped: the pipe must not fill.
+                self.stderr.read(false);
+            } else if self.stdin.as_ref().is_some_and(|s| s.as_raw_fd() == p.fd()) {
+                self.feed();
+            }
+        }
+    }
+
+    fn feed(&mut self) {
+        feed(
+            &mut self.stdin,
+            self.input,
+            &mut self.written,
+            &mut self.write_error,
+        );
+    }
+
+    /// One round: the time, then a poll(2) of at most a [`TICK`]; false once the
+    /// exchange is over.
+    fn round(&mut self) -> bool {
+        let now = Instant::now();
+        if !self.tick(now) {
+            return false;
+        }
+        let mut polled = [PollFd::UNUSED; 3];
+        let count = self.interest(&mut polled);
+        let fds = &mut polled[..count];
+        let wait = self
+            .deadline
+            .saturating_duration_since(now)
+            .clamp(Duration::from_millis(1), TICK);
+        match sys::poll(fds, wait) {
+            Ok(0) => self.quiet = false,
+            Ok(_) => self.ready(fds),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                self.poll_error = Some(e);
+                self.killer.kill(End::Finished);
+                return false;
+            }
+        }
+        true
+    }
+}
+
 /// Runs the exchange with `child` until its pipes close and it exits, it times out,
 /// or the daemon stops; `kill_tree` kills it and every process it started
 /// (`proctree`). The child is always reaped before this returns.
 pub(crate) fn pump(child: &mut Process, run: Run<'_>, kill_tree: &dyn Fn()) -> Pumped {
-    let Run {
-        stdin,
-        stdout,
-        stderr,
-        input,
-        stdout_cap,
-        stderr_cap,
-        deadline,
-        stopping,
-    } = run;
-    let mut result = Pumped {
-        end: End::Finished,
-        stdout: Ok(Vec::new()),
-        stdout_over: false,
-        stderr: Vec::new(),
-        stderr_over: false,
-        write_error: None,
-        status: Err(std::io::Error::other("not waited for")),
-    };
-    let mut stdin = (!input.is_empty()).then_some(stdin);
-    for fd in [stdout.as_fd(), stderr.as_fd()]
+    let stdin = (!run.input.is_empty()).then_some(run.stdin);
+    let nonblocking = [run.stdout.as_fd(), run.stderr.as_fd()]
         .into_iter()
         .chain(stdin.as_ref().map(|s| s.as_fd()))
-    {
-        if let Err(e) = sys::set_nonblocking(fd) {
-            result.stdout = Err(e);
-            kill_tree();
-            result.status = child.wait();
-            return result;
-        }
-    }
-    let (mut out, mut err, mut stderr_over) = (Vec::new(), Vec::new(), false);
-    let (mut out_open, mut err_open, mut written) = (true, true, 0usize);
-    let mut killer = Killer {
-        kill_tree,
-        at: None,
-        swept_again: false,
-        end: End::Finished,
+        .try_for_each(sys::set_nonblocking);
+    let mut ex = Exchange {
+        stdin,
+        input: run.input,
+        written: 0,
+        write_error: None,
+        stdout: Output::new(run.stdout, run.stdout_cap),
+        stderr: Output::new(run.stderr, run.stderr_cap),
+        quiet: true,
+        deadline: run.deadline,
+        stopping: run.stopping,
+        killer: Killer {
+            kill_tree,
+            at: None,
+            swept_again: false,
+            end: End::Finished,
+        },
+        poll_error: None,
     };
+    if let Err(e) = nonblocking {
+        kill_tree();
+        return Pumped {
+            end: End::Finished,
+            stdout: Err(e),
+            stdout_over: false,
+            stderr: Vec::new(),
+            stderr_over: false,
+            write_error: None,
+            status: child.wait(),
+        };
+    }
     // The pipe is empty: the usual input fits at once, without a poll(2) first.
-    feed(&mut stdin, input, &mut written, &mut result.write_error);
-    // Once its input is written, the usual helper's answer fits in its pipes and they
-    // close as it exits: waiting for that (POLLHUP alone) wakes the worker once, where
-    // waiting for the first bytes woke it twice. A helper that fills a pipe and waits
-    // for it to be read is read from after one quiet TICK.
-    let mut quiet = true;
-    while out_open || err_open || stdin.is_some() {
-        let now = Instant::now();
-        match killer.at {
-            Some(at) if now.duration_since(at) >= AFTER_KILL => break,
-            Some(at) if now.duration_since(at) >= SECOND_SWEEP => killer.sweep_again(),
-            Some(_) => {}
-            None if now >= deadline => killer.kill(End::TimedOut),
-            None if stopping.is_some_and(|s| s.load(Ordering::Relaxed)) => {
-                killer.kill(End::Stopped)
-            }
-            None => {}
-        }
-        let output = if quiet && stdin.is_none() && killer.at.is_none() {
-            0 // only POLLHUP and POLLERR, which poll(2) always reports
-        } else {
-            PollFd::IN
-        };
-        let mut polled = [PollFd::UNUSED; 3];
-        let mut count = 0;
-        let mut watch = |p: PollFd| {
-            polled[count] = p;
-            count += 1;
-        };
-        if out_open {
-            watch(PollFd::new(stdout.as_fd(), output));
-        }
-        if err_open {
-            watch(PollFd::new(stderr.as_fd(), output));
-        }
-        if let Some(s) = &stdin {
-            watch(PollFd::new(s.as_fd(), PollFd::OUT));
-        }
-        let fds = &mut polled[..count];
-        let wait = deadline
-            .saturating_duration_since(now)
-            .clamp(Duration::from_millis(1), TICK);
-        match sys::poll(fds, wait) {
-            Ok(0) => {
-                quiet = false;
-                continue;
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => {
-                result.stdout = Err(e);
-                killer.kill(End::Finished);
-                break;
-            }
-        }
-        for p in fds.iter().filter(|p| p.ready()) {
-            if out_open && p.fd() == stdout.as_raw_fd() {
-                let mut over = false;
-                match drain(stdout, &mut out, stdout_cap, &mut over) {
-                    Ok(open) => out_open = open && !over,
-                    Err(e) => {
-                        result.stdout = Err(e);
-                        out_open = false;
-                    }
-                }
-                if over {
-                    // Over the cap: stop the helper rather than buffer without bound.
-                    result.stdout_over = true;
-                    killer.kill(End::Finished);
-                }
-            } else if err_open && p.fd() == stderr.as_raw_fd() {
-                err_open = matches!(
-                    drain(stderr, &mut err, stderr_cap, &mut stderr_over),
-                    Ok(true)
-                );
-            } else if stdin.as_ref().is_some_and(|s| s.as_raw_fd() == p.fd()) {
-                feed(&mut stdin, input, &mut written, &mut result.write_error);
-            }
-        }
+    ex.feed();
+    while ex.open() && ex.round() {}
+    drop(ex.stdin.take());
+    let status = wait(child, ex.deadline, ex.stopping, &mut ex.killer);
+    let stdout = match (ex.poll_error, ex.stdout.error) {
+        (Some(e), _) | (None, Some(e)) => Err(e),
+        (None, None) => Ok(ex.stdout.kept),
+    };
+    Pumped {
+        end: ex.killer.end,
+        stdout,
+        stdout_over: ex.stdout.over,
+        stderr: ex.stderr.kept,
+        stderr_over: ex.stderr.over,
+        write_error: ex.write_error,
+        status,
     }
-    drop(stdin);
-    if result.stdout.is_ok() {
-        result.stdout = Ok(out);
-    }
-    result.stderr = err;
-    result.stderr_over = stderr_over;
-    result.status = wait(child, deadline, stopping, &mut killer);
-    result.end = killer.end;
-    result
 }
 
 /// Waits for the exit after the pipes closed: the usual helper has already exited

@@ -287,7 +287,7 @@ fn per_thread_memory_is_only_the_scratch_architecture_md_names() {
 }
 
 /// ARCHITECTURE.md: the crate denies `unsafe` except in `src/sys.rs`, which holds at
-/// most nine blocks, each with a `SAFETY:` comment (the compiler enforces the denial;
+/// most eight blocks, each with a `SAFETY:` comment (the compiler enforces the denial;
 /// this checks nobody lifted it elsewhere).
 #[test]
 fn unsafe_code_lives_in_sys_alone() {
@@ -307,7 +307,7 @@ fn unsafe_code_lives_in_sys_alone() {
     let sys = std::fs::read_to_string(root.join("sys.rs")).unwrap();
     let code = without_test_module(&sys);
     let blocks = code.matches("unsafe {").count();
-    assert!(blocks <= 9, "src/sys.rs has {blocks} unsafe blocks");
+    assert!(blocks <= 8, "src/sys.rs has {blocks} unsafe blocks");
     assert!(code.matches("// SAFETY:").count() >= blocks);
 }
 

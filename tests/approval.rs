@@ -8,11 +8,12 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command};
 
 use std::time::Duration;
 
 use choria_provisioner::sim::{identity, SimOptions};
+use support::daemon::{cli, cli_ok};
 use support::rig::*;
 use support::{free_port, http_get, wait_for_port, NatsServer, TempDir};
 
@@ -86,24 +87,6 @@ fn stop(mut daemon: Daemon) {
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
-}
-
-/// `choria-provisioner <args> --config <dir>/p.yaml`.
-fn cli(dir: &TempDir, args: &[&str]) -> Output {
-    let config = dir.path().join("p.yaml");
-    Command::new(BIN)
-        .args(args)
-        .args(["--config", &config.display().to_string()])
-        .output()
-        .unwrap()
-}
-
-fn cli_ok(dir: &TempDir, args: &[&str]) -> String {
-    let o = cli(dir, args);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{args:?}: {out}{err}");
-    out
 }
 
 /// What `pending --json` says.

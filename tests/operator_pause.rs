@@ -6,9 +6,10 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use support::daemon::{cli, cli_ok};
 use support::rig::*;
 use support::{free_port, http_get, wait_for_port, NatsServer, TempDir};
 
@@ -32,25 +33,6 @@ fn spawn(dir: &TempDir, url: &str, port: u16) -> Child {
         socket.exists()
     });
     child
-}
-
-/// `choria-provisioner <args> --config <dir>/p.yaml`.
-fn cli(dir: &TempDir, args: &[&str]) -> Output {
-    let config = dir.path().join("p.yaml");
-    Command::new(BIN)
-        .args(args)
-        .args(["--config", &config.display().to_string()])
-        .output()
-        .unwrap()
-}
-
-/// [`cli`], checked to succeed; its standard output.
-fn cli_ok(dir: &TempDir, args: &[&str]) -> String {
-    let o = cli(dir, args);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{args:?}: {out}{err}");
-    out
 }
 
 fn stop(mut child: Child) {

@@ -378,15 +378,12 @@ const RECENT_HEADER: [&str; 7] = [
     "ERROR / MESSAGE",
 ];
 
-/// The lists of nodes known now, in the order the table shows them.
-const CURRENT: [&str; 6] = [
-    "queued",
-    "in_flight",
-    "cooling_down",
-    "upgrading",
-    "pending",
-    "denied",
-];
+/// The lists of nodes known now, in the order the table shows them: every list
+/// but the last, `recent`.
+const CURRENT: &[&str] = match STATES.split_last() {
+    Some((_, current)) => current,
+    None => &[],
+};
 
 /// The `/nodes` document as tables: nodes known now, then recent attempts.
 pub(crate) fn fleet_table(doc: &Value, state: Option<&str>) -> String {

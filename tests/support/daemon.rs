@@ -225,3 +225,24 @@ pub fn spawn_with(
         .spawn()
         .unwrap()
 }
+
+/// `choria-provisioner <args> --config <dir>/p.yaml` (an operator's command to the
+/// daemon [`spawn`] started in `dir`).
+pub fn cli(dir: &TempDir, args: &[&str]) -> std::process::Output {
+    let bin = option_env!("CARGO_BIN_EXE_choria-provisioner").unwrap_or("choria-provisioner");
+    let config = dir.path().join("p.yaml");
+    std::process::Command::new(bin)
+        .args(args)
+        .args(["--config", &config.display().to_string()])
+        .output()
+        .unwrap()
+}
+
+/// [`cli`], checked to succeed; its standard output.
+pub fn cli_ok(dir: &TempDir, args: &[&str]) -> String {
+    let o = cli(dir, args);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{args:?}: {out}{err}");
+    out
+}

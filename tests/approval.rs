@@ -342,6 +342,39 @@ fn an_approval_given_on_one_active_active_instance_is_honoured_by_the_other() {
     fleet.stop();
 }
 
+/// Two instances in a leader election: an approval given to the standby is
+/// honoured by the leader, which alone provisions.
+#[test]
+fn an_approval_given_to_an_election_standby_is_honoured_by_the_leader() {
+    let server = support::election_broker();
+    support::create_election_bucket(&server, Duration::from_secs(30));
+    let url = as_provisioner(&server.url());
+    let (a, b) = (TempDir::new("approval-ea"), TempDir::new("approval-eb"));
+    let (port_a, port_b) = (free_port(), free_port());
+    let electing = "leader_election: true\n";
+    let first = spawn(&a, "a.test", &url, port_a, electing);
+    let second = spawn(&b, "b.test", &url, port_b, electing);
+    let leads = |port: u16| http_get(port, "/readyz").0 == 200;
+    wait_until("a leader", Duration::from_secs(30), || {
+        leads(port_a) || leads(port_b)
+    });
+    let (leader, standby) = if leads(port_a) { (&a, &b) } else { (&b, &a) };
+    let fleet = sim(&as_node(&server.url()), 4, |_| {});
+    wait_until(
+        "4 pending on the standby too",
+        Duration::from_secs(60),
+        || total_pending(standby) == 4,
+    );
+    assert_eq!(helper_runs(leader) + helper_runs(standby), 0);
+    cli_ok(standby, &["approve", "--all", "--yes"]);
+    wait_provisioned(&fleet, 4, Duration::from_secs(30));
+    assert_eq!(helper_runs(leader), 4, "the leader provisioned them");
+    assert_eq!(helper_runs(standby), 0);
+    stop(first);
+    stop(second);
+    fleet.stop();
+}
+
 /// 10,000 made-up identities that answer their inventory: all pending, the daemon's
 /// memory bounded, the table paged, and `approve` still works.
 #[test]

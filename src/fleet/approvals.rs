@@ -381,9 +381,15 @@ impl Approvals {
         }
     }
 
-    /// Queues an approved node (if it is ours: [`Fleet::add`] decides).
+    /// Queues an approved node (if it is ours: [`Fleet::add`] decides), unless this
+    /// instance is paused (a standby of an election, an operator's pause): the
+    /// instance that provisions now queues it, and the discovery after a resume
+    /// finds it.
     fn offer(&self, identity: &Identity) {
         if let Some(fleet) = self.fleet.get().and_then(Weak::upgrade) {
+            if fleet.pause().paused() {
+                return;
+            }
             let result = fleet.add(identity, Source::Retry);
             log::debug!("Offered approved {identity} to the queue: {result:?}");
         }

@@ -29,13 +29,16 @@ pub(crate) const MAX_IDENTITY_LEN: usize = 253;
 pub struct Identity(Arc<str>);
 
 /// Why a string is not an identity. `IdentityError::reason` is the metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
     /// Nothing at all.
+    #[error("the identity is empty")]
     Empty,
     /// Longer than `MAX_IDENTITY_LEN` bytes (the length).
+    #[error("the identity is {0} bytes long, more than {max}", max = MAX_IDENTITY_LEN)]
     TooLong(usize),
     /// A byte that is not a letter, digit, `_`, `-` or `.` (its offset and value).
+    #[error("the identity has the byte 0x{byte:02x} at offset {at}; only letters, digits, '_', '-' and '.' are allowed")]
     Character {
         /// Byte offset.
         at: usize,
@@ -43,8 +46,10 @@ pub enum IdentityError {
         byte: u8,
     },
     /// An empty label: a leading, trailing or doubled dot.
+    #[error("the identity has an empty label (a leading, trailing or doubled '.')")]
     EmptyLabel,
     /// A label that starts or ends with `-`.
+    #[error("a label of the identity starts or ends with '-'")]
     Hyphen,
 }
 
@@ -61,28 +66,6 @@ impl IdentityError {
         }
     }
 }
-
-impl fmt::Display for IdentityError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IdentityError::Empty => f.write_str("the identity is empty"),
-            IdentityError::TooLong(n) => write!(
-                f,
-                "the identity is {n} bytes long, more than {MAX_IDENTITY_LEN}"
-            ),
-            IdentityError::Character { at, byte } => write!(
-                f,
-                "the identity has the byte 0x{byte:02x} at offset {at}; only letters, digits, '_', '-' and '.' are allowed"
-            ),
-            IdentityError::EmptyLabel => {
-                f.write_str("the identity has an empty label (a leading, trailing or doubled '.')")
-            }
-            IdentityError::Hyphen => f.write_str("a label of the identity starts or ends with '-'"),
-        }
-    }
-}
-
-impl std::error::Error for IdentityError {}
 
 impl Identity {
     /// Checks `text` against the identity rule.

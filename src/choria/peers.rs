@@ -151,20 +151,26 @@ struct HandoffWire {
 }
 
 /// Why a peer message was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum PeerMessageError {
     /// Larger than its kind may be (4 KiB; approvals 512 KiB).
+    #[error("a peer message of {0} bytes, more than its kind may be (4096; approvals: 524288)")]
     TooLarge(usize),
     /// Not the expected JSON document.
+    #[error("an undecodable peer message")]
     Undecodable,
     /// An identity in it breaks the identity rule.
+    #[error("a peer message with a bad identity: {0}")]
     Identity(IdentityError),
     /// From another site (a misconfigured instance on our subject).
+    #[error("a peer message from another site")]
     ForeignSite,
     /// A heartbeat period outside [`HEARTBEAT_MS`].
+    #[error("a heartbeat with a period of {0} ms (allowed: {min} to {max} ms)", min = HEARTBEAT_MS.start(), max = HEARTBEAT_MS.end())]
     Period(u64),
     /// An approvals message with too many records, or a string in a record too
     /// long or holding a control character.
+    #[error("an approvals message with too many records or a bad string in a record")]
     Field,
 }
 
@@ -182,33 +188,6 @@ impl PeerMessageError {
         }
     }
 }
-
-impl std::fmt::Display for PeerMessageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PeerMessageError::TooLarge(n) => {
-                write!(
-                    f,
-                    "a peer message of {n} bytes, more than its kind may be (4096; approvals: 524288)"
-                )
-            }
-            PeerMessageError::Undecodable => f.write_str("an undecodable peer message"),
-            PeerMessageError::Identity(e) => write!(f, "a peer message with a bad identity: {e}"),
-            PeerMessageError::ForeignSite => f.write_str("a peer message from another site"),
-            PeerMessageError::Period(ms) => write!(
-                f,
-                "a heartbeat with a period of {ms} ms (allowed: {} to {} ms)",
-                HEARTBEAT_MS.start(),
-                HEARTBEAT_MS.end()
-            ),
-            PeerMessageError::Field => f.write_str(
-                "an approvals message with too many records or a bad string in a record",
-            ),
-        }
-    }
-}
-
-impl std::error::Error for PeerMessageError {}
 
 /// Every [`PeerMessageError::reason`]: the metrics layer's list, whose series start
 /// at 0 (a test checks every reason is in it).

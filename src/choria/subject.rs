@@ -17,45 +17,31 @@ pub(crate) const MAX_SUBJECT_LEN: usize = 512;
 pub(crate) const MAX_HEADER_VALUE_LEN: usize = 1024;
 
 /// Why a string cannot be used on the wire.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubjectError {
     /// Empty.
+    #[error("empty subject")]
     Empty,
     /// Longer than `MAX_SUBJECT_LEN` (the length).
+    #[error("subject of {0} bytes exceeds {max}", max = MAX_SUBJECT_LEN)]
     TooLong(usize),
     /// A space, control character or non-ASCII byte at this offset.
+    #[error("subject has a space, control or non-ASCII byte at offset {0}")]
     Byte(usize),
     /// An empty token (leading, trailing or doubled `.`).
+    #[error("subject has an empty token")]
     EmptyToken,
     /// `*` or `>` where only a literal is allowed, or not as a whole token, or `>`
     /// before the last token.
+    #[error("subject has a misplaced wildcard")]
     Wildcard,
     /// A header name or value that would break the header block.
+    #[error("invalid header: {0}")]
     Header(&'static str),
     /// Several tokens where one is expected (a name with a `.`).
+    #[error("a subject token contains a '.'")]
     NotOneToken,
 }
-
-impl fmt::Display for SubjectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SubjectError::Empty => f.write_str("empty subject"),
-            SubjectError::TooLong(n) => {
-                write!(f, "subject of {n} bytes exceeds {MAX_SUBJECT_LEN}")
-            }
-            SubjectError::Byte(at) => write!(
-                f,
-                "subject has a space, control or non-ASCII byte at offset {at}"
-            ),
-            SubjectError::EmptyToken => f.write_str("subject has an empty token"),
-            SubjectError::Wildcard => f.write_str("subject has a misplaced wildcard"),
-            SubjectError::Header(why) => write!(f, "invalid header: {why}"),
-            SubjectError::NotOneToken => f.write_str("a subject token contains a '.'"),
-        }
-    }
-}
-
-impl std::error::Error for SubjectError {}
 
 /// Checks the form every subject, filter and queue group shares and returns its
 /// tokens.

@@ -11,41 +11,30 @@ pub(crate) fn new_nonce() -> String {
 /// Why a `gen25519` reply was refused. `Display` gives the text the retry log and
 /// the attempt's failure show; the node is named by the caller (this layer knows
 /// nothing of nodes). No variant holds the key, the nonce or the signature.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NonceError {
     /// The reply held no public key.
+    #[error("no public key received")]
     NoPublicKey,
     /// The reply held no signature.
+    #[error("no signature received")]
     NoSignature,
     /// The public key is not hex.
+    #[error("invalid public key received: not hex")]
     PublicKeyNotHex,
     /// The public key is not 32 bytes (its length).
+    #[error("invalid public key received: {0} bytes, not 32")]
     PublicKeySize(usize),
     /// The signature is not hex.
+    #[error("invalid signature")]
     SignatureNotHex,
     /// The signature is not 64 bytes (its length).
+    #[error("invalid signature: {0} bytes, not 64")]
     SignatureSize(usize),
     /// The signature does not verify the nonce with the public key.
+    #[error("invalid nonce signature")]
     BadSignature,
 }
-
-impl std::fmt::Display for NonceError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NonceError::NoPublicKey => f.write_str("no public key received"),
-            NonceError::NoSignature => f.write_str("no signature received"),
-            NonceError::PublicKeyNotHex => f.write_str("invalid public key received: not hex"),
-            NonceError::PublicKeySize(n) => {
-                write!(f, "invalid public key received: {n} bytes, not 32")
-            }
-            NonceError::SignatureNotHex => f.write_str("invalid signature"),
-            NonceError::SignatureSize(n) => write!(f, "invalid signature: {n} bytes, not 64"),
-            NonceError::BadSignature => f.write_str("invalid nonce signature"),
-        }
-    }
-}
-
-impl std::error::Error for NonceError {}
 
 /// Checks a `gen25519` reply as Go does, with the lengths checked first (Go's
 /// `ed25519.Verify` panics on a key that is not 32 bytes).

@@ -122,23 +122,14 @@ pub(crate) struct Response {
 }
 
 /// Why a pause reason is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ReasonError {
     /// Over [`MAX_REASON`] characters.
+    #[error("the reason is longer than {MAX_REASON} characters")]
     TooLong,
     /// A control character (a newline, an escape sequence).
+    #[error("the reason holds control characters")]
     ControlCharacter,
-}
-
-impl std::fmt::Display for ReasonError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReasonError::TooLong => {
-                write!(f, "the reason is longer than {MAX_REASON} characters")
-            }
-            ReasonError::ControlCharacter => write!(f, "the reason holds control characters"),
-        }
-    }
 }
 
 fn check_reason(reason: &str) -> Result<(), ReasonError> {
@@ -501,13 +492,16 @@ fn now_nanos() -> u64 {
 }
 
 /// Why the identities of a request were refused.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum IdentityListError {
     /// The request names none.
+    #[error("name at least one identity")]
     Empty,
     /// More than [`MAX_IDENTITIES`].
+    #[error("{0} identities in one request; at most {MAX_IDENTITIES}")]
     TooMany(usize),
     /// One breaks the identity rule (shown escaped and cut).
+    #[error("\"{shown}\" is not a valid identity: {error}")]
     Invalid {
         /// The identity as given, fit for a log line.
         shown: String,
@@ -515,22 +509,6 @@ pub(crate) enum IdentityListError {
         error: crate::choria::identity::IdentityError,
     },
 }
-
-impl std::fmt::Display for IdentityListError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            IdentityListError::Empty => f.write_str("name at least one identity"),
-            IdentityListError::TooMany(n) => {
-                write!(f, "{n} identities in one request; at most {MAX_IDENTITIES}")
-            }
-            IdentityListError::Invalid { shown, error } => {
-                write!(f, "\"{shown}\" is not a valid identity: {error}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for IdentityListError {}
 
 /// The identities of a request, each checked by the identity rule; the first bad
 /// one refuses the request.

@@ -45,19 +45,12 @@ pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const MAX_CLIENTS: usize = 8;
 
 /// Why the control socket could not be opened.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("control_socket {}: {what}", .path.display())]
 pub(crate) struct OpenError {
     path: PathBuf,
     what: String,
 }
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "control_socket {}: {}", self.path.display(), self.what)
-    }
-}
-
-impl std::error::Error for OpenError {}
 
 /// What the accepting thread and the clients' threads share.
 struct Door {
@@ -321,9 +314,10 @@ fn answer_line(response: &Response) -> Vec<u8> {
 }
 
 /// Why a request could not be put to the daemon.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum SendError {
     /// Nothing answers on the socket.
+    #[error("could not reach the provisioner on its control_socket {}: {error}", .path.display())]
     Unreachable {
         /// The control socket.
         path: PathBuf,
@@ -331,26 +325,12 @@ pub(crate) enum SendError {
         error: std::io::Error,
     },
     /// The request could not be sent or the answer read.
+    #[error("no answer from the provisioner: {0}")]
     Exchange(std::io::Error),
     /// The answer is not a [`Response`]; what was wrong, without its values.
+    #[error("the provisioner's answer is not understood: {0}")]
     Answer(String),
 }
-
-impl std::fmt::Display for SendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SendError::Unreachable { path, error } => write!(
-                f,
-                "could not reach the provisioner on its control_socket {}: {error}",
-                path.display()
-            ),
-            SendError::Exchange(e) => write!(f, "no answer from the provisioner: {e}"),
-            SendError::Answer(e) => write!(f, "the provisioner's answer is not understood: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for SendError {}
 
 /// Sends `request` to the daemon listening on `path` and returns its answer.
 pub(crate) fn send(path: &Path, request: &ControlRequest) -> Result<Response, SendError> {

@@ -26,26 +26,13 @@ struct FileWire {
 }
 
 /// The approval file could not be read, decoded or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("could not {what} the approval file {}: {error}", .path.display())]
 pub(crate) struct ApprovalFileError {
     path: PathBuf,
     what: &'static str,
     error: String,
 }
-
-impl std::fmt::Display for ApprovalFileError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "could not {} the approval file {}: {}",
-            self.what,
-            self.path.display(),
-            self.error
-        )
-    }
-}
-
-impl std::error::Error for ApprovalFileError {}
 
 /// What a load found.
 #[derive(Debug, Default)]

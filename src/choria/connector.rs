@@ -46,52 +46,36 @@ pub(crate) use super::broker_tls::BrokerTlsError;
 
 /// Why the client configuration cannot produce a connection, found before any
 /// broker is dialled. No variant holds a credential: the file is named, not quoted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DialError {
     /// The client JWT or its seed cannot be used (which setting, which file, why).
+    #[error(transparent)]
     Credentials(CredentialError),
     /// The client certificate for a broker that is not verified cannot be used.
+    #[error(transparent)]
     Tls(BrokerTlsError),
 }
 
-impl fmt::Display for DialError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DialError::Credentials(e) => e.fmt(f),
-            DialError::Tls(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for DialError {}
-
 /// Why no connection was made.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     /// The daemon was told to stop while still trying to connect.
+    #[error("exiting on shut down")]
     Shutdown,
     /// The configuration cannot produce a connection (unreadable token file ...).
+    #[error(transparent)]
     Config(DialError),
 }
 
-impl fmt::Display for ConnectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnectError::Shutdown => f.write_str("exiting on shut down"),
-            ConnectError::Config(why) => why.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for ConnectError {}
-
 /// Why one connection attempt failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConnectAttemptError {
     /// The configuration cannot produce a connection.
+    #[error(transparent)]
     Config(DialError),
     /// The broker answered the CONNECT with `-ERR`: its text, and our report of what
     /// was sent and what a Choria broker would object to.
+    #[error("{report}")]
     Refused {
         /// The broker's `-ERR` text (`Authorization Violation`), shortened.
         broker: String,
@@ -100,20 +84,9 @@ pub enum ConnectAttemptError {
     },
     /// No broker reached, the TLS handshake failed, the connection broke, or no
     /// CONNECT could be built (an expired client JWT).
+    #[error("{0}")]
     Failed(String),
 }
-
-impl fmt::Display for ConnectAttemptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnectAttemptError::Config(why) => why.fmt(f),
-            ConnectAttemptError::Failed(why) => f.write_str(why),
-            ConnectAttemptError::Refused { report, .. } => f.write_str(report),
-        }
-    }
-}
-
-impl std::error::Error for ConnectAttemptError {}
 
 /// Whether the connection is up, for `/healthz` and the RPC layer.
 #[derive(Debug, Default)]

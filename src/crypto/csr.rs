@@ -16,7 +16,6 @@ use der::asn1::{Ia5StringRef, PrintableStringRef, TeletexStringRef, Utf8StringRe
 use der::oid::ObjectIdentifier;
 use der::{Decode, Tag, Tagged};
 use regex::Regex;
-use std::fmt;
 use x509_cert::ext::pkix::name::GeneralName;
 use x509_cert::ext::pkix::SubjectAltName;
 use x509_cert::request::{CertReq, ExtensionReq};
@@ -36,25 +35,14 @@ const OID_COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3"
 const OID_SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
 
 /// A `cert_deny_list` pattern that does not compile.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid cert_deny_list pattern {pattern:?}: {reason}")]
 pub struct DenyListError {
     /// The pattern as written in the configuration.
     pub pattern: String,
     /// The regex compiler's explanation.
     pub reason: String,
 }
-
-impl fmt::Display for DenyListError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid cert_deny_list pattern {:?}: {}",
-            self.pattern, self.reason
-        )
-    }
-}
-
-impl std::error::Error for DenyListError {}
 
 /// The compiled `cert_deny_list`: built once from the configuration, shared read-only.
 #[derive(Debug, Clone)]
@@ -113,21 +101,28 @@ impl Default for DenyList {
 }
 
 /// Why a CSR was refused. Messages follow the Go provisioner's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CsrError {
     /// No CSR in the reply.
+    #[error("no CSR received")]
     NoCsr,
     /// Larger than `MAX_CSR_LEN`.
+    #[error("could not parse CSR: {0} bytes exceeds {max}", max = MAX_CSR_LEN)]
     TooLarge(usize),
     /// No PEM block in the text (Go would crash here).
+    #[error("could not parse CSR: no PEM block found")]
     NotPem,
     /// The PEM block is not a certificate request.
+    #[error("could not parse CSR: PEM block is \"{}\", expected \"CERTIFICATE REQUEST\"", shown(.0))]
     WrongBlockType(String),
     /// The DER does not parse as PKCS#10, or a name in it is malformed.
+    #[error("could not parse CSR: {0}")]
     Parse(String),
     /// The subject has no CN, or more than one.
+    #[error("could not parse CSR: expected one common name, found {0}")]
     CommonNameCount(usize),
     /// The CN is not the node's identity.
+    #[error("common name {} does not match identity {identity}", shown(.common_name))]
     CommonNameMismatch {
         /// CN found in the CSR.
         common_name: String,
@@ -135,45 +130,9 @@ pub enum CsrError {
         identity: String,
     },
     /// The CN or a DNS SAN matches the deny list.
+    #[error("{} matches denied certificate pattern", shown(.0))]
     Denied(String),
 }
-
-impl fmt::Display for CsrError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CsrError::NoCsr => write!(f, "no CSR received"),
-            CsrError::TooLarge(n) => {
-                write!(f, "could not parse CSR: {n} bytes exceeds {MAX_CSR_LEN}")
-            }
-            CsrError::NotPem => write!(f, "could not parse CSR: no PEM block found"),
-            CsrError::WrongBlockType(l) => write!(
-                f,
-                "could not parse CSR: PEM block is \"{}\", expected \"CERTIFICATE REQUEST\"",
-                shown(l)
-            ),
-            CsrError::Parse(e) => write!(f, "could not parse CSR: {e}"),
-            CsrError::CommonNameCount(n) => {
-                write!(
-                    f,
-                    "could not parse CSR: expected one common name, found {n}"
-                )
-            }
-            CsrError::CommonNameMismatch {
-                common_name,
-                identity,
-            } => write!(
-                f,
-                "common name {} does not match identity {identity}",
-                shown(common_name)
-            ),
-            CsrError::Denied(name) => {
-                write!(f, "{} matches denied certificate pattern", shown(name))
-            }
-        }
-    }
-}
-
-impl std::error::Error for CsrError {}
 
 /// The names the provisioner checks in a CSR.
 #[derive(Debug, Clone, PartialEq, Eq)]

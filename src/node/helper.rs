@@ -190,14 +190,17 @@ impl HelperOutput {
 /// for bad JSON) and in which field (for a wrong type), never a value (the output
 /// carries private keys and passwords). The caller names the helper
 /// ([`HelperError::Decode`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum OutputError {
     /// Not JSON, more than one value, or a wrong type no single field explains
     /// (what and where, from `json_text`).
+    #[error("{0}")]
     Json(String),
     /// JSON, but not an object (the kind it is).
+    #[error("expected a JSON object, got {0}")]
     NotObject(&'static str),
     /// A known field whose value has the wrong type.
+    #[error("field {name:?}: {why}")]
     Field {
         /// The field, lowercased (a known one: unknown fields are ignored).
         name: String,
@@ -205,23 +208,9 @@ pub(crate) enum OutputError {
         why: String,
     },
     /// `server_claims` is neither an object nor null (the kind it is).
+    #[error("server_claims: expected an object, got {0}")]
     ServerClaims(&'static str),
 }
-
-impl fmt::Display for OutputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OutputError::Json(why) => f.write_str(why),
-            OutputError::NotObject(kind) => write!(f, "expected a JSON object, got {kind}"),
-            OutputError::Field { name, why } => write!(f, "field {name:?}: {why}"),
-            OutputError::ServerClaims(kind) => {
-                write!(f, "server_claims: expected an object, got {kind}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for OutputError {}
 
 /// The helper's answer as one JSON object with its keys lowercased (Go matches them
 /// case-insensitively).
@@ -280,58 +269,39 @@ where
 
 /// Why a helper run failed; `Display` gives Go's text (§4.4) without the
 /// `could not invoke configure helper:` prefix, which the caller adds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HelperError {
     /// Provisioning is paused.
+    #[error("provisioning is paused, cannot perform {0}")]
     Paused(String),
     /// Bad quoting or an empty command line.
+    #[error("cannot parse helper command: {0}")]
     Parse(String),
     /// The program could not be started.
+    #[error("cannot start {0}: {1}")]
     Start(String, String),
     /// Reading stdout failed.
+    #[error("cannot read {0} output: {1}")]
     Read(String, String),
     /// The helper wrote nothing.
+    #[error("cannot read {0} output: zero bytes received")]
     ZeroBytes(String),
     /// More than [`MAX_OUTPUT`] bytes on stdout.
+    #[error("cannot read {0} output: more than {MAX_OUTPUT} bytes received")]
     TooLarge(String),
     /// The helper exited non-zero or was killed.
+    #[error("could not wait for {0}: {1}")]
     Wait(String, String),
     /// The helper ran longer than its timeout and was killed.
+    #[error("could not wait for {0}: signal: killed (it ran longer than {secs}s)", secs = .1.as_secs_f64())]
     Timeout(String, Duration),
     /// The daemon is stopping; the helper was killed.
+    #[error("could not wait for {0}: signal: killed (the provisioner is shutting down)")]
     Stopped(String),
     /// Stdout was not one JSON object of the right types.
+    #[error("cannot decode output from {0}: {1}")]
     Decode(String, String),
 }
-
-impl fmt::Display for HelperError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HelperError::Paused(h) => write!(f, "provisioning is paused, cannot perform {h}"),
-            HelperError::Parse(e) => write!(f, "cannot parse helper command: {e}"),
-            HelperError::Start(h, e) => write!(f, "cannot start {h}: {e}"),
-            HelperError::Read(h, e) => write!(f, "cannot read {h} output: {e}"),
-            HelperError::ZeroBytes(h) => write!(f, "cannot read {h} output: zero bytes received"),
-            HelperError::TooLarge(h) => write!(
-                f,
-                "cannot read {h} output: more than {MAX_OUTPUT} bytes received"
-            ),
-            HelperError::Wait(h, status) => write!(f, "could not wait for {h}: {status}"),
-            HelperError::Timeout(h, t) => write!(
-                f,
-                "could not wait for {h}: signal: killed (it ran longer than {}s)",
-                t.as_secs_f64()
-            ),
-            HelperError::Decode(h, e) => write!(f, "cannot decode output from {h}: {e}"),
-            HelperError::Stopped(h) => write!(
-                f,
-                "could not wait for {h}: signal: killed (the provisioner is shutting down)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for HelperError {}
 
 /// What a finished run produced.
 #[derive(Debug)]

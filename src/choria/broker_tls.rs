@@ -9,7 +9,6 @@
 //! Built on the `rustls` the `nats` crate re-exports, so nothing is added to the tree.
 #![allow(deprecated)] // the synchronous nats client is marked deprecated upstream
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -61,9 +60,10 @@ impl ServerCertVerifier for AnyServerCertificate {
 
 /// Why the client certificate for an unverified broker could not be used: which
 /// file, and the TLS library's reason. No variant holds the key's content.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BrokerTlsError {
     /// The certificate file could not be read or is not PEM.
+    #[error("cannot read the certificate {}: {reason}", .path.display())]
     ReadCertificate {
         /// The certificate file.
         path: PathBuf,
@@ -71,11 +71,13 @@ pub enum BrokerTlsError {
         reason: String,
     },
     /// The certificate file holds no certificate.
+    #[error("no certificate in {}", .path.display())]
     NoCertificate {
         /// The certificate file.
         path: PathBuf,
     },
     /// The private key file could not be read or holds no usable key.
+    #[error("cannot read the private key {}: {reason}", .path.display())]
     ReadKey {
         /// The key file.
         path: PathBuf,
@@ -84,6 +86,7 @@ pub enum BrokerTlsError {
     },
     /// The certificate and key were refused together (they do not match, or the key
     /// type is not supported).
+    #[error("cannot use the certificate {}: {reason}", .path.display())]
     UseCertificate {
         /// The certificate file.
         path: PathBuf,
@@ -91,35 +94,6 @@ pub enum BrokerTlsError {
         reason: String,
     },
 }
-
-impl fmt::Display for BrokerTlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BrokerTlsError::ReadCertificate { path, reason } => {
-                write!(
-                    f,
-                    "cannot read the certificate {}: {reason}",
-                    path.display()
-                )
-            }
-            BrokerTlsError::NoCertificate { path } => {
-                write!(f, "no certificate in {}", path.display())
-            }
-            BrokerTlsError::ReadKey { path, reason } => {
-                write!(
-                    f,
-                    "cannot read the private key {}: {reason}",
-                    path.display()
-                )
-            }
-            BrokerTlsError::UseCertificate { path, reason } => {
-                write!(f, "cannot use the certificate {}: {reason}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for BrokerTlsError {}
 
 /// A client TLS configuration that does not verify the broker's certificate and
 /// presents `certificate` with `key` when both are given.

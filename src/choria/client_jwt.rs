@@ -39,7 +39,8 @@ pub(crate) const SEED_FILE_KEY: &str = "plugin.security.choria.seed_file";
 const MAX_FILE_BYTES: u64 = 64 * 1024;
 
 /// The client JWT or the seed cannot be used: which setting, which file, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key} {path}: {problem}")]
 pub struct CredentialError {
     /// `TOKEN_FILE_KEY` or `SEED_FILE_KEY`.
     pub key: &'static str,
@@ -48,14 +49,6 @@ pub struct CredentialError {
     /// What is wrong (never quotes the file's content).
     pub problem: String,
 }
-
-impl fmt::Display for CredentialError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}: {}", self.key, self.path, self.problem)
-    }
-}
-
-impl std::error::Error for CredentialError {}
 
 impl CredentialError {
     /// The same error as a configuration `Problem` of its setting.

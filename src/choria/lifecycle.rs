@@ -266,24 +266,15 @@ pub fn decode(bytes: &[u8]) -> Result<Event, ProtocolError> {
 }
 
 /// Why a startup event was not used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum StartupError {
     /// Not a lifecycle event.
+    #[error(transparent)]
     Decode(ProtocolError),
     /// The identity is not valid; the value is escaped and cut for logs.
+    #[error("startup event for {1:?}: {0}")]
     Identity(IdentityError, String),
 }
-
-impl std::fmt::Display for StartupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StartupError::Decode(e) => e.fmt(f),
-            StartupError::Identity(e, shown) => write!(f, "startup event for {shown:?}: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StartupError {}
 
 /// The identity a startup event announces, `None` for other event types.
 pub(crate) fn startup_identity(bytes: &[u8]) -> Result<Option<Identity>, StartupError> {

@@ -50,36 +50,24 @@ pub(crate) struct SrvTarget {
 }
 
 /// Why a lookup found nothing usable.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SrvError {
     /// No domain to look in: no `plugin.choria.srv_domain`, and none from the host.
+    #[error("no domain to look in: set plugin.choria.srv_domain (the host has no domain)")]
     NoDomain,
     /// The name is not a valid DNS name.
+    #[error("{0:?} is not a valid DNS name")]
     BadName(String),
     /// No name server is configured.
+    #[error("no nameserver in /etc/resolv.conf")]
     NoServers,
     /// No name server answered; the last error.
+    #[error("no name server answered: {0}")]
     Unanswered(String),
     /// A name server answered with an error code.
+    #[error("the name server answered {0}")]
     Refused(String),
 }
-
-impl std::fmt::Display for SrvError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SrvError::NoDomain => write!(
-                f,
-                "no domain to look in: set plugin.choria.srv_domain (the host has no domain)"
-            ),
-            SrvError::BadName(name) => write!(f, "{name:?} is not a valid DNS name"),
-            SrvError::NoServers => write!(f, "no nameserver in /etc/resolv.conf"),
-            SrvError::Unanswered(e) => write!(f, "no name server answered: {e}"),
-            SrvError::Refused(code) => write!(f, "the name server answered {code}"),
-        }
-    }
-}
-
-impl std::error::Error for SrvError {}
 
 /// The name servers and their timing, as `/etc/resolv.conf` gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,23 +10,15 @@
 //! 292 years, [`MAX_DURATION`]); larger values are refused, so that every later
 //! sum, product or conversion to nanoseconds of a configured duration stays in range.
 
-use std::fmt;
 use std::time::Duration;
 
 /// Why a duration string was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {input:?}: {reason}")]
 pub struct DurationError {
     input: String,
     reason: &'static str,
 }
-
-impl fmt::Display for DurationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid duration {:?}: {}", self.input, self.reason)
-    }
-}
-
-impl std::error::Error for DurationError {}
 
 const DAY: f64 = 24.0 * 3600.0;
 

@@ -6,30 +6,19 @@
 //! unquoted whitespace separates words. No variables, globs, pipes or redirections:
 //! the words are handed to `execve` as they are.
 
-use std::fmt;
-
 /// Why a command line could not be split.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SplitError {
     /// A `'` or `"` was opened and never closed.
+    #[error("unterminated {0} quote")]
     UnterminatedQuote(char),
     /// The line ends with a lone backslash.
+    #[error("trailing backslash")]
     TrailingBackslash,
     /// Nothing but whitespace.
+    #[error("empty")]
     Empty,
 }
-
-impl fmt::Display for SplitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SplitError::UnterminatedQuote(q) => write!(f, "unterminated {q} quote"),
-            SplitError::TrailingBackslash => write!(f, "trailing backslash"),
-            SplitError::Empty => write!(f, "empty"),
-        }
-    }
-}
-
-impl std::error::Error for SplitError {}
 
 /// Splits `line` into words as a POSIX shell would, without any expansion.
 pub(crate) fn split(line: &str) -> Result<Vec<String>, SplitError> {

@@ -57,35 +57,24 @@ pub fn encrypt_pem_block(der: &[u8], password: &[u8], iv: [u8; 16]) -> String {
 
 /// Why the helper's private key could not be encrypted for a node; the caller names
 /// the node. No variant holds the key, the shared secret or our X25519 key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyTransportError {
     /// The helper's key is not PEM.
+    #[error("bad key received")]
     BadKey,
     /// The node's `ecdh_public` is not 32 bytes of hex.
+    #[error("the node's ecdh_public is not 64 hex characters")]
     NodeKeyNotHex,
     /// No ephemeral X25519 key could be made.
+    #[error("could not generate an X25519 key")]
     Generate,
     /// The ephemeral key's public half could not be computed.
+    #[error("could not compute the X25519 public key")]
     ComputePublic,
     /// The agreement with the node's `ecdh_public` failed (a low-order point).
+    #[error("the node's ecdh_public is not a usable X25519 key")]
     UnusableNodeKey,
 }
-
-impl std::fmt::Display for KeyTransportError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            KeyTransportError::BadKey => "bad key received",
-            KeyTransportError::NodeKeyNotHex => "the node's ecdh_public is not 64 hex characters",
-            KeyTransportError::Generate => "could not generate an X25519 key",
-            KeyTransportError::ComputePublic => "could not compute the X25519 public key",
-            KeyTransportError::UnusableNodeKey => {
-                "the node's ecdh_public is not a usable X25519 key"
-            }
-        })
-    }
-}
-
-impl std::error::Error for KeyTransportError {}
 
 /// Encrypts the helper's private key PEM for the node whose X25519 public key is
 /// `node_public_hex`; returns the encrypted PEM and our public key in hex.

@@ -115,23 +115,12 @@ pub struct Election {
 }
 
 /// Why a candidate could not be made.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ElectionError {
     /// The bucket or key (with the API prefix) makes no valid NATS subject.
+    #[error("invalid election bucket or key: {0}")]
     InvalidBucketOrKey(SubjectError),
 }
-
-impl std::fmt::Display for ElectionError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ElectionError::InvalidBucketOrKey(e) => {
-                write!(f, "invalid election bucket or key: {e}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ElectionError {}
 
 impl Election {
     /// A candidate named `identity` on `bus`.

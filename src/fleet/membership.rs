@@ -98,9 +98,10 @@ struct Peer {
 }
 
 /// Why the membership could not start; `Display` says what failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum MembershipError {
     /// The heartbeats of the site could not be subscribed to.
+    #[error("cannot subscribe to the heartbeats of site {site}: {error}")]
     Heartbeats {
         /// The site.
         site: String,
@@ -108,27 +109,12 @@ pub enum MembershipError {
         error: std::io::Error,
     },
     /// The handoffs to this instance could not be subscribed to.
+    #[error("cannot subscribe to node handoffs: {0}")]
     Handoffs(std::io::Error),
     /// The membership thread could not be started.
+    #[error("cannot start the membership thread: {0}")]
     Thread(std::io::Error),
 }
-
-impl std::fmt::Display for MembershipError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            MembershipError::Heartbeats { site, error } => {
-                write!(
-                    f,
-                    "cannot subscribe to the heartbeats of site {site}: {error}"
-                )
-            }
-            MembershipError::Handoffs(e) => write!(f, "cannot subscribe to node handoffs: {e}"),
-            MembershipError::Thread(e) => write!(f, "cannot start the membership thread: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for MembershipError {}
 
 /// One instance's view of its site's live instances.
 pub struct Membership {

@@ -279,25 +279,14 @@ impl Readiness {
 }
 
 /// The listener could not be started.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} for /metrics: {reason}")]
 pub struct ServeError {
     /// The address that was asked for.
     pub addr: String,
     /// Why binding failed.
     pub reason: String,
 }
-
-impl std::fmt::Display for ServeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "cannot listen on {} for /metrics: {}",
-            self.addr, self.reason
-        )
-    }
-}
-
-impl std::error::Error for ServeError {}
 
 /// What one client of the monitoring listener may cost: 64 connections at once
 /// (beyond that, the connection idle longest is closed), a head of 8 KiB, a body of

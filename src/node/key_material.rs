@@ -137,30 +137,21 @@ impl std::fmt::Debug for SignedTokens {
 
 /// Why the key material could not be loaded at start: which setting, and the error
 /// underneath (which names the file, never its content).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyLoadError {
     /// A `cert_deny_list` pattern does not compile.
+    #[error("cert_deny_list: {0}")]
     DenyList(DenyListError),
     /// `jwt_verify_cert` cannot be loaded (`jwt` feature).
+    #[error("jwt_verify_cert: {0}")]
     VerifyCert(TokenError),
     /// `jwt_signing_key` cannot be loaded (`ed25519` feature).
+    #[error("jwt_signing_key: {0}")]
     SigningKey(TokenError),
     /// `jwt_signing_token` cannot be loaded (`ed25519` feature, when set).
+    #[error("jwt_signing_token: {0}")]
     SigningToken(TokenError),
 }
-
-impl std::fmt::Display for KeyLoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KeyLoadError::DenyList(e) => write!(f, "cert_deny_list: {e}"),
-            KeyLoadError::VerifyCert(e) => write!(f, "jwt_verify_cert: {e}"),
-            KeyLoadError::SigningKey(e) => write!(f, "jwt_signing_key: {e}"),
-            KeyLoadError::SigningToken(e) => write!(f, "jwt_signing_token: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for KeyLoadError {}
 
 fn failed(msg: String) -> AttemptError {
     AttemptError::Keys(msg)

@@ -51,21 +51,14 @@ pub(crate) struct InventoryReply<'a> {
 }
 
 /// A reply whose data does not hold what its action reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{action} reply data: {why}")]
 pub(crate) struct BadReplyData {
     /// The action that answered.
     action: &'static str,
     /// What is wrong and where, without the node's value.
     why: String,
 }
-
-impl std::fmt::Display for BadReplyData {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} reply data: {}", self.action, self.why)
-    }
-}
-
-impl std::error::Error for BadReplyData {}
 
 impl BadReplyData {
     /// `e`, met reading `action`'s reply data.

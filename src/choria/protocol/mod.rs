@@ -83,7 +83,8 @@ impl fmt::Display for Layer {
 }
 
 /// A message that could not be encoded or decoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {layer}: {reason}")]
 pub struct ProtocolError {
     /// Where it failed.
     pub layer: Layer,
@@ -106,14 +107,6 @@ impl ProtocolError {
         ProtocolError::new(layer, crate::json_text::describe(e))
     }
 }
-
-impl fmt::Display for ProtocolError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid {}: {}", self.layer, self.reason)
-    }
-}
-
-impl std::error::Error for ProtocolError {}
 
 /// A request filter (shared by v1 and v2); Go always sends all five arrays.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -12,42 +12,27 @@ type Dec = cbc::Decryptor<aes::Aes256>;
 /// Why an encrypted PEM block could not be decrypted (the node side of the key
 /// transport); `Display` gives Go's text where Go has one. No variant holds the
 /// password, the key or the plaintext.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PemDecryptError {
     /// The block has no `DEK-Info` header.
+    #[error("key is not encrypted")]
     NotEncrypted,
     /// The `DEK-Info` header is not `cipher,iv`.
+    #[error("malformed DEK-Info header")]
     MalformedDekInfo,
     /// The cipher is not AES-256-CBC (the header's cipher name).
+    #[error("unsupported cipher {0}")]
     UnsupportedCipher(String),
     /// The IV is not 16 bytes of hex.
+    #[error("incorrect IV size")]
     IvSize,
     /// The ciphertext is empty or not a whole number of AES blocks.
+    #[error("x509: encrypted PEM data is not a multiple of the block size")]
     BlockSize,
     /// The padding is wrong after decryption: the wrong password.
+    #[error("x509: decryption password incorrect")]
     IncorrectPassword,
 }
-
-impl std::fmt::Display for PemDecryptError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PemDecryptError::NotEncrypted => f.write_str("key is not encrypted"),
-            PemDecryptError::MalformedDekInfo => f.write_str("malformed DEK-Info header"),
-            PemDecryptError::UnsupportedCipher(cipher) => {
-                write!(f, "unsupported cipher {cipher}")
-            }
-            PemDecryptError::IvSize => f.write_str("incorrect IV size"),
-            PemDecryptError::BlockSize => {
-                f.write_str("x509: encrypted PEM data is not a multiple of the block size")
-            }
-            PemDecryptError::IncorrectPassword => {
-                f.write_str("x509: decryption password incorrect")
-            }
-        }
-    }
-}
-
-impl std::error::Error for PemDecryptError {}
 
 /// Go's `x509.DecryptPEMBlock` for AES-256-CBC blocks (the node side).
 pub fn decrypt_pem_block(block: &Block, password: &[u8]) -> Result<Vec<u8>, PemDecryptError> {

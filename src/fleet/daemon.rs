@@ -64,24 +64,32 @@ impl Default for DaemonOptions {
 }
 
 /// Why a provisioner could not start; `Display` gives the text `run` prints.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// No connection to a broker (the configuration cannot make one, or the daemon
     /// was told to stop while still trying).
+    #[error("Provisioning could not start: could not create initial events connection: {0}")]
     Connect(ConnectError),
     /// The RPC client could not be set up on the connection.
+    #[error("Provisioning could not configure Choria: {0}")]
     Rpc(RpcError),
     /// The key material the enabled features need could not be loaded.
+    #[error("Provisioning could not be configured: {0}")]
     Keys(KeyLoadError),
     /// The leader election could not be set up.
+    #[error(transparent)]
     Election(ElectionError),
     /// `active_active` is on but this instance's identity is not a valid identity.
+    #[error("active_active needs a valid identity for this instance: {0}")]
     Identity(IdentityError),
     /// The active-active membership could not start.
+    #[error(transparent)]
     Membership(MembershipError),
     /// The site makes no valid queue group for the startup events.
+    #[error("invalid site for a queue group: {0}")]
     QueueGroup(SubjectError),
     /// The startup events of the lifecycle component could not be subscribed to.
+    #[error("Could not subscribe to startup events of {component}: {error}")]
     Events {
         /// The component (`lifecycle_component`).
         component: String,
@@ -89,6 +97,7 @@ pub enum StartError {
         error: std::io::Error,
     },
     /// A thread could not be started.
+    #[error("cannot start the {name} thread: {error}")]
     Thread {
         /// Which (`events`, `election`, `discovery`, `approvals`).
         name: &'static str,
@@ -96,35 +105,6 @@ pub enum StartError {
         error: std::io::Error,
     },
 }
-
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StartError::Connect(e) => write!(
-                f,
-                "Provisioning could not start: could not create initial events connection: {e}"
-            ),
-            StartError::Rpc(e) => write!(f, "Provisioning could not configure Choria: {e}"),
-            StartError::Keys(e) => write!(f, "Provisioning could not be configured: {e}"),
-            StartError::Election(e) => e.fmt(f),
-            StartError::Identity(e) => write!(
-                f,
-                "active_active needs a valid identity for this instance: {e}"
-            ),
-            StartError::Membership(e) => e.fmt(f),
-            StartError::QueueGroup(e) => write!(f, "invalid site for a queue group: {e}"),
-            StartError::Events { component, error } => write!(
-                f,
-                "Could not subscribe to startup events of {component}: {error}"
-            ),
-            StartError::Thread { name, error } => {
-                write!(f, "cannot start the {name} thread: {error}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for StartError {}
 
 /// A running provisioner.
 pub struct Daemon {

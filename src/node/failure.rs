@@ -2,7 +2,6 @@
 //! An attempt that ends early without failing (deferred, shut down, upgraded) is not
 //! one of these: the sequence returns its [`Outcome`] directly.
 
-use std::fmt;
 use std::time::Duration;
 
 use super::helper::HelperError;
@@ -15,26 +14,31 @@ use crate::crypto::jwt::TokenError;
 use crate::crypto::key_transport::KeyTransportError;
 
 /// The failure of one attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum AttemptError {
     /// The node waited longer than twice the discovery interval (Go's stale rule).
+    #[error("skipping node that's been waiting {secs:.0}s", secs = .waited.as_secs_f64())]
     Stale {
         /// How long it waited.
         waited: Duration,
     },
     /// The daemon is stopping.
+    #[error("stopped provisioning {identity}: the provisioner is shutting down")]
     Stopping {
         /// The node.
         identity: Identity,
     },
     /// An RPC gave up (tries exhausted, a fatal refusal, no server, a held lock).
+    #[error("{0}")]
     Call(CallError),
     /// The `jwt` reply held no JWT.
+    #[error("no JWT received from {identity}")]
     NoJwt {
         /// The node.
         identity: Identity,
     },
     /// The provisioning JWT did not verify.
+    #[error("invalid provisioning JWT from {identity}: {error}")]
     Jwt {
         /// The node.
         identity: Identity,
@@ -42,6 +46,7 @@ pub(crate) enum AttemptError {
         error: TokenError,
     },
     /// The CSR was refused.
+    #[error("invalid CSR from {identity}: {error}")]
     Csr {
         /// The node.
         identity: Identity,
@@ -49,17 +54,21 @@ pub(crate) enum AttemptError {
         error: CsrError,
     },
     /// The helper failed.
+    #[error("could not invoke configure helper: {0}")]
     Helper(HelperError),
     /// Key material the provisioner holds could not be used (no verifier or signer
     /// configured, a signing token that no longer loads, a server JWT that cannot be
     /// built); the text names the node.
+    #[error("{0}")]
     Keys(String),
     /// The helper handed out a key but the node made no X25519 key (`jwt` off).
+    #[error("private key received from helper but server {identity} did not start Diffie-Hellman exchange")]
     NoKeyExchange {
         /// The node.
         identity: Identity,
     },
     /// The key could not be encrypted for the node.
+    #[error("could not encrypt the private key for {identity}: {why}")]
     KeyTransport {
         /// The node.
         identity: Identity,
@@ -68,6 +77,7 @@ pub(crate) enum AttemptError {
     },
     /// The helper asked for an upgrade that cannot be made (and upgrades are not
     /// optional).
+    #[error("could not upgrade {identity} to {target}: {why}")]
     Upgrade {
         /// The node.
         identity: Identity,
@@ -77,16 +87,19 @@ pub(crate) enum AttemptError {
         why: String,
     },
     /// The helper gave no configuration.
+    #[error("choria_provision#configure failed for {identity}: empty configuration")]
     EmptyConfiguration {
         /// The node.
         identity: Identity,
     },
     /// A request body could not be encoded.
+    #[error("{0}")]
     Encode(String),
     /// Someone else answered in the node's name, so the attempt stops. The replies
     /// that decide what is sent are all settled before `configure`, so a contest of
     /// any of them is found before anything secret leaves; a flood of `configure`'s or
     /// `restart`'s own replies only stops the attempt.
+    #[error("stopped provisioning {identity}: {contested}")]
     Contested {
         /// The node.
         identity: Identity,
@@ -94,54 +107,6 @@ pub(crate) enum AttemptError {
         contested: Contested,
     },
 }
-
-impl fmt::Display for AttemptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AttemptError::Stale { waited } => write!(
-                f,
-                "skipping node that's been waiting {:.0}s",
-                waited.as_secs_f64()
-            ),
-            AttemptError::Stopping { identity } => write!(
-                f,
-                "stopped provisioning {identity}: the provisioner is shutting down"
-            ),
-            AttemptError::Call(e) => e.fmt(f),
-            AttemptError::NoJwt { identity } => write!(f, "no JWT received from {identity}"),
-            AttemptError::Jwt { identity, error } => {
-                write!(f, "invalid provisioning JWT from {identity}: {error}")
-            }
-            AttemptError::Csr { identity, error } => {
-                write!(f, "invalid CSR from {identity}: {error}")
-            }
-            AttemptError::Helper(e) => write!(f, "could not invoke configure helper: {e}"),
-            AttemptError::Keys(why) | AttemptError::Encode(why) => f.write_str(why),
-            AttemptError::NoKeyExchange { identity } => write!(
-                f,
-                "private key received from helper but server {identity} did not start Diffie-Hellman exchange"
-            ),
-            AttemptError::KeyTransport { identity, why } => {
-                write!(f, "could not encrypt the private key for {identity}: {why}")
-            }
-            AttemptError::Upgrade {
-                identity,
-                target,
-                why,
-            } => write!(f, "could not upgrade {identity} to {target}: {why}"),
-            AttemptError::EmptyConfiguration { identity } => write!(
-                f,
-                "choria_provision#configure failed for {identity}: empty configuration"
-            ),
-            AttemptError::Contested {
-                identity,
-                contested,
-            } => write!(f, "stopped provisioning {identity}: {contested}"),
-        }
-    }
-}
-
-impl std::error::Error for AttemptError {}
 
 impl From<CallError> for AttemptError {
     fn from(e: CallError) -> AttemptError {

@@ -106,8 +106,8 @@ const ESCAPES: [u8; 256] = {
 /// Appends `text` as a JSON string literal with Go's escapes: the bytes
 /// [`to_vec`]`(text)` gives. Bytes go through a table one by one while escapes come
 /// close together (a nested message's quotes); a run of more than eight plain bytes
-/// (PEM lines, base64, the values of a nested message) is scanned eight bytes at a
-/// time (`scan::escape_special`) and copied whole.
+/// (PEM lines, base64, the values of a nested message) is scanned for its end
+/// (`scan::escape_special`) and copied whole.
 pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     write_utf8(out, text.as_bytes())
 }

@@ -2,6 +2,13 @@
 //! requests and replies reuse their memory instead of allocating and freeing blocks
 //! of a KiB or more each (glibc's slow path, worse when one thread allocates and
 //! another frees). Nothing in them outlives a use: every buffer is handed over empty.
+//!
+//! What it saves, measured on 2026-12-07 (`make bench`, 10,000 nodes, three runs
+//! each, against fresh buffers for every use): the provisioner's CPU per node was
+//! 0.132 ms with it and 0.139 ms without (5.3 %, mostly user time), but the
+//! simulator on the same machine slowed as much, and the ratio of the two (the
+//! figure that compares runs) moved 0.4 % (2.50 against 2.51): the bench cannot
+//! tell it from noise. Kept until a quieter measurement says it is under 5 %.
 
 use std::cell::RefCell;
 use std::thread::LocalKey;

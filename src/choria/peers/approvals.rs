@@ -52,6 +52,11 @@ pub(crate) enum Decision {
 }
 
 impl Decision {
+    /// True for an operator's approval or denial.
+    pub(crate) fn decided(self) -> bool {
+        matches!(self, Decision::Approved | Decision::Denied)
+    }
+
     /// `pending`, `forgotten`, `approved` or `denied`.
     pub(crate) fn name(self) -> &'static str {
         match self {

@@ -91,8 +91,10 @@ impl Table {
     }
 
     /// Takes `record` if it is newer than what the table has (a later `at`, or the
-    /// same `at` and a stricter decision). Two pending records of one identity are
-    /// one: the first sighting and the last are kept, the newer facts win.
+    /// same `at` and a stricter decision), except that an approval or a denial and a
+    /// hold never compare times: the decision wins. Two pending records of one
+    /// identity are one: the first sighting and the last are kept, the newer facts
+    /// win.
     pub(crate) fn merge(&mut self, record: ApprovalRecord) -> Change {
         let before = match self.records.get_mut(&record.identity) {
             Some(old)
@@ -115,6 +117,16 @@ impl Table {
                 } else {
                     Change::None
                 };
+            }
+            // An operator's approval or denial is never undone by a hold, whatever
+            // the times say: the holding instance's clock may run ahead, or it held
+            // the node before the decision reached it. (A forgotten decision is
+            // undone by a later hold: both mean "waits".)
+            Some(old) if record.decision == Decision::Pending && old.decision.decided() => {
+                return Change::None
+            }
+            Some(old) if old.decision == Decision::Pending && record.decision.decided() => {
+                Some(old.decision)
             }
             Some(old) if (old.at, old.decision) >= (record.at, record.decision) => {
                 return Change::None
@@ -280,6 +292,28 @@ mod tests {
             other.merge(record("n1", d, at));
         }
         assert_eq!(other.get(&id("n1")), t.get(&id("n1")));
+    }
+
+    #[test]
+    fn a_decision_beats_a_hold_whatever_the_clocks_say() {
+        let mut t = Table::new(10);
+        // The holding instance's clock runs ahead of the deciding one's.
+        t.merge(record("n1", Decision::Approved, 5));
+        assert_eq!(t.merge(record("n1", Decision::Pending, 50)), Change::None);
+        assert_eq!(t.get(&id("n1")).unwrap().decision, Decision::Approved);
+        let mut other = Table::new(10);
+        other.merge(record("n1", Decision::Pending, 50));
+        assert_eq!(
+            other.merge(record("n1", Decision::Denied, 5)),
+            Change::Took(Some(Decision::Pending))
+        );
+        assert_eq!(other.pending(), 0);
+        // A later hold does undo a forgotten decision.
+        other.merge(record("n1", Decision::Forgotten, 60));
+        assert_eq!(
+            other.merge(record("n1", Decision::Pending, 70)),
+            Change::Took(Some(Decision::Forgotten))
+        );
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub struct ConnectionState {
     closing: AtomicBool,
     /// Told (without waiting) of every reconnection: whatever was published while
     /// we were away is to be found again at once, not at the next `interval`.
-    reconnected: parking_lot::Mutex<Option<crossbeam_channel::Sender<()>>>,
+    reconnected: parking_lot::Mutex<Vec<crossbeam_channel::Sender<()>>>,
 }
 
 impl ConnectionState {
@@ -104,10 +104,10 @@ impl ConnectionState {
         self.connected.load(Ordering::Relaxed)
     }
 
-    /// From now on, every reconnection is told to `tell` (a discovery trigger), if
-    /// it has room.
+    /// From now on, every reconnection is told to `tell` (a discovery trigger, the
+    /// approvals' catch-up), if it has room; each caller gets its own.
     pub(crate) fn tell_reconnections(&self, tell: crossbeam_channel::Sender<()>) {
-        *self.reconnected.lock() = Some(tell);
+        self.reconnected.lock().push(tell);
     }
 }
 
@@ -588,11 +588,11 @@ fn callbacks(
         .reconnect_callback(move || {
             s2.connected.store(true, Ordering::Relaxed);
             m2.connector_reconnections.with_label_values(&[&i2]).inc();
-            let told = s2
-                .reconnected
-                .lock()
-                .as_ref()
-                .is_some_and(|tell| tell.try_send(()).is_ok());
+            // Every listener is told (none waits on another's full channel).
+            let mut told = false;
+            for tell in s2.reconnected.lock().iter() {
+                told |= tell.try_send(()).is_ok();
+            }
             if told {
                 log::info!("Reconnected to the broker; discovering what was missed");
             } else {

@@ -276,12 +276,15 @@ impl Daemon {
     ) -> Result<(), StartError> {
         approvals.attach(&self.fleet, self.fleet.board().audit().cloned());
         self.fleet.set_approvals(Arc::clone(&approvals));
+        let (reconnected_tx, reconnected) = bounded(1);
+        self.connector.state().tell_reconnections(reconnected_tx);
         let thread = super::approvals::sync::start(
             Arc::clone(&approvals),
             self.connector.bus().clone(),
             &config.site,
             Arc::clone(metrics),
             self.fleet.stopped(),
+            reconnected,
         )
         .map_err(|error| StartError::Thread {
             name: "approvals",

@@ -4,7 +4,8 @@
 //! - Each local change (a hold, an operator's decision) is sent at once, in
 //!   batches of at most [`MAX_RECORDS`], on `provisioning.provisioner.approvals.
 //!   <site>` (which provisioning-mode nodes can neither publish nor read).
-//! - At start, and after its inbox had to drop a message, the thread says hello;
+//! - At start, after a reconnection to the broker (messages sent meanwhile are
+//!   lost), and after its inbox had to drop a message, the thread says hello;
 //!   every instance that hears a hello sends its whole table (at most once per
 //!   [`FULL_EVERY`]), so an instance that was down or cut off catches up, and
 //!   merging by time makes the order of arrival irrelevant.
@@ -57,7 +58,8 @@ struct Sync {
     failures: Throttle,
 }
 
-/// Starts the `approvals` thread for `site`; it ends when `stop` is dropped (after
+/// Starts the `approvals` thread for `site`; it says hello again whenever
+/// `reconnected` is told of a reconnection, and ends when `stop` is dropped (after
 /// sending what is queued and writing the file).
 pub(crate) fn start(
     approvals: Arc<Approvals>,
@@ -65,6 +67,7 @@ pub(crate) fn start(
     site: &str,
     metrics: Arc<Metrics>,
     stop: Receiver<()>,
+    mut reconnected: Receiver<()>,
 ) -> std::io::Result<JoinHandle<()>> {
     let (inbox_tx, inbox) = bounded::<Vec<u8>>(INBOX);
     let waiting = Arc::new(AtomicUsize::new(0));
@@ -121,6 +124,12 @@ pub(crate) fn start(
                             sync.send_changes(record, &outbox);
                         }
                     }
+                    recv(reconnected) -> told => match told {
+                        // Whatever the others sent while we were away is lost.
+                        Ok(()) => sync.hello(),
+                        // The connection is gone for good: nothing more to hear.
+                        Err(_) => reconnected = crossbeam_channel::never(),
+                    },
                     recv(ticks) -> _ => sync.tick(),
                 }
             }

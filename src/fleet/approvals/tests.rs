@@ -201,3 +201,69 @@ fn records_from_another_instance_merge_and_queue_nothing_without_a_fleet() {
     a.merge(vec![stale], "p3.example.net");
     assert_eq!(a.judge(&n1, "", "{}"), Verdict::Go);
 }
+
+/// The approvals thread says hello when it starts and again after the broker
+/// connection comes back (what the others sent meanwhile is lost), against a real
+/// nats-server that is restarted.
+#[test]
+fn the_approvals_thread_says_hello_at_start_and_after_a_reconnection() {
+    use crate::choria::client_config::ClientConfig;
+    use crate::choria::connector::Connector;
+    use crate::choria::peers::{subscribe_approvals, ApprovalBatch, BatchKind};
+    use crate::test_nats_server::NatsServer;
+
+    let mut server = NatsServer::start();
+    let dir = TempDir::new("approvals-hello");
+    let cfg = dir.write(
+        "choria.cfg",
+        &format!(
+            "identity = p1.example.net\nplugin.choria.middleware_hosts = {}\n",
+            server.url()
+        ),
+    );
+    let mut client = ClientConfig::load(&cfg).unwrap();
+    client.insecure = true;
+    let metrics = Arc::new(Metrics::new("lon").unwrap());
+    let (_shutdown_tx, shutdown) = bounded::<()>(0);
+    let connector = Connector::connect(&client, &metrics, &shutdown).unwrap();
+    // Listening on the same connection: its subscriptions are made again on the
+    // new server before the reconnection is told, so the hello cannot pass them.
+    let (heard_tx, heard) = crossbeam_channel::unbounded();
+    let _subscription = subscribe_approvals(connector.bus(), "lon", move |data| {
+        if let Ok(batch) = ApprovalBatch::parse(&data, "lon") {
+            let _ = heard_tx.send(batch.kind);
+        }
+    })
+    .unwrap();
+    connector.bus().flush(Duration::from_secs(2)).unwrap();
+    let (a, _) = approvals(&config(&dir, |_| {}));
+    let (reconnected_tx, reconnected) = bounded(1);
+    connector.state().tell_reconnections(reconnected_tx);
+    let (stop_tx, stop) = bounded::<()>(0);
+    let thread = sync::start(
+        a,
+        connector.bus().clone(),
+        "lon",
+        Arc::clone(&metrics),
+        stop,
+        reconnected,
+    )
+    .unwrap();
+    let hello = |within: Duration| {
+        let until = Instant::now() + within;
+        while let Ok(kind) = heard.recv_deadline(until) {
+            if kind == BatchKind::Hello {
+                return true;
+            }
+        }
+        false
+    };
+    assert!(hello(Duration::from_secs(5)), "a hello at start");
+    server.restart();
+    assert!(
+        hello(Duration::from_secs(20)),
+        "a hello after the reconnection"
+    );
+    drop(stop_tx);
+    thread.join().unwrap();
+}

@@ -77,10 +77,7 @@ pub(crate) fn subscribe_resignations(
         .into();
     let deliver = Arc::new(deliver);
     bus.subscribe(&filter, None, move |msg| {
-        if msg.data.len() > MAX_PEER_MESSAGE {
-            return;
-        }
-        if let Ok(r) = serde_json::from_slice::<Resignation>(&msg.data) {
+        if let Ok(r) = decode::<Resignation>(&msg.data, MAX_PEER_MESSAGE) {
             deliver(r);
         }
     })
@@ -227,11 +224,7 @@ impl Heartbeat {
 
     /// Reads and checks a heartbeat body for `site`.
     pub(crate) fn parse(body: &[u8], site: &str) -> Result<Heartbeat, PeerMessageError> {
-        if body.len() > MAX_PEER_MESSAGE {
-            return Err(PeerMessageError::TooLarge(body.len()));
-        }
-        let wire: HeartbeatWire =
-            serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)?;
+        let wire: HeartbeatWire = decode(body, MAX_PEER_MESSAGE)?;
         let identity = Identity::parse(&wire.identity).map_err(PeerMessageError::Identity)?;
         if wire.site != site {
             return Err(PeerMessageError::ForeignSite);
@@ -263,16 +256,20 @@ impl Handoff {
 
     /// Reads and checks a handoff body.
     pub(crate) fn parse(body: &[u8]) -> Result<Handoff, PeerMessageError> {
-        if body.len() > MAX_PEER_MESSAGE {
-            return Err(PeerMessageError::TooLarge(body.len()));
-        }
-        let wire: HandoffWire =
-            serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)?;
+        let wire: HandoffWire = decode(body, MAX_PEER_MESSAGE)?;
         Ok(Handoff {
             from: Identity::parse(&wire.from).map_err(PeerMessageError::Identity)?,
             node: Identity::parse(&wire.node).map_err(PeerMessageError::Identity)?,
         })
     }
+}
+
+/// A peer message's body of at most `most` bytes, decoded strictly as `T`.
+fn decode<T: serde::de::DeserializeOwned>(body: &[u8], most: usize) -> Result<T, PeerMessageError> {
+    if body.len() > most {
+        return Err(PeerMessageError::TooLarge(body.len()));
+    }
+    serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)
 }
 
 fn invalid(e: SubjectError) -> std::io::Error {

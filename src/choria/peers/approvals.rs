@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{invalid, PeerMessageError, PEER_PREFIX};
+use super::{decode, invalid, PeerMessageError, PEER_PREFIX};
 use crate::choria::bus::{Bus, Subscription};
 use crate::choria::identity::Identity;
 use crate::choria::subject::{Subject, SubjectError, SubjectFilter};
@@ -211,11 +211,7 @@ impl ApprovalBatch {
     /// Reads and checks a batch for `site`. One bad record refuses the batch: a
     /// peer that writes it is broken, and its other records are not trusted either.
     pub(crate) fn parse(body: &[u8], site: &str) -> Result<ApprovalBatch, PeerMessageError> {
-        if body.len() > MAX_APPROVAL_MESSAGE {
-            return Err(PeerMessageError::TooLarge(body.len()));
-        }
-        let wire: BatchWire =
-            serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)?;
+        let wire: BatchWire = decode(body, MAX_APPROVAL_MESSAGE)?;
         if wire.site != site {
             return Err(PeerMessageError::ForeignSite);
         }

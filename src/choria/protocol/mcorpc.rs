@@ -69,8 +69,9 @@ impl RpcRequestBody {
 
 /// A reply's `data` as the provisioner reads it: checked to be one JSON object and
 /// kept as its text. Each action decodes the few fields it reads into a typed struct
-/// straight from it ([`ReplyData::fields`]) and the inventory is re-encoded from it
-/// (`gojson::write_map`): no `serde_json::Value` tree per reply. The object's
+/// straight from it ([`ReplyData::fields`]), with no `serde_json::Value` tree per
+/// reply; only the accepted inventory is decoded whole, once, to be re-encoded
+/// (`gojson::write_map`). The object's
 /// syntax is checked when the reply is read; a value is checked (a number's range, a
 /// field's type) when an action reads it.
 #[derive(Clone, PartialEq, Eq)]

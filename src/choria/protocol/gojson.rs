@@ -185,29 +185,43 @@ fn write_int(out: &mut Vec<u8>, value: i64) {
     out.extend_from_slice(&digits[at..]);
 }
 
-/// Appends `value` as Go would write it, every object's keys sorted when `sorted`
-/// (Go's maps) or in their order otherwise: the bytes [`write()`] gives, with strings
-/// through [`write_str`].
-pub(crate) fn write_value(out: &mut Vec<u8>, value: &serde_json::Value, sorted: bool) {
+/// How [`write_value`] writes objects and numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Style {
+    /// Keys in their order, numbers as they are (a Go struct's fields).
+    AsIs,
+    /// Keys sorted (a Go map), numbers as they are.
+    SortedKeys,
+    /// As Go writes what it decoded into a `map[string]any`: keys sorted, every
+    /// number as the float64 Go holds ([`write_go_float`]).
+    GoMap,
+}
+
+/// Appends `value` as Go would write it in `style`: the bytes [`write()`] gives, with
+/// strings through [`write_str`].
+pub(crate) fn write_value(out: &mut Vec<u8>, value: &serde_json::Value, style: Style) {
     use serde_json::Value;
     match value {
         Value::String(text) => write_str(out, text),
+        Value::Number(n) if style == Style::GoMap => {
+            write_go_float(out, n.as_f64().unwrap_or_default())
+        }
         Value::Array(items) => {
             out.push(b'[');
             for (n, item) in items.iter().enumerate() {
                 if n > 0 {
                     out.push(b',');
                 }
-                write_value(out, item, sorted);
+                write_value(out, item, style);
             }
             out.push(b']');
         }
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            if sorted {
+            if style != Style::AsIs {
                 entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
             }
-            write_entries(out, entries, sorted);
+            write_entries(out, entries, style);
         }
         scalar => write(out, scalar),
     }
@@ -217,7 +231,7 @@ pub(crate) fn write_value(out: &mut Vec<u8>, value: &serde_json::Value, sorted: 
 fn write_entries<'a>(
     out: &mut Vec<u8>,
     entries: impl IntoIterator<Item = (&'a String, &'a serde_json::Value)>,
-    sorted: bool,
+    style: Style,
 ) {
     out.push(b'{');
     for (n, (key, value)) in entries.into_iter().enumerate() {
@@ -226,9 +240,42 @@ fn write_entries<'a>(
         }
         write_str(out, key);
         out.push(b':');
-        write_value(out, value, sorted);
+        write_value(out, value, style);
     }
     out.push(b'}');
+}
+
+/// Appends the JSON object `text` as Go's `encoding/json` writes what it decoded into
+/// a `map[string]any` (go-choria's generated clients hold an action's output so):
+/// every object's keys sorted, a repeated key keeping its last value as Go's decoder
+/// does, every number as the float64 Go holds ([`write_go_float`]), strings with Go's
+/// escapes. At the top level, each `missing` entry (a key and its JSON text) is added
+/// when the object lacks it. Nesting is limited as serde_json limits it (128). On an
+/// error nothing is written.
+///
+/// Decoded into a `serde_json::Value`, then written. Until 2026-12-07 it was read
+/// straight from the bytes and rearranged in the output buffer (about 250 lines);
+/// `make bench` (10,000 nodes, three runs each) measured this version at 0.132–0.137
+/// ms of CPU per node (ratio to the simulator 2.45–2.54) against 0.135–0.137 ms
+/// (2.40–2.45) for that one: no saving to keep it for.
+pub(crate) fn write_map(
+    out: &mut Vec<u8>,
+    text: &str,
+    missing: &[(&str, &str)],
+) -> Result<(), serde_json::Error> {
+    use serde::de::Error as _;
+    use serde_json::Value;
+    let mut value: Value = serde_json::from_str(text)?;
+    let Value::Object(map) = &mut value else {
+        return Err(serde_json::Error::custom("the JSON text is not an object"));
+    };
+    for (key, json) in missing {
+        if !map.contains_key(*key) {
+            map.insert((*key).to_string(), serde_json::from_str(json)?);
+        }
+    }
+    write_value(out, &value, Style::GoMap);
+    Ok(())
 }
 
 /// Appends `f` as Go's `encoding/json` writes a float64: the fewest digits that read
@@ -360,7 +407,7 @@ impl<'a> Object<'a> {
             if n > 0 {
                 self.out.push(b',');
             }
-            write_value(self.out, value, false);
+            write_value(self.out, value, Style::AsIs);
         }
         self.out.push(b']');
         self
@@ -424,71 +471,3 @@ pub(crate) mod map_checks {
 
 #[cfg(test)]
 mod tests;
-
-/// Appends the JSON object `text` as Go's `encoding/json` writes what it decoded into
-/// a `map[string]any` (go-choria's generated clients hold an action's output so):
-/// every object's keys sorted, a repeated key keeping its last value as Go's decoder
-/// does, every number as the float64 Go holds ([`write_go_float`]), strings with Go's
-/// escapes. At the top level, each `missing` entry (a key and its JSON text) is added
-/// when the object lacks it. Nesting is limited as serde_json limits it (128). On an
-/// error nothing is written.
-///
-/// Decoded into a `serde_json::Value`, then written. Until 2026-12-07 it was read
-/// straight from the bytes and rearranged in the output buffer (about 250 lines);
-/// `make bench` (10,000 nodes, three runs each) measured this version at 0.132–0.137
-/// ms of CPU per node (ratio to the simulator 2.45–2.54) against 0.135–0.137 ms
-/// (2.40–2.45) for that one: no saving to keep it for.
-pub(crate) fn write_map(
-    out: &mut Vec<u8>,
-    text: &str,
-    missing: &[(&str, &str)],
-) -> Result<(), serde_json::Error> {
-    use serde::de::Error as _;
-    use serde_json::Value;
-    let mut value: Value = serde_json::from_str(text)?;
-    let Value::Object(map) = &mut value else {
-        return Err(serde_json::Error::custom("the JSON text is not an object"));
-    };
-    for (key, json) in missing {
-        if !map.contains_key(*key) {
-            map.insert((*key).to_string(), serde_json::from_str(json)?);
-        }
-    }
-    write_go_value(out, &value);
-    Ok(())
-}
-
-/// `value` as Go writes what it decoded into a `map[string]any`: keys sorted,
-/// numbers as float64.
-fn write_go_value(out: &mut Vec<u8>, value: &serde_json::Value) {
-    use serde_json::Value;
-    match value {
-        Value::Number(n) => write_go_float(out, n.as_f64().unwrap_or_default()),
-        Value::String(text) => write_str(out, text),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (n, item) in items.iter().enumerate() {
-                if n > 0 {
-                    out.push(b',');
-                }
-                write_go_value(out, item);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (n, (key, item)) in entries.into_iter().enumerate() {
-                if n > 0 {
-                    out.push(b',');
-                }
-                write_str(out, key);
-                out.push(b':');
-                write_go_value(out, item);
-            }
-            out.push(b'}');
-        }
-        scalar => write(out, scalar),
-    }
-}

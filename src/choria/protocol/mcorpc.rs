@@ -24,7 +24,7 @@ pub(crate) trait RequestData {
 
 impl RequestData for serde_json::Value {
     fn write_go(&self, out: &mut Vec<u8>) {
-        gojson::write_value(out, self, true)
+        gojson::write_value(out, self, gojson::Style::SortedKeys)
     }
 }
 

@@ -124,15 +124,15 @@ fn write_value_gives_the_bytes_serde_gives() {
         "m": "é&",
     });
     let mut out = Vec::new();
-    write_value(&mut out, &v, false);
+    write_value(&mut out, &v, Style::AsIs);
     assert_eq!(out, to_vec(&v));
     let sorted: std::collections::BTreeMap<&String, &serde_json::Value> =
         v.as_object().unwrap().iter().collect();
     let mut out = Vec::new();
-    write_entries(&mut out, sorted.clone(), false);
+    write_entries(&mut out, sorted.clone(), Style::AsIs);
     assert_eq!(out, to_vec(&sorted), "top level sorted, nested as they are");
     let mut out = Vec::new();
-    write_value(&mut out, &v, true);
+    write_value(&mut out, &v, Style::SortedKeys);
     assert_eq!(
         String::from_utf8(out).unwrap(),
         r#"{"a":{"c":0.1,"d":"x\n"},"m":"é\u0026","z":[1,-2,3.5,1e+300,null,true,"\u003c\u2028\u003e",{"b":[],"y":{}}]}"#

@@ -106,7 +106,9 @@ impl RpcReply {
             .str("action", &self.action)
             .value("statuscode", &self.statuscode)
             .str("statusmsg", &self.statusmsg)
-            .raw("data", |out| gojson::write_value(out, &self.data, false))
+            .raw("data", |out| {
+                gojson::write_value(out, &self.data, gojson::Style::AsIs)
+            })
             .end();
         out
     }

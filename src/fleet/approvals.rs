@@ -337,7 +337,9 @@ impl Approvals {
                 changed.push(identity.clone());
             }
         }
-        self.dirty.store(true, Ordering::Relaxed);
+        if !changed.is_empty() {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
         let saved = self.save();
         for identity in &changed {
             self.decided_by_operator(identity, decision, reason, by);
@@ -497,6 +499,15 @@ impl Approvals {
     }
 }
 
+/// What an operator's decision in `record` says of the node, if it says anything.
+fn decided_verdict(record: Option<&ApprovalRecord>) -> Option<Verdict> {
+    match record.map(|r| r.decision) {
+        Some(Decision::Approved) => Some(Verdict::Go),
+        Some(Decision::Denied) => Some(Verdict::Denied),
+        _ => None,
+    }
+}
+
 impl Gate for Approvals {
     fn judge(&self, identity: &Identity, version: &str, inventory: &str) -> Verdict {
         if !self.rules.needs_approval(identity.as_str()) {
@@ -504,10 +515,9 @@ impl Gate for Approvals {
         }
         let now_ns = u64::try_from(crate::clock::unix_nanos()).unwrap_or(0);
         let now = now_ns / 1_000_000_000;
-        match self.table.lock().get(identity).map(|r| r.decision) {
-            Some(Decision::Approved) => return Verdict::Go,
-            Some(Decision::Denied) => return Verdict::Denied,
-            _ => {}
+        // An approved node (the usual case once decided) costs no facts' decoding.
+        if let Some(decided) = decided_verdict(self.table.lock().get(identity)) {
+            return decided;
         }
         let record = ApprovalRecord {
             identity: identity.clone(),
@@ -520,12 +530,15 @@ impl Gate for Approvals {
             version: clean(version, MAX_VERSION),
             facts: facts::facts_of(inventory, &self.facts),
         };
-        let change = self.table.lock().merge(record.clone());
-        // An operator may have decided meanwhile: the table says.
-        match self.table.lock().get(identity).map(|r| r.decision) {
-            Some(Decision::Approved) => return Verdict::Go,
-            Some(Decision::Denied) => return Verdict::Denied,
-            _ => {}
+        let (change, decided) = {
+            let mut table = self.table.lock();
+            let change = table.merge(record.clone());
+            // An operator may have decided while the facts were read: a hold
+            // never undoes that, and the table says so.
+            (change, decided_verdict(table.get(identity)))
+        };
+        if let Some(decided) = decided {
+            return decided;
         }
         if change == Change::Took(None) || change == Change::Took(Some(Decision::Forgotten)) {
             log::info!("{identity} waits for an operator's approval");

@@ -191,6 +191,9 @@ impl Table {
     /// The pending records, longest waiting first (by first sighting, then
     /// identity): `limit` of them from `offset`.
     pub(crate) fn pending_page(&self, offset: usize, limit: usize) -> Vec<ApprovalRecord> {
+        if limit == 0 {
+            return Vec::new(); // a count alone: [`Table::pending`], no sort
+        }
         let mut all: Vec<&ApprovalRecord> = self
             .records
             .values()
@@ -208,6 +211,14 @@ impl Table {
         offset: usize,
         limit: usize,
     ) -> (Vec<ApprovalRecord>, usize) {
+        if limit == 0 {
+            let total = self
+                .records
+                .values()
+                .filter(|r| r.decision == decision)
+                .count();
+            return (Vec::new(), total);
+        }
         let mut all: Vec<&ApprovalRecord> = self
             .records
             .values()

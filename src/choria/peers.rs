@@ -20,6 +20,8 @@
 use std::sync::Arc;
 
 mod approvals;
+#[cfg(test)]
+pub(crate) use approvals::approvals_subject;
 pub(crate) use approvals::{
     publish_approvals, subscribe_approvals, ApprovalBatch, ApprovalRecord, BatchKind, Decision,
     RecordWire, MAX_BY, MAX_FACTS, MAX_FACT_VALUE, MAX_REASON, MAX_RECORDS, MAX_VERSION,

@@ -202,18 +202,12 @@ fn records_from_another_instance_merge_and_queue_nothing_without_a_fleet() {
     assert_eq!(a.judge(&n1, "", "{}"), Verdict::Go);
 }
 
-/// The approvals thread says hello when it starts and again after the broker
-/// connection comes back (what the others sent meanwhile is lost), against a real
-/// nats-server that is restarted.
-#[test]
-fn the_approvals_thread_says_hello_at_start_and_after_a_reconnection() {
-    use crate::choria::client_config::ClientConfig;
-    use crate::choria::connector::Connector;
-    use crate::choria::peers::{subscribe_approvals, ApprovalBatch, BatchKind};
-    use crate::test_nats_server::NatsServer;
-
-    let mut server = NatsServer::start();
-    let dir = TempDir::new("approvals-hello");
+/// A connection as `p1.example.net` to `server` (no TLS), with metrics of site
+/// `lon`.
+fn connected(
+    dir: &TempDir,
+    server: &crate::test_nats_server::NatsServer,
+) -> (crate::choria::connector::Connector, Arc<Metrics>) {
     let cfg = dir.write(
         "choria.cfg",
         &format!(
@@ -221,11 +215,27 @@ fn the_approvals_thread_says_hello_at_start_and_after_a_reconnection() {
             server.url()
         ),
     );
-    let mut client = ClientConfig::load(&cfg).unwrap();
+    let mut client = crate::choria::client_config::ClientConfig::load(&cfg).unwrap();
     client.insecure = true;
     let metrics = Arc::new(Metrics::new("lon").unwrap());
+    // Never told to stop: the connection is made at once or the test fails.
     let (_shutdown_tx, shutdown) = bounded::<()>(0);
-    let connector = Connector::connect(&client, &metrics, &shutdown).unwrap();
+    let connector =
+        crate::choria::connector::Connector::connect(&client, &metrics, &shutdown).unwrap();
+    (connector, metrics)
+}
+
+/// The approvals thread says hello when it starts and again after the broker
+/// connection comes back (what the others sent meanwhile is lost), against a real
+/// nats-server that is restarted.
+#[test]
+fn the_approvals_thread_says_hello_at_start_and_after_a_reconnection() {
+    use crate::choria::peers::{subscribe_approvals, ApprovalBatch, BatchKind};
+    use crate::test_nats_server::NatsServer;
+
+    let mut server = NatsServer::start();
+    let dir = TempDir::new("approvals-hello");
+    let (connector, metrics) = connected(&dir, &server);
     // Listening on the same connection: its subscriptions are made again on the
     // new server before the reconnection is told, so the hello cannot pass them.
     let (heard_tx, heard) = crossbeam_channel::unbounded();
@@ -266,4 +276,91 @@ fn the_approvals_thread_says_hello_at_start_and_after_a_reconnection() {
     );
     drop(stop_tx);
     thread.join().unwrap();
+}
+
+/// Hostile approvals messages on the site's subject: each is refused and counted by
+/// its reason, none is merged, and a valid peer's record after them still is.
+#[test]
+fn bad_approvals_messages_are_refused_counted_and_never_merged() {
+    use crate::choria::peers::{approvals_subject, ApprovalBatch, BatchKind};
+    use crate::test_nats_server::NatsServer;
+
+    let server = NatsServer::start();
+    let dir = TempDir::new("approvals-hostile");
+    let (connector, metrics) = connected(&dir, &server);
+    let (a, _) = approvals(&config(&dir, |_| {}));
+    let (_reconnected_tx, reconnected) = bounded(1);
+    let (stop_tx, stop) = bounded::<()>(0);
+    let thread = sync::start(
+        Arc::clone(&a),
+        connector.bus().clone(),
+        "lon",
+        Arc::clone(&metrics),
+        stop,
+        reconnected,
+    )
+    .unwrap();
+    let ghost = id("ghost.example.net");
+    let mut approved = ApprovalRecord {
+        identity: ghost.clone(),
+        decision: Decision::Approved,
+        at: 1,
+        by: "mallory".into(),
+        reason: String::new(),
+        first_seen: 0,
+        last_seen: 0,
+        version: String::new(),
+        facts: Vec::new(),
+    };
+    let batch = |site: &str, records: Vec<ApprovalRecord>| {
+        ApprovalBatch {
+            from: "p2.example.net".into(),
+            site: site.into(),
+            kind: BatchKind::Update,
+            records,
+        }
+        .to_json()
+    };
+    let good = String::from_utf8(batch("lon", vec![approved.clone()])).unwrap();
+    approved.reason = "a\u{1b}[31m".into();
+    let hostile: Vec<(&str, Vec<u8>)> = vec![
+        ("too_large", vec![b' '; 600 * 1024]),
+        ("undecodable", b"{\"from\":".to_vec()),
+        ("foreign_site", batch("par", vec![approved.clone()])),
+        (
+            "identity",
+            good.replace("ghost.example.net", "ghost example")
+                .into_bytes(),
+        ),
+        ("field", batch("lon", vec![approved.clone()])),
+    ];
+    let subject = approvals_subject("lon").unwrap();
+    for (_, body) in &hostile {
+        connector.bus().publish(&subject, body).unwrap();
+    }
+    let refused = |reason: &str| {
+        metrics
+            .peer_messages_refused
+            .with_label_values(&[reason])
+            .get()
+    };
+    wait_for("every hostile message refused", || {
+        hostile.iter().all(|(reason, _)| refused(reason) == 1)
+    });
+    assert!(a.record(&ghost).is_none(), "nothing merged");
+    // A valid peer's record after them is merged.
+    connector.bus().publish(&subject, good.as_bytes()).unwrap();
+    wait_for("the valid record merged", || a.record(&ghost).is_some());
+    assert_eq!(a.admission(&ghost), Admission::Go);
+    drop(stop_tx);
+    thread.join().unwrap();
+}
+
+/// Waits (10 s at most) until `done`.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < until, "{what}: not within 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

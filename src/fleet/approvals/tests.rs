@@ -225,6 +225,28 @@ fn connected(
     (connector, metrics)
 }
 
+/// The approvals thread of `a` on `connector` for site `lon`, told of its
+/// reconnections; it stops when the returned sender is dropped.
+fn start_sync(
+    a: Arc<Approvals>,
+    connector: &crate::choria::connector::Connector,
+    metrics: &Arc<Metrics>,
+) -> (Sender<()>, std::thread::JoinHandle<()>) {
+    let (reconnected_tx, reconnected) = bounded(1);
+    connector.state().tell_reconnections(reconnected_tx);
+    let (stop_tx, stop) = bounded::<()>(0);
+    let thread = sync::start(
+        a,
+        connector.bus().clone(),
+        "lon",
+        Arc::clone(metrics),
+        stop,
+        reconnected,
+    )
+    .unwrap();
+    (stop_tx, thread)
+}
+
 /// The approvals thread says hello when it starts and again after the broker
 /// connection comes back (what the others sent meanwhile is lost), against a real
 /// nats-server that is restarted.
@@ -247,18 +269,7 @@ fn the_approvals_thread_says_hello_at_start_and_after_a_reconnection() {
     .unwrap();
     connector.bus().flush(Duration::from_secs(2)).unwrap();
     let (a, _) = approvals(&config(&dir, |_| {}));
-    let (reconnected_tx, reconnected) = bounded(1);
-    connector.state().tell_reconnections(reconnected_tx);
-    let (stop_tx, stop) = bounded::<()>(0);
-    let thread = sync::start(
-        a,
-        connector.bus().clone(),
-        "lon",
-        Arc::clone(&metrics),
-        stop,
-        reconnected,
-    )
-    .unwrap();
+    let (stop_tx, thread) = start_sync(a, &connector, &metrics);
     let hello = |within: Duration| {
         let until = Instant::now() + within;
         while let Ok(kind) = heard.recv_deadline(until) {
@@ -289,17 +300,7 @@ fn bad_approvals_messages_are_refused_counted_and_never_merged() {
     let dir = TempDir::new("approvals-hostile");
     let (connector, metrics) = connected(&dir, &server);
     let (a, _) = approvals(&config(&dir, |_| {}));
-    let (_reconnected_tx, reconnected) = bounded(1);
-    let (stop_tx, stop) = bounded::<()>(0);
-    let thread = sync::start(
-        Arc::clone(&a),
-        connector.bus().clone(),
-        "lon",
-        Arc::clone(&metrics),
-        stop,
-        reconnected,
-    )
-    .unwrap();
+    let (stop_tx, thread) = start_sync(Arc::clone(&a), &connector, &metrics);
     let ghost = id("ghost.example.net");
     let mut approved = ApprovalRecord {
         identity: ghost.clone(),

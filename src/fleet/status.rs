@@ -120,6 +120,32 @@ impl History {
     }
 }
 
+/// The attempt numbers of at most [`COUNTED`] identities, each known by a keyed
+/// hash rather than by name: 16 bytes an identity, and no copy of a name the fleet
+/// has forgotten (100,000 names of about 40 bytes each, kept alive here after
+/// their cool-downs ran out, were 24 bytes an entry besides). The key is random per board, so nobody can make two
+/// names share a number; by chance two of 100,000 do with a probability near 3 in
+/// 10^10, and then one's number counts both.
+#[derive(Default)]
+struct Numbering {
+    keys: std::collections::hash_map::RandomState,
+    counts: HashMap<u64, u32>,
+}
+
+impl Numbering {
+    /// The number of `identity`'s attempt that starts now (1 for its first).
+    fn next(&mut self, identity: &Identity) -> u64 {
+        use std::hash::BuildHasher;
+        let key = self.keys.hash_one(identity.as_str());
+        if self.counts.len() >= COUNTED && !self.counts.contains_key(&key) {
+            self.counts.clear();
+        }
+        let n = self.counts.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        u64::from(*n)
+    }
+}
+
 struct InFlight {
     progress: Arc<Progress>,
     started: Instant,
@@ -131,7 +157,7 @@ struct InFlight {
 pub(crate) struct Board {
     in_flight: Mutex<HashMap<Identity, InFlight>>,
     history: Mutex<History>,
-    attempts: Mutex<HashMap<Identity, u64>>,
+    attempts: Mutex<Numbering>,
     audit: OnceLock<Arc<AuditLog>>,
     instance: OnceLock<Arc<str>>,
 }
@@ -183,15 +209,7 @@ impl Board {
 
     /// An attempt of `identity` starts; returns its number.
     pub(super) fn begin(&self, identity: &Identity, progress: Arc<Progress>) -> u64 {
-        let attempt = {
-            let mut attempts = self.attempts.lock();
-            if attempts.len() >= COUNTED && !attempts.contains_key(identity) {
-                attempts.clear();
-            }
-            let n = attempts.entry(identity.clone()).or_insert(0);
-            *n += 1;
-            *n
-        };
+        let attempt = self.attempts.lock().next(identity);
         self.in_flight.lock().insert(
             identity.clone(),
             InFlight {

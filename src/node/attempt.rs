@@ -202,7 +202,6 @@ struct Call {
     action: Action,
     tries: u32,
     stage: Stage,
-    last_why: String,
 }
 
 /// One request sent, watched until the attempt ends.
@@ -442,7 +441,6 @@ impl Attempt {
             action,
             tries: 0,
             stage: Stage::BackingOff(now),
-            last_why: String::from("no try was made"),
         });
         self.send_try(seq, call, now, paused, flush)
     }

@@ -251,7 +251,6 @@ impl Attempt {
         );
         self.progress
             .record(|f| f.retried(&format!("{label} try {tries}/{max}: {why}")));
-        c.last_why = why;
         c.stage = Stage::BackingOff(now + FIVE_SEC.duration(tries as usize));
         Ok(())
     }

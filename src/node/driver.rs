@@ -12,33 +12,35 @@
 //!
 //! # The contract
 //!
-//! One attempt is a `Cell`. Its states, and what moves it between them:
+//! One attempt is a `Cell`, with one lock over its [`Phase`] and its [`Inbox`] (what
+//! arrived for it: replies, probes' answers, sends that failed, the timer's wake).
+//! The attempt itself (`Parked`) is a value that is moved, never shared: it is in
+//! the phase or in one worker's hands, never both. The phases, and what moves a cell
+//! between them:
 //!
-//! | state | `parked` | `inbox.scheduled` | on the ready channel | moved on by |
-//! |---|---|---|---|---|
-//! | running | `None` (a worker holds it) | true | no | the worker: parks it (below) or ends it |
-//! | parked | `Some` | false | no | a reply, a probe's answer or the timer: `schedule` |
-//! | ready | `Some` | true | once | a worker takes it off the channel: `resume` |
-//! | ended | `None` | — | no (a stale `Ready` finds nothing to take) | — |
-//!
-//! Locks: `inbox` guards what arrived (`items`, `probed`, `unsent`, counts,
-//! `woken`, `wake`) and `scheduled`; `parked` guards the attempt. Where both are
-//! held, `inbox` is taken first (`Cell::park`); nothing takes `inbox` while holding
-//! `parked`.
+//! | phase | the attempt is | on the ready channel | moved on by |
+//! |---|---|---|---|
+//! | `Running` | in a worker's hands | no | the worker: `Cell::park` (to `Parked`, unless the inbox has something) or `Driver::end` (to `Ended`) |
+//! | `Parked` | in the phase | no | a reply, a probe's answer or the timer: `Cell::schedule` (to `Ready`) |
+//! | `Ready` | in the phase | once | a worker takes its `Ready` off the channel: `Cell::take_ready` (to `Running`) |
+//! | `Ended` | gone | no (a stale `Ready` or wake finds nothing to take) | — |
 //!
 //! Invariants, and why they hold:
-//! - **A cell runs on one worker at a time.** `schedule` sends a `Ready` only when it
-//!   turns `scheduled` from false to true, and only the worker that parks the cell
-//!   turns it back, so at most one `Ready` or one worker exists per cell.
+//! - **A cell runs on one worker at a time.** Only `take_ready` hands the attempt
+//!   to a worker, and only out of `Ready`; a `Ready` is sent only when `schedule`
+//!   moves the cell from `Parked` to `Ready`, and the attempt is moved out of the
+//!   phase as it is handed over, so a second `Ready` cannot exist and a second
+//!   worker would find nothing (the compiler holds the attempt to one owner).
 //! - **A reply is never lost.** `routed` pushes it and calls `schedule` under the
-//!   inbox lock; a worker parks only under that same lock after finding the inbox
+//!   cell's lock; a worker parks only under that same lock after finding the inbox
 //!   empty (`Cell::park`), so a reply either is seen by the running worker or
 //!   schedules the parked cell.
 //! - **A woken cell runs once per wake.** The timer sets `woken` and schedules
-//!   under the inbox lock; the worker takes `woken` (and turns it into one `Tick`)
+//!   under the cell's lock; the worker takes `woken` (and turns it into one `Tick`)
 //!   under the same lock; a wake replaced by a later one is skipped.
-//! - **An ended cell frees its routes.** `end` drops its routes (no reply reaches it
-//!   any more) and removes it from `cells` (the timer drops its wakes).
+//! - **An ended cell frees its routes.** `end` marks it `Ended` (the timer drops its
+//!   wakes), drops its routes (no reply reaches it any more) and removes it from
+//!   `cells`.
 //!
 //! `intake_tests` and `contract_tests` (a seeded stress test of replies, wakes and
 //! workers racing, run longer by `make stress`) check them.
@@ -122,13 +124,57 @@ pub struct Ready(Arc<Cell>);
 struct Cell {
     /// The driver's key for it.
     id: u64,
-    /// The attempt and what belongs to it; `None` while a worker runs it.
-    parked: Mutex<Option<Parked>>,
-    inbox: Mutex<Inbox>,
+    /// Its phase and its inbox, under the cell's one lock.
+    state: Mutex<CellState>,
     ready: Sender<Ready>,
-    /// Set once the attempt ended: the timer drops its wakes.
-    ended: AtomicBool,
     intake: Arc<Intake>,
+}
+
+/// What the cell's lock guards.
+struct CellState {
+    phase: Phase,
+    inbox: Inbox,
+}
+
+/// Where a cell is (the table in the module doc).
+enum Phase {
+    /// A worker runs the attempt; what arrives meanwhile waits in the inbox.
+    Running,
+    /// Parked with nothing to do.
+    Parked(Parked),
+    /// Parked with something to do: its `Ready` is on the channel, once.
+    Ready(Parked),
+    /// The attempt ended.
+    Ended,
+}
+
+impl Phase {
+    /// `Parked` becomes `Ready`; true when it did (the caller sends the `Ready`).
+    fn make_ready(&mut self) -> bool {
+        match std::mem::replace(self, Phase::Ended) {
+            Phase::Parked(parked) => {
+                *self = Phase::Ready(parked);
+                true
+            }
+            other => {
+                *self = other;
+                false
+            }
+        }
+    }
+
+    /// The attempt, out of `Ready` (or, when `also_parked`, out of `Parked` too),
+    /// for a worker to run: the phase becomes `Running`.
+    fn take(&mut self, also_parked: bool) -> Option<Parked> {
+        match std::mem::replace(self, Phase::Running) {
+            Phase::Ready(parked) => Some(parked),
+            Phase::Parked(parked) if also_parked => Some(parked),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
 }
 
 /// An attempt between turns.
@@ -154,52 +200,53 @@ struct Inbox {
     probed: Vec<(Tag, bool)>,
     unsent: Vec<(Tag, String)>,
     woken: bool,
-    /// On the ready channel or with a worker.
-    scheduled: bool,
     /// When the timer should wake it.
     wake: Option<Instant>,
 }
 
+impl Inbox {
+    /// Nothing for a worker to look at.
+    fn is_empty(&self) -> bool {
+        self.items.is_empty() && self.probed.is_empty() && !self.woken
+    }
+}
+
 impl Cell {
-    /// Puts the attempt on the ready channel unless it is there or running already.
-    fn schedule(self: &Arc<Cell>, inbox: &mut Inbox) {
-        if !inbox.scheduled {
-            inbox.scheduled = true;
+    /// Puts a parked attempt on the ready channel; one that is there already,
+    /// running or ended finds what arrived in its inbox when it next looks.
+    fn schedule(self: &Arc<Cell>, state: &mut CellState) {
+        if state.phase.make_ready() {
             let _ = self.ready.send(Ready(Arc::clone(self)));
         }
     }
 
     /// Parks the attempt unless something arrived since the worker last looked, in
-    /// which case it is handed back to go on: the only place `scheduled` turns false.
+    /// which case it is handed back to go on.
     fn park(&self, parked: Parked) -> Option<Parked> {
-        let mut inbox = self.inbox.lock();
-        if inbox.items.is_empty() && inbox.probed.is_empty() && !inbox.woken {
-            *self.parked.lock() = Some(parked);
-            inbox.scheduled = false;
+        let mut state = self.state.lock();
+        if state.inbox.is_empty() {
+            state.phase = Phase::Parked(parked);
             None
         } else {
             Some(parked)
         }
     }
 
-    /// The parked attempt, for the worker that took the cell's `Ready`.
-    fn take(&self) -> Option<Parked> {
-        self.parked.lock().take()
+    /// The attempt, for the worker that took the cell's `Ready`.
+    fn take_ready(&self) -> Option<Parked> {
+        self.state.lock().phase.take(false)
     }
 
     /// The timer's wake due at `at`: marks the cell woken and schedules it, unless a
     /// later wake replaced this one or the attempt ended.
     fn wake(self: &Arc<Cell>, at: Instant) {
-        if self.ended.load(Ordering::Relaxed) {
+        let mut state = self.state.lock();
+        if matches!(state.phase, Phase::Ended) || state.inbox.wake.is_some_and(|w| w > at) {
             return;
         }
-        let mut inbox = self.inbox.lock();
-        if inbox.wake.is_some_and(|w| w > at) {
-            return;
-        }
-        inbox.wake = None;
-        inbox.woken = true;
-        self.schedule(&mut inbox);
+        state.inbox.wake = None;
+        state.inbox.woken = true;
+        self.schedule(&mut state);
     }
 
     /// Called on the reader thread for a message routed to `tag`; false when it was
@@ -215,7 +262,8 @@ impl Cell {
             intake.too_large.inc();
             return true;
         }
-        let mut inbox = self.inbox.lock();
+        let mut state = self.state.lock();
+        let inbox = &mut state.inbox;
         let index = tag as usize;
         if inbox.counts.len() <= index {
             inbox.counts.resize(index + 1, (0, 0));
@@ -244,7 +292,7 @@ impl Cell {
         } else {
             *dropped += 1;
         }
-        self.schedule(&mut inbox);
+        self.schedule(&mut state);
         kept
     }
 }
@@ -349,13 +397,11 @@ impl Driver {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let cell = Arc::new(Cell {
             id,
-            parked: Mutex::new(None),
-            inbox: Mutex::new(Inbox {
-                scheduled: true,
-                ..Inbox::default()
+            state: Mutex::new(CellState {
+                phase: Phase::Running,
+                inbox: Inbox::default(),
             }),
             ready: self.ready_tx.clone(),
-            ended: AtomicBool::new(false),
             intake: Arc::clone(&self.intake),
         });
         self.cells.lock().insert(id, Arc::clone(&cell));
@@ -374,7 +420,7 @@ impl Driver {
     /// Runs a parked attempt that has something to do.
     pub(crate) fn resume(&self, ready: Ready, stopping: &AtomicBool) -> Option<Finished> {
         let cell = ready.0;
-        let parked = cell.take()?;
+        let parked = cell.take_ready()?;
         self.turns(&cell, parked, Vec::new(), stopping)
     }
 
@@ -386,7 +432,7 @@ impl Driver {
         cells
             .into_iter()
             .filter_map(|cell| {
-                let parked = cell.take()?;
+                let parked = cell.state.lock().phase.take(true)?;
                 self.turns(&cell, parked, vec![Input::Stop], &stopping)
             })
             .collect()
@@ -424,7 +470,8 @@ impl Driver {
 
     /// What arrived since the last look, as inputs.
     fn collect(&self, cell: &Cell, parked: &mut Parked, inputs: &mut Vec<Input>) {
-        let mut inbox = cell.inbox.lock();
+        let mut state = cell.state.lock();
+        let inbox = &mut state.inbox;
         let items: Vec<(Tag, Routed, Option<Charge>)> = inbox.items.drain(..).collect();
         let probed: Vec<(Tag, bool)> = inbox.probed.drain(..).collect();
         let unsent: Vec<(Tag, String)> = inbox.unsent.drain(..).collect();
@@ -436,7 +483,7 @@ impl Driver {
             }
         }
         let woken = std::mem::take(&mut inbox.woken);
-        drop(inbox);
+        drop(state);
         let identity = parked.attempt.identity().clone();
         for (tag, routed, charge) in items {
             let incoming = match routed {
@@ -520,10 +567,10 @@ impl Driver {
                 return Some(outcome);
             }
             if let Some(at) = turn.wake {
-                let mut inbox = cell.inbox.lock();
-                if inbox.wake != Some(at) {
-                    inbox.wake = Some(at);
-                    drop(inbox);
+                let mut state = cell.state.lock();
+                if state.inbox.wake != Some(at) {
+                    state.inbox.wake = Some(at);
+                    drop(state);
                     self.timer.schedule(at, cell.id);
                 }
             }
@@ -577,9 +624,9 @@ impl Driver {
             }
             Err(e) => {
                 // Told as a try that failed; the attempt retries it.
-                let mut inbox = cell.inbox.lock();
-                inbox.unsent.push((tag, e.to_string()));
-                inbox.woken = true;
+                let mut state = cell.state.lock();
+                state.inbox.unsent.push((tag, e.to_string()));
+                state.inbox.woken = true;
             }
         }
     }
@@ -588,9 +635,9 @@ impl Driver {
         let weak = Arc::downgrade(cell);
         let told = Box::new(move |nobody: bool| {
             if let Some(cell) = weak.upgrade() {
-                let mut inbox = cell.inbox.lock();
-                inbox.probed.push((tag, nobody));
-                cell.schedule(&mut inbox);
+                let mut state = cell.state.lock();
+                state.inbox.probed.push((tag, nobody));
+                cell.schedule(&mut state);
             }
         });
         match self.rpc.probe(parked.attempt.identity(), told) {
@@ -598,7 +645,7 @@ impl Driver {
             Err(e) => {
                 // Without a probe the status is believed, as it was before probes.
                 log::debug!("Could not probe {}: {e}", parked.attempt.identity());
-                cell.inbox.lock().probed.push((tag, true));
+                cell.state.lock().inbox.probed.push((tag, true));
             }
         }
     }
@@ -625,7 +672,7 @@ impl Driver {
     }
 
     fn end(&self, cell: &Cell, parked: Parked, outcome: Outcome) -> Finished {
-        cell.ended.store(true, Ordering::Relaxed);
+        cell.state.lock().phase = Phase::Ended;
         self.cells.lock().remove(&cell.id);
         let silent = !parked.attempt.answered();
         if parked.silent {
@@ -730,8 +777,8 @@ impl Timer {
         };
         let current = with_cells.into_iter().filter_map(|(w, cell)| {
             let cell = cell?;
-            let pending =
-                !cell.ended.load(Ordering::Relaxed) && cell.inbox.lock().wake == Some(w.0);
+            let state = cell.state.lock();
+            let pending = !matches!(state.phase, Phase::Ended) && state.inbox.wake == Some(w.0);
             pending.then_some(w)
         });
         let kept: Vec<Wake> = current.collect();

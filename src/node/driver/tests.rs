@@ -20,10 +20,11 @@ mod intake_tests {
         let (ready, ready_rx) = unbounded();
         let cell = Arc::new(Cell {
             id: 1,
-            parked: Mutex::new(None),
-            inbox: Mutex::new(Inbox::default()),
+            state: Mutex::new(CellState {
+                phase: Phase::Running,
+                inbox: Inbox::default(),
+            }),
             ready,
-            ended: AtomicBool::new(false),
             intake: Arc::clone(&intake),
         });
         (cell, intake, ready_rx)
@@ -35,7 +36,13 @@ mod intake_tests {
 
     /// (unread, dropped) of `tag`.
     fn counts(cell: &Cell, tag: usize) -> (usize, u64) {
-        cell.inbox.lock().counts.get(tag).copied().unwrap_or((0, 0))
+        cell.state
+            .lock()
+            .inbox
+            .counts
+            .get(tag)
+            .copied()
+            .unwrap_or((0, 0))
     }
 
     #[test]
@@ -69,7 +76,7 @@ mod intake_tests {
         assert_eq!(counts(&cell, 2), (0, 0));
         assert_eq!(intake.over_budget.get(), 2);
         // What a worker reads is given back.
-        let taken: Vec<_> = cell.inbox.lock().items.drain(..).collect();
+        let taken: Vec<_> = cell.state.lock().inbox.items.drain(..).collect();
         drop(taken);
         assert_eq!(intake.budget.held(), 0);
         assert!(cell.routed(2, reply(100)));
@@ -109,16 +116,17 @@ mod contract_tests {
         });
         Arc::new(Cell {
             id,
-            parked: Mutex::new(Some(Parked {
-                ticket,
-                attempt: Attempt::new(identity, now, progress),
-                ids: Vec::new(),
-                routes: Vec::new(),
-                silent: false,
-            })),
-            inbox: Mutex::new(Inbox::default()),
+            state: Mutex::new(CellState {
+                phase: Phase::Parked(Parked {
+                    ticket,
+                    attempt: Attempt::new(identity, now, progress),
+                    ids: Vec::new(),
+                    routes: Vec::new(),
+                    silent: false,
+                }),
+                inbox: Inbox::default(),
+            }),
             ready: ready.clone(),
-            ended: AtomicBool::new(false),
             intake,
         })
     }
@@ -135,7 +143,8 @@ mod contract_tests {
 
     /// A worker's turn on a cell it took: what arrived, as `collect` takes it.
     fn drain(cell: &Cell, seen: &Seen) {
-        let mut inbox = cell.inbox.lock();
+        let mut state = cell.state.lock();
+        let inbox = &mut state.inbox;
         let read = inbox.items.drain(..).count() as u64;
         let dropped: u64 = inbox
             .counts
@@ -146,7 +155,7 @@ mod contract_tests {
             })
             .sum();
         let woken = std::mem::take(&mut inbox.woken);
-        drop(inbox);
+        drop(state);
         seen.read.fetch_add(read, Ordering::Relaxed);
         seen.dropped.fetch_add(dropped, Ordering::Relaxed);
         seen.woken.fetch_add(u64::from(woken), Ordering::Relaxed);
@@ -170,7 +179,7 @@ mod contract_tests {
                 return;
             };
             let index = cell.id as usize;
-            let Some(mut parked) = cell.take() else {
+            let Some(mut parked) = cell.take_ready() else {
                 seen.breaches
                     .lock()
                     .push(format!("cell {index} ready twice"));
@@ -267,16 +276,10 @@ mod contract_tests {
             "seed {seed:#x}: every reply was read or told as dropped"
         );
         for cell in &cells {
-            let inbox = cell.inbox.lock();
+            let state = cell.state.lock();
             assert!(
-                !inbox.scheduled && inbox.items.is_empty() && !inbox.woken,
+                matches!(state.phase, Phase::Parked(_)) && state.inbox.is_empty(),
                 "seed {seed:#x}: cell {} left with something to do and nobody to do it",
-                cell.id
-            );
-            drop(inbox);
-            assert!(
-                cell.parked.lock().is_some(),
-                "cell {} parked again",
                 cell.id
             );
         }
@@ -294,12 +297,19 @@ mod timer_tests {
     #[test]
     fn stale_wakes_are_purged_once_they_outnumber_the_live_attempts() {
         let cells = Arc::new(Cells::default());
-        let timer = Timer::start(Arc::clone(&cells)).unwrap();
+        // The timer without its thread, which would purge too, racing this test's
+        // own purge (and leaving fewer stale wakes than the purge's threshold).
+        let timer = Timer {
+            heap: Mutex::new(BinaryHeap::new()),
+            cells: Arc::clone(&cells),
+            thread: std::sync::OnceLock::new(),
+            stop: AtomicBool::new(false),
+        };
         let (ready, _ready_rx) = unbounded();
         // One live attempt, waiting for a wake in an hour.
         let live = contract_tests::parked_cell(7, &ready);
         let at = Instant::now() + Duration::from_secs(3600);
-        live.inbox.lock().wake = Some(at);
+        live.state.lock().inbox.wake = Some(at);
         cells.lock().insert(7, Arc::clone(&live));
         timer.schedule(at, 7);
         // Its earlier wake (replaced), and 5,000 of attempts that ended.
@@ -310,6 +320,5 @@ mod timer_tests {
         timer.purge_if_stale();
         let left: Vec<(Instant, u64)> = timer.heap.lock().iter().map(|w| (w.0, w.1)).collect();
         assert_eq!(left, [(at, 7)], "only the live attempt's current wake");
-        timer.stop();
     }
 }

@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 
 use crate::choria::identity::Identity;
@@ -204,8 +204,9 @@ enum State {
     /// bytes, a megabyte at 100,000 nodes).
     Queued(Instant, Lane),
     Working,
-    /// Known until the instant, so that nobody queues it meanwhile.
-    CoolingDown(Instant),
+    /// Known until the instant, so that nobody queues it meanwhile; then the
+    /// finisher does what the second field says.
+    CoolingDown(Instant, AfterCoolDown),
 }
 
 /// What the finisher does with an entry once its time has come.
@@ -250,15 +251,6 @@ impl Lane {
     }
 }
 
-/// A request to forget an entry, now or later.
-#[derive(Debug)]
-pub(crate) struct Finish {
-    identity: Identity,
-    generation: u64,
-    at: Instant,
-    then: AfterCoolDown,
-}
-
 /// The scheduler of one provisioner.
 pub struct Fleet {
     hosts: Mutex<HashMap<Identity, Entry>>,
@@ -268,8 +260,11 @@ pub struct Fleet {
     /// The announced lane (`Lane::Announced`), a fifth of `capacity`.
     announced_tx: Sender<Job>,
     announced_rx: Receiver<Job>,
-    done_tx: Sender<Finish>,
-    done_rx: Receiver<Finish>,
+    /// When the earliest cool-down in `hosts` runs out, in nanoseconds since
+    /// `epoch` (`u64::MAX`: none): written only under `hosts`' lock, so the
+    /// finisher sweeps the map only when something is due.
+    next_cool_down: AtomicU64,
+    epoch: Instant,
     stop_tx: Mutex<Option<Sender<()>>>,
     stop_rx: Receiver<()>,
     stopping: AtomicBool,
@@ -305,7 +300,6 @@ impl Fleet {
     ) -> Arc<Fleet> {
         let (work_tx, work_rx) = bounded(options.capacity.max(1));
         let (announced_tx, announced_rx) = bounded((options.capacity / 5).max(1));
-        let (done_tx, done_rx) = unbounded();
         let (stop_tx, stop_rx) = bounded(0);
         metrics.waiting_nodes.set(0);
         metrics.work_queue_entries.set(0);
@@ -316,8 +310,8 @@ impl Fleet {
             work_rx,
             announced_tx,
             announced_rx,
-            done_tx,
-            done_rx,
+            next_cool_down: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
             stop_tx: Mutex::new(Some(stop_tx)),
             stop_rx,
             stopping: AtomicBool::new(false),
@@ -436,7 +430,7 @@ impl Fleet {
             // a little late on purpose (`finisher::slack`), has not forgotten the
             // entry yet: the node is queued under a new generation, and the
             // finisher's late finish no longer matches it.
-            let over = |e: &Entry| matches!(e.state, State::CoolingDown(at) if at <= now);
+            let over = |e: &Entry| matches!(e.state, State::CoolingDown(at, _) if at <= now);
             match hosts.get_mut(identity).filter(|e| !over(e)) {
                 Some(entry) => {
                     self.seen_again(identity, entry, lane, now);
@@ -701,17 +695,25 @@ impl Fleet {
         };
         let now = Instant::now();
         let at = now.checked_add(wait).unwrap_or(now);
-        if let Some(entry) = self.hosts.lock().get_mut(&job.identity) {
+        let mut hosts = self.hosts.lock();
+        if let Some(entry) = hosts.get_mut(&job.identity) {
             if entry.generation == job.generation {
-                entry.state = State::CoolingDown(at);
+                entry.state = State::CoolingDown(at, then);
+                self.next_cool_down
+                    .fetch_min(self.since_epoch(at), Ordering::Relaxed);
             }
         }
-        let _ = self.done_tx.send(Finish {
-            identity: job.identity.clone(),
-            generation: job.generation,
-            at,
-            then,
-        });
+    }
+
+    /// `at` in nanoseconds since the fleet was made.
+    fn since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// When the earliest cool-down runs out, if any cools down.
+    fn next_cool_down(&self) -> Option<Instant> {
+        let next = self.next_cool_down.load(Ordering::Relaxed);
+        (next != u64::MAX).then(|| self.epoch + Duration::from_nanos(next))
     }
 
     /// Counts an attempt that ended without a single reply from its node: the times in
@@ -732,23 +734,33 @@ impl Fleet {
         Some(*n)
     }
 
-    /// The finisher's end of cool-downs: forgets each entry of `due` that is still
-    /// at its generation, all under one lock, then offers again those whose `then`
-    /// says so. Empties `due`.
-    fn cooled_down(&self, due: &mut Vec<(u64, Identity, AfterCoolDown)>) {
-        let mut offers = Vec::new();
-        let mut hosts = self.hosts.lock();
-        for (generation, identity, then) in due.drain(..) {
-            if hosts
-                .get(&identity)
-                .is_some_and(|e| e.generation == generation)
-            {
-                hosts.remove(&identity);
-                if then == AfterCoolDown::Offer {
-                    offers.push(identity);
-                }
-            }
+    /// The finisher's end of cool-downs: when one has run out by `now`, forgets
+    /// every entry whose cool-down has, in one walk of the map under its lock, then
+    /// offers again those whose [`AfterCoolDown`] says so. The walk is the price of
+    /// keeping no second record of the cool-downs (a heap of them was 4 MB at
+    /// 100,000 nodes): a few hundred microseconds for 100,000 entries, at most once
+    /// per [`finisher::slack`], and only while something is due.
+    fn cooled_down(&self, now: Instant) {
+        if self.next_cool_down().is_none_or(|next| next > now) {
+            return;
         }
+        let mut offers = Vec::new();
+        let mut next = u64::MAX;
+        let mut hosts = self.hosts.lock();
+        hosts.retain(|identity, entry| match entry.state {
+            State::CoolingDown(at, then) if at <= now => {
+                if then == AfterCoolDown::Offer {
+                    offers.push(identity.clone());
+                }
+                false
+            }
+            State::CoolingDown(at, _) => {
+                next = next.min(self.since_epoch(at));
+                true
+            }
+            State::Queued(..) | State::Working => true,
+        });
+        self.next_cool_down.store(next, Ordering::Relaxed);
         drop(hosts);
         self.update_gauges();
         for identity in offers {

@@ -405,7 +405,7 @@ impl FleetStatus {
                     State::Queued(since, lane) if query.wants("queued") => {
                         queued.push((lane, entry.generation, identity.clone(), since))
                     }
-                    State::CoolingDown(until) if query.wants("cooling_down") => {
+                    State::CoolingDown(until, _) if query.wants("cooling_down") => {
                         cooling.push((until, identity.clone()))
                     }
                     _ => {}
@@ -429,7 +429,7 @@ impl FleetStatus {
                 "state": "queued",
                 "since": rfc3339(since),
             })),
-            State::CoolingDown(until) => Some(json!({
+            State::CoolingDown(until, _) => Some(json!({
                 "identity": identity.as_str(),
                 "state": "cooling_down",
                 "until": rfc3339(until),

@@ -235,51 +235,54 @@ fn a_cool_down_that_ran_out_is_over_before_the_finisher_forgets_it() {
     );
     let again = fleet.work_rx.try_recv().unwrap();
     assert_ne!(again.generation, job.generation);
-    // The finisher's late finish names the old generation: the new entry stays.
-    let finish = fleet.done_rx.try_recv().unwrap();
-    assert_eq!(finish.generation, job.generation);
-    let mut due = vec![(finish.generation, finish.identity, finish.then)];
-    fleet.cooled_down(&mut due);
-    assert!(due.is_empty());
+    // The finisher's late walk finds the new generation queued: it stays.
+    fleet.cooled_down(Instant::now());
     assert!(fleet.is_known("n1"), "the new generation is not forgotten");
     assert!(fleet.begin(&again).is_some(), "and is still queued");
 }
 
 #[test]
-fn one_batch_forgets_only_the_entries_at_their_generation_and_offers_the_locked_ones() {
+fn one_walk_forgets_only_the_entries_whose_cool_down_ran_out_and_offers_the_locked_ones() {
+    // Cool-downs: 60 s after success, 1 s after a silent failure, a lock window of 1 s.
     let fleet = unstarted(Duration::from_secs(60));
-    for name in ["a", "b", "c"] {
+    for name in ["done", "silent", "locked", "working"] {
         assert_eq!(fleet.add(&id(name), Source::Discovery), AddResult::Added);
     }
     let jobs: Vec<Job> = fleet.work_rx.try_iter().collect();
-    let generation = |name: &str| {
-        jobs.iter()
-            .find(|j| j.identity.as_str() == name)
-            .unwrap()
-            .generation
-    };
-    let mut due = vec![
-        (generation("a"), id("a"), AfterCoolDown::Forget),
-        (generation("b") + 100, id("b"), AfterCoolDown::Forget),
-        (generation("c"), id("c"), AfterCoolDown::Offer),
-        (1_000, id("unknown"), AfterCoolDown::Offer),
-    ];
-    fleet.cooled_down(&mut due);
-    assert!(!fleet.is_known("a"), "forgotten");
-    assert!(fleet.is_known("b"), "another generation: kept");
-    assert!(fleet.is_known("c"), "offered again");
+    let job = |name: &str| jobs.iter().find(|j| j.identity.as_str() == name).unwrap();
+    for j in &jobs {
+        assert!(fleet.begin(j).is_some());
+    }
+    assert_eq!(fleet.next_cool_down(), None, "nothing cools down yet");
+    let before = Instant::now();
+    fleet.finish(job("done"), &Outcome::Done, false);
+    fleet.finish(job("silent"), &Outcome::Failed("no reply".into()), true);
+    fleet.finish(job("locked"), &Outcome::Locked("held".into()), false);
+    let next = fleet.next_cool_down().expect("the earliest cool-down");
+    assert!(next >= before + Duration::from_secs(1) && next < before + Duration::from_secs(2));
+
+    // Nothing is due yet: the walk forgets nothing.
+    fleet.cooled_down(Instant::now());
+    assert_eq!(fleet.metrics().waiting_nodes.get(), 4);
+
+    fleet.cooled_down(Instant::now() + Duration::from_secs(2));
+    assert!(fleet.is_known("done"), "still cooling down");
+    assert!(!fleet.is_known("silent"), "forgotten");
     assert!(
-        !fleet.is_known("unknown"),
-        "nothing offered that was not there"
+        fleet.is_known("working"),
+        "an attempt under way is never touched"
     );
     let offered: Vec<Job> = fleet.work_rx.try_iter().collect();
     assert_eq!(offered.len(), 1);
-    assert_eq!(offered[0].identity.as_str(), "c");
-    assert_ne!(offered[0].generation, generation("c"));
-    assert_eq!(
-        fleet.metrics().waiting_nodes.get(),
-        2,
-        "gauges updated once for the batch"
+    assert_eq!(offered[0].identity.as_str(), "locked", "offered again");
+    assert_ne!(offered[0].generation, job("locked").generation);
+    assert_eq!(fleet.metrics().waiting_nodes.get(), 3);
+    let next = fleet
+        .next_cool_down()
+        .expect("the success's cool-down is left");
+    assert!(
+        next >= before + Duration::from_secs(60),
+        "recomputed by the walk"
     );
 }
 

@@ -12,7 +12,7 @@
 //!
 //! # The contract
 //!
-//! One attempt is a `Cell`, with one lock over its [`Phase`] and its [`Inbox`] (what
+//! One attempt is a `Cell`, with one lock over its `Phase` and its `Inbox` (what
 //! arrived for it: replies, probes' answers, sends that failed, the timer's wake).
 //! The attempt itself (`Parked`) is a value that is moved, never shared: it is in
 //! the phase or in one worker's hands, never both. The phases, and what moves a cell

@@ -1,8 +1,16 @@
 //! Talking to a helper process on one thread: its stdin is written and its stdout
 //! and stderr are read with poll(2) on non-blocking pipes, and the same loop enforces
-//! the time limit and the daemon's stop. A run therefore costs no extra threads
-//! (three thread creations per helper were a large share of the daemon's CPU per
-//! node), and no pipe can block it: stderr beyond its cap is drained and dropped.
+//! the time limit and the daemon's stop. A run therefore costs no extra threads,
+//! and no pipe can block it: stderr beyond its cap is drained and dropped.
+//!
+//! What the loop saves, measured on 2026-12-07 (#45; `make bench`, 10,000 nodes,
+//! three runs each) against the plain version, one thread writing stdin, one
+//! reading stderr and one for the deadline while the worker reads stdout: the
+//! provisioner's CPU per node was 0.412-0.515 ms (ratio to the simulator 5.22-5.35)
+//! with the threads and 0.145-0.183 ms (2.42-2.61) with this loop. It saves about
+//! two thirds of the CPU per node, most of it system time (each thread's stack
+//! mapped, touched and unmapped), and the plain version would break the 0.30 ms
+//! budget.
 
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};

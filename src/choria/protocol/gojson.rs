@@ -301,6 +301,14 @@ pub(crate) fn write_go_float(out: &mut Vec<u8>, f: f64) {
 /// A JSON object written field by field, as Go writes a struct: for the envelopes,
 /// whose big fields (a nested message, base64 data) are written without serde.
 /// Fields must be added in the struct's declaration order.
+///
+/// What it saves, measured on 2026-12-07 (#45) against the plain version of the
+/// hottest use, a v1 request's three layers written by serde derive with a
+/// formatter that escapes `<`, `>` and `&` as Go does (it passed the byte-for-byte
+/// Go vector too): `PROFILE=callgrind NODES=2000 make bench` counted 843,639
+/// instructions a node with serde and 703,217 with this writer (17 % fewer), and
+/// five `make bench` runs of each put the provisioner's CPU at 2.62-2.86 times the
+/// simulator's (mean 2.75) with serde and 2.42-2.65 (mean 2.53) with it (8 %).
 pub(crate) struct Object<'a> {
     out: &'a mut Vec<u8>,
     first: bool,

@@ -3,12 +3,17 @@
 //! of a KiB or more each (glibc's slow path, worse when one thread allocates and
 //! another frees). Nothing in them outlives a use: every buffer is handed over empty.
 //!
-//! What it saves, measured on 2026-12-07 (`make bench`, 10,000 nodes, three runs
-//! each, against fresh buffers for every use): the provisioner's CPU per node was
-//! 0.132 ms with it and 0.139 ms without (5.3 %, mostly user time), but the
-//! simulator on the same machine slowed as much, and the ratio of the two (the
-//! figure that compares runs) moved 0.4 % (2.50 against 2.51): the bench cannot
-//! tell it from noise. Kept until a quieter measurement says it is under 5 %.
+//! What it saves, measured on 2026-12-07 (#45) against fresh buffers for every use
+//! (this module and its three `thread_local!`s removed), with the unit's malloc
+//! settings (`MALLOC_TRIM_THRESHOLD_` at 128 KiB): `make bench` at 10,000 nodes put
+//! the provisioner's CPU per node at 0.169-0.204 ms (mean 0.188; ratio to the
+//! simulator 2.55-3.24, mean 2.90) without it, four runs, against 0.149-0.188 ms
+//! (mean 0.170; ratio 2.40-2.61, mean 2.51) with it, three runs between them on the
+//! same machine: about 10 % of the CPU per node. It is not the instructions
+//! (callgrind counts 717,243 a node without it, 703,217 with it, 2 %) but what the
+//! allocator does with blocks of a KiB or more freed and taken again at the top of
+//! a heap that is trimmed at 128 KiB. (With the 4 MiB trim threshold of the day
+//! before, three runs had shown 5.3 % by CPU and nothing by ratio.)
 
 use std::cell::RefCell;
 use std::thread::LocalKey;

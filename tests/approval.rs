@@ -8,12 +8,12 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 
 use std::time::Duration;
 
 use choria_provisioner::sim::{identity, SimOptions};
-use support::daemon::{cli, cli_ok};
+use support::daemon::{cli, cli_ok, nodes_ok};
 use support::rig::*;
 use support::{free_port, http_get, wait_for_port, NatsServer, TempDir};
 
@@ -194,11 +194,7 @@ fn held_nodes_wait_for_an_operator_and_decisions_survive_restarts_and_reboots() 
     let one: serde_json::Value = serde_json::from_str(&one).unwrap();
     assert_eq!(one["state"], "denied", "{one}");
     assert_eq!(one["reason"], "not in the rack plan");
-    let table = Command::new(BIN)
-        .args(["nodes", "--monitor", &format!("http://127.0.0.1:{port}")])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    let table = nodes_ok(port, &[]);
     assert!(
         table.contains("5 denied") && table.contains(": not in the rack plan"),
         "{table}"

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use choria_provisioner::metrics::MetricsServer;
 use serde_json::Value;
+use support::daemon::{nodes, nodes_ok};
 use support::rig::*;
 use support::{NatsServer, TempDir};
 
@@ -260,7 +261,6 @@ fn nodes_shows_every_state_and_the_command_prints_it() {
     );
     let m = monitor(&prov);
     let port = m.local_addr().port();
-    let url = format!("http://127.0.0.1:{port}");
     let mut seen_queued = false;
     let mut seen_flight = false;
     wait_until("queued and in flight seen", Duration::from_secs(30), || {
@@ -279,16 +279,7 @@ fn nodes_shows_every_state_and_the_command_prints_it() {
         seen_queued && seen_flight
     });
     // The command, while nodes are in flight.
-    let out = std::process::Command::new(BIN)
-        .args(["nodes", "--monitor", &url])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{table}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let table = nodes_ok(port, &[]);
     assert!(table.starts_with("Provisioner p1.test at "), "{table}");
     assert!(
         table.contains("STATE") && table.contains("IDENTITY"),
@@ -308,27 +299,13 @@ fn nodes_shows_every_state_and_the_command_prints_it() {
         (vec![id.as_str()], "cooling_down"),
         (vec!["--json"], "\"cooling_down\": ["),
     ] {
-        let out = std::process::Command::new(BIN)
-            .args(["nodes", "--monitor", &url])
-            .args(&args)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains(needle),
-            "{args:?}: {text}"
-        );
+        let text = nodes_ok(port, &args);
+        assert!(text.contains(needle), "{args:?}: {text}");
     }
-    let out = std::process::Command::new(BIN)
-        .args(["nodes", "--monitor", &url, "nobody.example.net"])
-        .output()
-        .unwrap();
+    let out = nodes(port, &["nobody.example.net"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nobody.example.net is not known"));
-    let out = std::process::Command::new(BIN)
-        .args(["nodes", "--monitor", &url, "--state", "gone"])
-        .output()
-        .unwrap();
+    let out = nodes(port, &["--state", "gone"]);
     assert_eq!(out.status.code(), Some(1));
     // The address from the provisioner's own configuration.
     let dir = TempDir::new("nodes-config");

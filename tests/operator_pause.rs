@@ -6,14 +6,12 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use support::daemon::{cli, cli_ok};
+use support::daemon::{cli, cli_ok, nodes_ok};
 use support::rig::*;
 use support::{free_port, http_get, wait_for_port, NatsServer, TempDir};
-
-const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
 
 /// The provisioner binary with a control socket, a pause file and a monitor port.
 fn spawn(dir: &TempDir, url: &str, port: u16) -> Child {
@@ -79,11 +77,7 @@ fn a_pause_holds_for_10_s_and_across_a_restart_and_resume_provisions_everyone() 
             .any(|l| l.starts_with("choria_provisioner_paused{") && l.ends_with(" 1")),
         "{metrics}"
     );
-    let o = Command::new(BIN)
-        .args(["nodes", "--monitor", &format!("http://127.0.0.1:{port}")])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&o.stdout).to_string();
+    let table = nodes_ok(port, &[]);
     assert!(
         table.contains("PAUSED by an operator since ") && table.contains(": CA outage"),
         "{table}"

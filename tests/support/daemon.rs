@@ -240,9 +240,21 @@ pub fn cli(dir: &TempDir, args: &[&str]) -> std::process::Output {
 
 /// [`cli`], checked to succeed; its standard output.
 pub fn cli_ok(dir: &TempDir, args: &[&str]) -> String {
-    let o = cli(dir, args);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{args:?}: {out}{err}");
-    out
+    super::succeeded(&cli(dir, args), args)
+}
+
+/// `choria-provisioner nodes --monitor http://127.0.0.1:<port> <args>`: what an
+/// operator sees of the daemon whose monitor port is `port`.
+pub fn nodes(port: u16, args: &[&str]) -> std::process::Output {
+    let bin = option_env!("CARGO_BIN_EXE_choria-provisioner").unwrap_or("choria-provisioner");
+    std::process::Command::new(bin)
+        .args(["nodes", "--monitor", &format!("http://127.0.0.1:{port}")])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// [`nodes`], checked to succeed: the table it printed.
+pub fn nodes_ok(port: u16, args: &[&str]) -> String {
+    super::succeeded(&nodes(port, args), ("nodes", args))
 }

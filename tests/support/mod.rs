@@ -33,11 +33,17 @@ pub fn passing_check(
         .arg(cfg)
         .output()
         .unwrap();
-    let out = String::from_utf8_lossy(&check.stdout).to_string();
+    succeeded(&check, "check")
+}
+
+/// The standard output of a command that must have succeeded (`what` names it in
+/// the failure, with both outputs).
+pub fn succeeded(o: &std::process::Output, what: impl std::fmt::Debug) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
-        check.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&check.stderr)
+        o.status.success(),
+        "{what:?}: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
     );
     out
 }

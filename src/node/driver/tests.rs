@@ -215,14 +215,17 @@ mod contract_tests {
         let (routed, wakes) = (AtomicU64::new(0), AtomicU64::new(0));
         let producing = AtomicBool::new(true);
         std::thread::scope(|s| {
-            // Two reader threads route replies to random cells and requests.
+            // Two reader threads route replies to random cells and requests, a
+            // quarter of them to cell 0: one hot cell, where a reply most often
+            // races its worker's park.
             let readers: Vec<_> = (0..2u64)
                 .map(|r| {
                     let (cells, routed) = (&cells, &routed);
                     s.spawn(move || {
                         let mut rng = Rng(seed ^ (r + 1));
                         for _ in 0..replies / 2 {
-                            let cell = &cells[rng.below(16)];
+                            let hot = rng.below(4) == 0;
+                            let cell = &cells[if hot { 0 } else { rng.below(16) }];
                             let tag = rng.below(3) as Tag;
                             let _ = cell.routed(tag, Routed::Reply(vec![0; 8]));
                             routed.fetch_add(1, Ordering::Relaxed);

@@ -4,6 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "layering/function_length.rs"]
+mod function_length;
+
 /// The crate's layers, top first, and the bottom modules every layer may use.
 const LAYERS: [&str; 6] = ["cli", "fleet", "node", "choria", "crypto", "config"];
 const BOTTOM: [&str; 13] = [

@@ -4,26 +4,15 @@
 //! counted from each `fn`, and what only tests compile (`#[cfg(test)]` items, and
 //! files their parent declares under `#[cfg(test)]`) is left out.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use super::rust_files;
 
 /// The folders the rule covers, under `src/`.
 const FOLDERS: [&str; 3] = ["node", "choria/protocol", "fleet"];
 
 /// The most lines a production function may take, its signature and braces included.
 const MAX_LINES: usize = 80;
-
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-    out
-}
 
 /// `text` with every comment, string and character literal replaced by spaces (line
 /// breaks kept), so that what is left is code whose braces can be counted.

@@ -3,17 +3,16 @@
 //! of a KiB or more each (glibc's slow path, worse when one thread allocates and
 //! another frees). Nothing in them outlives a use: every buffer is handed over empty.
 //!
-//! What it saves, measured on 2026-12-07 (#45) against fresh buffers for every use
-//! (this module and its three `thread_local!`s removed), with the unit's malloc
-//! settings (`MALLOC_TRIM_THRESHOLD_` at 128 KiB): `make bench` at 10,000 nodes put
-//! the provisioner's CPU per node at 0.169-0.204 ms (mean 0.188; ratio to the
-//! simulator 2.55-3.24, mean 2.90) without it, four runs, against 0.149-0.188 ms
-//! (mean 0.170; ratio 2.40-2.61, mean 2.51) with it, three runs between them on the
-//! same machine: about 10 % of the CPU per node. It is not the instructions
-//! (callgrind counts 717,243 a node without it, 703,217 with it, 2 %) but what the
-//! allocator does with blocks of a KiB or more freed and taken again at the top of
-//! a heap that is trimmed at 128 KiB. (With the 4 MiB trim threshold of the day
-//! before, three runs had shown 5.3 % by CPU and nothing by ratio.)
+//! What it saves, measured on 2026-12-07 (#45) against fresh buffers for every use,
+//! with the unit's malloc settings: `make bench` at 10,000 nodes, the two builds
+//! run in turn four times, put the provisioner's CPU per node at 0.138-0.196 ms
+//! (mean 0.174; ratio to the simulator 2.60-3.21, mean 2.93) with fresh buffers and
+//! 0.132-0.183 ms (mean 0.162; ratio 2.37-3.10, mean 2.63) with these, each run of
+//! them below the run of fresh buffers just before it: 7-10 % of the CPU per node.
+//! It is not the instructions (callgrind counts 717,243 a node with fresh buffers,
+//! 703,217 with these, 2 %) but what the allocator does with blocks of a KiB or
+//! more freed by one thread and taken again. (Three runs the day before, not in
+//! turn, had shown 5.3 % by CPU and nothing by ratio.)
 
 use std::cell::RefCell;
 use std::thread::LocalKey;

@@ -205,6 +205,40 @@ mod contract_tests {
     }
 
     #[test]
+    fn a_cell_is_ready_once_and_a_stale_ready_or_wake_finds_nothing_to_take() {
+        let (ready_tx, ready_rx) = unbounded::<Ready>();
+        let cell = parked_cell(1, &ready_tx);
+        // Parked -> Ready: one Ready however many wakes and replies arrive.
+        cell.wake(Instant::now());
+        cell.wake(Instant::now());
+        assert!(cell.routed(0, Routed::Reply(vec![0; 8])));
+        assert_eq!(ready_rx.len(), 1, "one Ready for a ready cell");
+        // The daemon stops: `abandon_all` takes the attempt out of Ready too.
+        let parked = cell
+            .state
+            .lock()
+            .phase
+            .take(true)
+            .expect("a ready cell is taken");
+        let Ready(stale) = ready_rx.try_recv().unwrap();
+        assert!(
+            stale.take_ready().is_none(),
+            "the stale Ready finds nothing"
+        );
+        // Ended, as `Driver::end` leaves it: never scheduled, never taken again.
+        cell.state.lock().phase = Phase::Ended;
+        drop(parked);
+        cell.wake(Instant::now());
+        assert!(cell.routed(1, Routed::Reply(vec![0; 8])));
+        assert!(
+            ready_rx.is_empty(),
+            "an ended cell is never put on the channel"
+        );
+        assert!(cell.take_ready().is_none());
+        assert!(cell.state.lock().phase.take(true).is_none());
+    }
+
+    #[test]
     fn replies_wakes_and_workers_racing_lose_nothing_and_never_share_a_cell() {
         let seed = setting("DRIVER_STRESS_SEED", 0x5EED_C0DE);
         let replies = setting("DRIVER_STRESS_REPLIES", 40_000);

@@ -21,8 +21,9 @@
 //!   of a record is bounded, so the table is bounded in bytes too.
 //! - **Every instance of the site** holds the same table: each change is sent on
 //!   `provisioning.provisioner.approvals.<site>` and merged by time, a hold never
-//!   undoing an approval or a denial (`approvals/sync.rs`, `approvals/table.rs`), so an approval given on one instance is honoured by the
-//!   one that owns the node, in active-active and across an election.
+//!   undoing an approval or a denial (`approvals/sync.rs`, `approvals/table.rs`),
+//!   so an approval given on one instance is honoured by the one that owns the
+//!   node, in active-active and across an election.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

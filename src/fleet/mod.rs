@@ -210,7 +210,7 @@ enum State {
 }
 
 /// What the finisher does with an entry once its time has come.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AfterCoolDown {
     /// Forget it: a discovery or a startup event queues it again.
     Forget,
@@ -429,7 +429,7 @@ impl Fleet {
             // A cool-down that has run out is over even if the finisher, which wakes
             // a little late on purpose (`finisher::slack`), has not forgotten the
             // entry yet: the node is queued under a new generation, and the
-            // finisher's late finish no longer matches it.
+            // finisher's late walk leaves a queued entry alone.
             let over = |e: &Entry| matches!(e.state, State::CoolingDown(at, _) if at <= now);
             match hosts.get_mut(identity).filter(|e| !over(e)) {
                 Some(entry) => {

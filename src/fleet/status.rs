@@ -121,11 +121,11 @@ impl History {
 }
 
 /// The attempt numbers of at most [`COUNTED`] identities, each known by a keyed
-/// hash rather than by name: 16 bytes an identity, and no copy of a name the fleet
-/// has forgotten (100,000 names of about 40 bytes each, kept alive here after
-/// their cool-downs ran out, were 24 bytes an entry besides). The key is random per board, so nobody can make two
-/// names share a number; by chance two of 100,000 do with a probability near 3 in
-/// 10^10, and then one's number counts both.
+/// hash rather than by name: 16 bytes an identity (24 keyed by name), and no name
+/// kept alive after the fleet has forgotten it (at 100,000 nodes, names of about 40
+/// bytes each). The key is random per board, so nobody can make two names share a
+/// number; by chance two of 100,000 do with a probability near 3 in 10^10, and
+/// then one's number counts both.
 #[derive(Default)]
 struct Numbering {
     keys: std::collections::hash_map::RandomState,

@@ -135,7 +135,7 @@ fn item_end(lines: &[&str], from: usize) -> usize {
     lines.len().saturating_sub(1)
 }
 
-/// Line ranges (first, last) of the items under `#[cfg(test)]` in `code`.
+/// Line ranges (first, last) of the items under `#[cfg(test)]` in `lines`.
 fn test_items(lines: &[&str]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     for (n, line) in lines.iter().enumerate() {

@@ -71,9 +71,8 @@ impl RpcRequestBody {
 /// kept as its text. Each action decodes the few fields it reads into a typed struct
 /// straight from it ([`ReplyData::fields`]), with no `serde_json::Value` tree per
 /// reply; only the accepted inventory is decoded whole, once, to be re-encoded
-/// (`gojson::write_map`). The object's
-/// syntax is checked when the reply is read; a value is checked (a number's range, a
-/// field's type) when an action reads it.
+/// (`gojson::write_map`). The object's syntax is checked when the reply is read; a
+/// value is checked (a number's range, a field's type) when an action reads it.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ReplyData(String);
 

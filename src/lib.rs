@@ -37,6 +37,8 @@ mod sys;
 mod test_nats_server;
 #[cfg(test)]
 mod test_rng;
+#[cfg(test)]
+mod test_support;
 pub(crate) mod throttle;
 pub(crate) mod untrusted;
 

@@ -9,7 +9,7 @@ mod function_length;
 
 /// The crate's layers, top first, and the bottom modules every layer may use.
 const LAYERS: [&str; 6] = ["cli", "fleet", "node", "choria", "crypto", "config"];
-const BOTTOM: [&str; 13] = [
+const BOTTOM: [&str; 14] = [
     "config",
     "metrics",
     "backoff",
@@ -22,10 +22,11 @@ const BOTTOM: [&str; 13] = [
     "logging",
     "proc_self",
     "sys",
-    // The unit tests' nats-server (`tests/support/nats_server.rs`) and seeded
-    // generator, compiled for tests only.
+    // The unit tests' nats-server (`tests/support/nats_server.rs`), seeded
+    // generator and small shared helpers, compiled for tests only.
     "test_nats_server",
     "test_rng",
+    "test_support",
 ];
 
 /// The first [`BOTTOM`] modules, which name only the system interface.

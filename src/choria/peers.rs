@@ -17,8 +17,6 @@
 //! checked with [`Identity::parse`], the site compared; a refusal is reported with a
 //! [`PeerMessageError`] whose [`reason`](PeerMessageError::reason) is a metric label.
 
-use std::sync::Arc;
-
 mod approvals;
 #[cfg(test)]
 pub(crate) use approvals::approvals_subject;
@@ -61,10 +59,8 @@ pub(crate) fn publish_resignation(
     election: &str,
     resignation: &Resignation,
 ) -> std::io::Result<()> {
-    let subject = resignation_subject(election)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let body = serde_json::to_vec(resignation).map_err(std::io::Error::other)?;
-    bus.publish(&subject, &body)
+    publish_on(bus, resignation_subject(election), &body)
 }
 
 /// Calls `deliver` (on the reader thread: it must return at once) for every
@@ -74,12 +70,8 @@ pub(crate) fn subscribe_resignations(
     election: &str,
     deliver: impl Fn(Resignation) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
-    let filter: SubjectFilter = resignation_subject(election)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?
-        .into();
-    let deliver = Arc::new(deliver);
-    bus.subscribe(&filter, None, move |msg| {
-        if let Ok(r) = decode::<Resignation>(&msg.data, MAX_PEER_MESSAGE) {
+    subscribe_on(bus, resignation_subject(election), move |data| {
+        if let Ok(r) = decode::<Resignation>(&data, MAX_PEER_MESSAGE) {
             deliver(r);
         }
     })
@@ -274,14 +266,38 @@ fn decode<T: serde::de::DeserializeOwned>(body: &[u8], most: usize) -> Result<T,
     serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)
 }
 
+/// Publishes `body` on `subject`; a subject that could not be made (a site or an
+/// election name that is not one token) is `InvalidInput`.
+fn publish_on(
+    bus: &Bus,
+    subject: Result<Subject, SubjectError>,
+    body: &[u8],
+) -> std::io::Result<()> {
+    bus.publish(&subject.map_err(invalid)?, body)
+}
+
+/// Calls `deliver` (on the reader thread: it must return at once) with the bytes of
+/// every message on `subject`; a subject that could not be made is `InvalidInput`.
+fn subscribe_on(
+    bus: &Bus,
+    subject: Result<Subject, SubjectError>,
+    deliver: impl Fn(Vec<u8>) + Send + Sync + 'static,
+) -> std::io::Result<Subscription> {
+    let filter: SubjectFilter = subject.map_err(invalid)?.into();
+    bus.subscribe(&filter, None, move |msg| deliver(msg.data))
+}
+
 fn invalid(e: SubjectError) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
 }
 
 /// Publishes `heartbeat` on its site's subject.
 pub(crate) fn publish_heartbeat(bus: &Bus, heartbeat: &Heartbeat) -> std::io::Result<()> {
-    let subject = heartbeat_subject(&heartbeat.site).map_err(invalid)?;
-    bus.publish(&subject, &heartbeat.to_json())
+    publish_on(
+        bus,
+        heartbeat_subject(&heartbeat.site),
+        &heartbeat.to_json(),
+    )
 }
 
 /// Calls `deliver` (on the reader thread: it must return at once) with every
@@ -291,10 +307,9 @@ pub(crate) fn subscribe_heartbeats(
     site: &str,
     deliver: impl Fn(Result<Heartbeat, PeerMessageError>) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
-    let filter: SubjectFilter = heartbeat_subject(site).map_err(invalid)?.into();
-    let site = site.to_string();
-    bus.subscribe(&filter, None, move |msg| {
-        deliver(Heartbeat::parse(&msg.data, &site))
+    let mine = site.to_string();
+    subscribe_on(bus, heartbeat_subject(site), move |data| {
+        deliver(Heartbeat::parse(&data, &mine))
     })
 }
 
@@ -305,8 +320,7 @@ pub(crate) fn publish_handoff(
     owner: &Identity,
     handoff: &Handoff,
 ) -> std::io::Result<()> {
-    let subject = handoff_subject(site, owner).map_err(invalid)?;
-    bus.publish(&subject, &handoff.to_json())
+    publish_on(bus, handoff_subject(site, owner), &handoff.to_json())
 }
 
 /// Calls `deliver` (on the reader thread) with every node handed to `me` in `site`.
@@ -316,8 +330,9 @@ pub(crate) fn subscribe_handoffs(
     me: &Identity,
     deliver: impl Fn(Result<Handoff, PeerMessageError>) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
-    let filter: SubjectFilter = handoff_subject(site, me).map_err(invalid)?.into();
-    bus.subscribe(&filter, None, move |msg| deliver(Handoff::parse(&msg.data)))
+    subscribe_on(bus, handoff_subject(site, me), move |data| {
+        deliver(Handoff::parse(&data))
+    })
 }
 
 #[cfg(test)]

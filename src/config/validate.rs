@@ -53,13 +53,7 @@ fn approval(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>
         }
     }
     if let Some(path) = &c.approval_file {
-        if path.is_dir() {
-            problems.push(Problem::with_value(
-                "approval_file",
-                path.display().to_string(),
-                "is a directory; name the file",
-            ));
-        } else {
+        if !names_a_directory("approval_file", path, "name the file", problems) {
             directory_exists("approval_file", path, problems);
         }
         if Some(path) == c.pause_file.as_ref() || Some(path) == c.control_socket.as_ref() {
@@ -393,13 +387,8 @@ fn logfile(c: &Config, problems: &mut Vec<Problem>) {
 
 fn audit_file(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Problem>) {
     if let Some(path) = &c.audit_file {
-        if path.is_dir() {
-            problems.push(Problem::with_value(
-                "audit_file",
-                path.display().to_string(),
-                "is a directory; name the file the audit lines are appended to",
-            ));
-        } else {
+        let hint = "name the file the audit lines are appended to";
+        if !names_a_directory("audit_file", path, hint, problems) {
             directory_exists("audit_file", path, problems);
         }
         if c.logfile == LogTarget::File(path.clone()) {
@@ -426,13 +415,10 @@ fn control_files(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Pro
         ("pause_file", &c.pause_file),
     ] {
         let Some(path) = path else { continue };
-        if path.is_dir() {
-            problems.push(Problem::with_value(
-                key,
-                path.display().to_string(),
-                "is a directory; name the file",
-            ));
-        } else if key == "control_socket" {
+        if names_a_directory(key, path, "name the file", problems) {
+            continue;
+        }
+        if key == "control_socket" {
             // Under /run, made by systemd's RuntimeDirectory= as the service starts:
             // absent when `check` runs outside it.
             let mut missing = Vec::new();
@@ -457,6 +443,20 @@ fn control_files(c: &Config, problems: &mut Vec<Problem>, warnings: &mut Vec<Pro
             "is the control_socket; the pause needs a file of its own",
         ));
     }
+}
+
+/// A file of `key` must not be a directory: `true`, with a problem that says
+/// `is a directory; {hint}`, when it is.
+fn names_a_directory(key: &str, path: &Path, hint: &str, problems: &mut Vec<Problem>) -> bool {
+    let is_dir = path.is_dir();
+    if is_dir {
+        problems.push(Problem::with_value(
+            key,
+            path.display().to_string(),
+            format!("is a directory; {hint}"),
+        ));
+    }
+    is_dir
 }
 
 /// The directory a file of `key` is created in must exist.

@@ -145,17 +145,14 @@ impl Process {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::strings;
     use std::io::{Read, Write};
     use std::os::unix::process::ExitStatusExt;
-
-    fn words(words: &[&str]) -> Vec<String> {
-        words.iter().map(|w| w.to_string()).collect()
-    }
 
     #[test]
     fn the_child_gets_its_pipes_the_environment_and_its_own_group() {
         let prepared = SpawnCommand::new(
-            &words(&[
+            &strings(&[
                 "sh",
                 "-c",
                 "cat; echo \"m=$SPAWN_TEST_MARK\" >&2; cut -d' ' -f5 /proc/$$/stat >&2; exit 3",
@@ -182,7 +179,8 @@ mod tests {
     #[test]
     fn sigpipe_is_back_to_its_default_in_the_child() {
         // A child whose stdout reader is gone dies of SIGPIPE, as under Go or a shell.
-        let prepared = SpawnCommand::new(&words(&["sh", "-c", "sleep 0.2; echo x"]), "X").unwrap();
+        let prepared =
+            SpawnCommand::new(&strings(&["sh", "-c", "sleep 0.2; echo x"]), "X").unwrap();
         let mut spawned = prepared.spawn(("X", "1")).unwrap();
         drop(spawned.stdout);
         let status = spawned.process.wait().unwrap();
@@ -191,16 +189,16 @@ mod tests {
 
     #[test]
     fn a_missing_program_and_bad_words_are_errors_not_panics() {
-        let prepared = SpawnCommand::new(&words(&["/nonexistent/helper"]), "X").unwrap();
+        let prepared = SpawnCommand::new(&strings(&["/nonexistent/helper"]), "X").unwrap();
         let e = prepared.spawn(("X", "1")).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
-        let prepared = SpawnCommand::new(&words(&["no-such-helper-on-path-3f9a"]), "X").unwrap();
+        let prepared = SpawnCommand::new(&strings(&["no-such-helper-on-path-3f9a"]), "X").unwrap();
         assert_eq!(
             prepared.spawn(("X", "1")).unwrap_err().kind(),
             io::ErrorKind::NotFound
         );
         assert!(SpawnCommand::new(&[], "X").is_err());
-        assert!(SpawnCommand::new(&words(&["a\0b"]), "X").is_err());
+        assert!(SpawnCommand::new(&strings(&["a\0b"]), "X").is_err());
     }
 
     #[test]
@@ -243,7 +241,7 @@ mod tests {
     fn the_child_starts_with_no_signal_blocked_and_sigpipe_not_ignored() {
         let prepared = SpawnCommand::new(
             // grep reads its own status (a shell blocks signals around its forks).
-            &words(&["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]),
+            &strings(&["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"]),
             "X",
         )
         .unwrap();

@@ -12,10 +12,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{decode, invalid, PeerMessageError, PEER_PREFIX};
+use super::{decode, publish_on, subscribe_on, PeerMessageError, PEER_PREFIX};
 use crate::choria::bus::{Bus, Subscription};
 use crate::choria::identity::Identity;
-use crate::choria::subject::{Subject, SubjectError, SubjectFilter};
+use crate::choria::subject::{Subject, SubjectError};
 
 /// The most records one message carries.
 pub(crate) const MAX_RECORDS: usize = 128;
@@ -244,8 +244,7 @@ pub(crate) fn approvals_subject(site: &str) -> Result<Subject, SubjectError> {
 
 /// Publishes `batch` on its site's subject.
 pub(crate) fn publish_approvals(bus: &Bus, batch: &ApprovalBatch) -> std::io::Result<()> {
-    let subject = approvals_subject(&batch.site).map_err(invalid)?;
-    bus.publish(&subject, &batch.to_json())
+    publish_on(bus, approvals_subject(&batch.site), &batch.to_json())
 }
 
 /// Calls `deliver` (on the reader thread: it must return at once) with every
@@ -256,8 +255,7 @@ pub(crate) fn subscribe_approvals(
     site: &str,
     deliver: impl Fn(Vec<u8>) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
-    let filter: SubjectFilter = approvals_subject(site).map_err(invalid)?.into();
-    bus.subscribe(&filter, None, move |msg| deliver(msg.data))
+    subscribe_on(bus, approvals_subject(site), deliver)
 }
 
 #[cfg(test)]

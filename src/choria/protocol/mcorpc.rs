@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{gojson, Layer, ProtocolError};
+use super::{gojson, read_json, Layer, ProtocolError};
 
 #[cfg(any(test, feature = "node-side"))]
 mod node_side;
@@ -143,8 +143,7 @@ impl ReplyBody {
     /// Decodes a reply body, tolerating `data` as `null` or as a string holding JSON
     /// (Go's occasional `"{}"`), which must be an object either way.
     pub(crate) fn decode(bytes: &[u8]) -> Result<ReplyBody, ProtocolError> {
-        let wire: WireReplyText =
-            serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Body, &e))?;
+        let wire: WireReplyText = read_json(Layer::Body, bytes)?;
         let not_object = || ProtocolError::new(Layer::Body, "data is not an object");
         let data = match wire.data.map(|raw| raw.get()) {
             None => ReplyData::default(),

@@ -108,6 +108,15 @@ impl ProtocolError {
     }
 }
 
+/// `bytes` decoded as the JSON of a `T` in `layer`; what does not decode is described
+/// by [`ProtocolError::json`], never quoted.
+pub(crate) fn read_json<'de, T: Deserialize<'de>>(
+    layer: Layer,
+    bytes: &'de [u8],
+) -> Result<T, ProtocolError> {
+    serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(layer, &e))
+}
+
 /// A request filter (shared by v1 and v2); Go always sends all five arrays.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Filter {
@@ -277,8 +286,7 @@ fn check_size(bytes: &[u8]) -> Result<(), ProtocolError> {
 /// Which version a payload claims to be, from the transport's `protocol` key.
 pub fn transport_version(bytes: &[u8]) -> Result<Protocol, ProtocolError> {
     check_size(bytes)?;
-    let probe: TransportProbe =
-        serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
+    let probe: TransportProbe = read_json(Layer::Transport, bytes)?;
     match &*probe.protocol {
         v1::TRANSPORT => Ok(Protocol::V1),
         v2::TRANSPORT => Ok(Protocol::V2),

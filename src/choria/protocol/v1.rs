@@ -9,8 +9,8 @@ use std::cell::RefCell;
 use super::credentials::Credentials;
 use super::scratch;
 use super::{
-    expect_protocol, gojson, hash_is, unb64_into, DecodedReply, Layer, Protocol, ProtocolError,
-    RequestSpec,
+    expect_protocol, gojson, hash_is, read_json, unb64_into, DecodedReply, Layer, Protocol,
+    ProtocolError, RequestSpec,
 };
 
 #[cfg(any(test, feature = "node-side"))]
@@ -205,9 +205,7 @@ impl Parsed<'_> {
 
 /// Parses `bytes` as a v1 transport without checking its protocol.
 pub(super) fn parse(bytes: &[u8]) -> Result<Parsed<'_>, ProtocolError> {
-    serde_json::from_slice(bytes)
-        .map(Parsed)
-        .map_err(|e| ProtocolError::json(Layer::Transport, &e))
+    read_json(Layer::Transport, bytes).map(Parsed)
 }
 
 pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
@@ -250,8 +248,7 @@ pub(super) fn decode_parsed_reply(t: Parsed) -> Result<DecodedReply, ProtocolErr
 
 /// The secure and reply layers of a v1 reply's decoded transport `data`.
 fn decode_secure_reply(data: &[u8]) -> Result<DecodedReply, ProtocolError> {
-    let secure: SecureReplyIn =
-        serde_json::from_slice(data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
+    let secure: SecureReplyIn = read_json(Layer::Secure, data)?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
     if !hash_is(secure.message.as_bytes(), &secure.hash) {
         return Err(ProtocolError::new(

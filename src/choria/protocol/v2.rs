@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::credentials::Credentials;
 use super::{
-    b64, expect_protocol, gojson, hash, unb64, DecodedReply, Filter, Layer, Protocol,
+    b64, expect_protocol, gojson, hash, read_json, unb64, DecodedReply, Filter, Layer, Protocol,
     ProtocolError, RequestSpec,
 };
 
@@ -124,8 +124,7 @@ pub(super) fn encode_request(
 }
 
 fn open(bytes: &[u8]) -> Result<(Vec<u8>, HeadersIn), ProtocolError> {
-    let t: super::TransportIn<HeadersIn> =
-        serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Transport, &e))?;
+    let t: super::TransportIn<HeadersIn> = read_json(Layer::Transport, bytes)?;
     t.open(TRANSPORT)
 }
 
@@ -135,8 +134,7 @@ pub(super) fn transport_sender(bytes: &[u8]) -> Result<String, ProtocolError> {
 
 pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> {
     let (data, _) = open(bytes)?;
-    let secure: SecureReply =
-        serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
+    let secure: SecureReply = read_json(Layer::Secure, &data)?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REPLY)?;
     let reply_bytes = unb64(&secure.reply, Layer::Secure, "reply")?;
     if hash(&reply_bytes) != secure.hash {
@@ -145,8 +143,7 @@ pub(super) fn decode_reply(bytes: &[u8]) -> Result<DecodedReply, ProtocolError> 
             "the reply hash does not match the message",
         ));
     }
-    let reply: Reply =
-        serde_json::from_slice(&reply_bytes).map_err(|e| ProtocolError::json(Layer::Reply, &e))?;
+    let reply: Reply = read_json(Layer::Reply, &reply_bytes)?;
     expect_protocol(Layer::Reply, &reply.protocol, REPLY)?;
     Ok(DecodedReply {
         protocol: Protocol::V2,

@@ -61,10 +61,7 @@ fn fit(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn names(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::test_support::strings;
 
     #[test]
     fn dotted_facts_are_read_as_text_and_missing_ones_left_out() {
@@ -72,7 +69,7 @@ mod tests {
             "networking":{"fqdn":"n1.example.net"},"tags":["a","b"],"none":null}}"#;
         let got = facts_of(
             inventory,
-            &names(&[
+            &strings(&[
                 "networking.fqdn",
                 "os.release.major",
                 "tags",
@@ -88,15 +85,15 @@ mod tests {
                 ("tags".into(), r#"["a","b"]"#.into()),
             ]
         );
-        assert!(facts_of("not json", &names(&["os.name"])).is_empty());
-        assert!(facts_of(r#"{"facts":1}"#, &names(&["os.name"])).is_empty());
+        assert!(facts_of("not json", &strings(&["os.name"])).is_empty());
+        assert!(facts_of(r#"{"facts":1}"#, &strings(&["os.name"])).is_empty());
     }
 
     #[test]
     fn hostile_values_are_escaped_and_cut() {
         let long = "x".repeat(10_000);
         let inventory = format!(r#"{{"facts":{{"a":"{long}","b":"line\nforged\u001b[31m"}}}}"#);
-        let got = facts_of(&inventory, &names(&["a", "b"]));
+        let got = facts_of(&inventory, &strings(&["a", "b"]));
         assert_eq!(got[0].1.chars().count(), MAX_FACT_VALUE);
         assert!(got[0].1.ends_with('…'));
         assert_eq!(got[1].1, "line\\nforged\\u{1b}[31m");

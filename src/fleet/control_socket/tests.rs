@@ -13,13 +13,15 @@ fn metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new("lon").unwrap())
 }
 
-fn open(path: &Path, flag: &Arc<Pause>) -> ControlSocket {
-    ControlSocket::open(
-        path,
-        Arc::new(Controller::new(Arc::clone(flag), None)),
-        metrics(),
-    )
-    .unwrap()
+/// A control socket at `control.sock` in a new directory named `name`: the
+/// directory (the caller keeps it alive), the socket's path, its pause flag, and it.
+fn opened(name: &str) -> (TempDir, PathBuf, Arc<Pause>, ControlSocket) {
+    let dir = TempDir::new(name);
+    let path = dir.path().join("control.sock");
+    let flag = pause();
+    let controller = Arc::new(Controller::new(Arc::clone(&flag), None));
+    let socket = ControlSocket::open(&path, controller, metrics()).unwrap();
+    (dir, path, flag, socket)
 }
 
 fn refused(socket: &ControlSocket, reason: &str) -> u64 {
@@ -62,10 +64,7 @@ fn closed_within(stream: &UnixStream, within: Duration) -> bool {
 
 #[test]
 fn the_socket_is_0600_answers_one_line_and_refuses_what_is_not_a_request() {
-    let dir = TempDir::new("control-socket");
-    let path = dir.path().join("control.sock");
-    let flag = pause();
-    let socket = open(&path, &flag);
+    let (_dir, path, flag, socket) = opened("control-socket");
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     // Another daemon on the same socket is refused.
@@ -102,10 +101,7 @@ fn the_socket_is_0600_answers_one_line_and_refuses_what_is_not_a_request() {
 
 #[test]
 fn a_dripping_client_is_dropped_at_the_deadline_and_never_delays_another() {
-    let dir = TempDir::new("control-drip");
-    let path = dir.path().join("control.sock");
-    let flag = pause();
-    let socket = open(&path, &flag);
+    let (_dir, path, flag, socket) = opened("control-drip");
     let started = Instant::now();
     let (slow, dripper) = dripping(&path);
     std::thread::sleep(Duration::from_millis(100));
@@ -142,10 +138,7 @@ fn a_dripping_client_is_dropped_at_the_deadline_and_never_delays_another() {
 
 #[test]
 fn clients_beyond_the_cap_are_told_busy_and_a_stop_waits_on_none() {
-    let dir = TempDir::new("control-busy");
-    let path = dir.path().join("control.sock");
-    let flag = pause();
-    let socket = open(&path, &flag);
+    let (_dir, path, _flag, socket) = opened("control-busy");
     let held: Vec<_> = (0..MAX_CLIENTS).map(|_| dripping(&path)).collect();
     std::thread::sleep(Duration::from_millis(200));
     let r = send(&path, &ControlRequest::Status).unwrap();
@@ -170,9 +163,7 @@ fn clients_beyond_the_cap_are_told_busy_and_a_stop_waits_on_none() {
 
 #[test]
 fn a_request_dripping_past_the_size_cap_is_refused_without_being_held() {
-    let dir = TempDir::new("control-big");
-    let path = dir.path().join("control.sock");
-    let socket = open(&path, &pause());
+    let (_dir, path, _flag, socket) = opened("control-big");
     let stream = UnixStream::connect(&path).unwrap();
     // No newline: the cap, not the line's end, ends the read.
     (&stream).write_all(&[b'{'; MAX_REQUEST + 2]).unwrap();

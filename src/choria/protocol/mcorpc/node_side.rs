@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::super::{gojson, Layer, ProtocolError};
+use super::super::{gojson, read_json, Layer, ProtocolError};
 use super::RpcRequestBody;
 
 /// MCollective SimpleRPC status codes.
@@ -40,8 +40,7 @@ impl RpcRequestBody {
 
     /// Decodes a request body (server side); `data` of `null` becomes `{}`.
     pub fn decode(bytes: &[u8]) -> Result<RpcRequestBody, ProtocolError> {
-        let mut body: RpcRequestBody =
-            serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Body, &e))?;
+        let mut body: RpcRequestBody = read_json(Layer::Body, bytes)?;
         if body.data.is_null() {
             body.data = serde_json::json!({});
         }
@@ -115,8 +114,7 @@ impl RpcReply {
 
     /// Decodes a reply body, tolerating `data` as `null` or as a string holding JSON.
     pub fn decode(bytes: &[u8]) -> Result<RpcReply, ProtocolError> {
-        let wire: WireReply =
-            serde_json::from_slice(bytes).map_err(|e| ProtocolError::json(Layer::Body, &e))?;
+        let wire: WireReply = read_json(Layer::Body, bytes)?;
         let data = match wire.data {
             serde_json::Value::Null => serde_json::json!({}),
             serde_json::Value::String(text) => serde_json::from_str(&text).map_err(|e| {

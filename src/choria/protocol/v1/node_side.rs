@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::super::node_side::server_body;
 use super::super::{
-    expect_protocol, gojson, hash, DecodedRequest, Filter, Layer, Protocol, ProtocolError,
+    expect_protocol, gojson, hash, read_json, DecodedRequest, Filter, Layer, Protocol,
+    ProtocolError,
 };
 use super::{
     parse, transport, HeadersIn, Parsed, TransportIn, REPLY, REQUEST, SECURE_REPLY, SECURE_REQUEST,
@@ -66,7 +67,7 @@ pub(crate) fn decode_parsed_request(t: Parsed) -> Result<DecodedRequest, Protoco
         message,
         signature,
         pubcert,
-    } = serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
+    } = read_json(Layer::Secure, &data)?;
     expect_protocol(Layer::Secure, &protocol, SECURE_REQUEST)?;
     if signature.is_empty() || pubcert.is_empty() || message.is_empty() {
         return Err(ProtocolError::new(

@@ -3,15 +3,15 @@
 
 use super::super::node_side::server_body;
 use super::super::{
-    b64, expect_protocol, gojson, hash, unb64, DecodedRequest, Layer, Protocol, ProtocolError,
+    b64, expect_protocol, gojson, hash, read_json, unb64, DecodedRequest, Layer, Protocol,
+    ProtocolError,
 };
 use super::{open, transport, Reply, Request, SecureReply, SecureRequest, REPLY, REQUEST};
 use super::{SECURE_REPLY, SECURE_REQUEST};
 
 pub(crate) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolError> {
     let (data, headers) = open(bytes)?;
-    let secure: SecureRequest =
-        serde_json::from_slice(&data).map_err(|e| ProtocolError::json(Layer::Secure, &e))?;
+    let secure: SecureRequest = read_json(Layer::Secure, &data)?;
     expect_protocol(Layer::Secure, &secure.protocol, SECURE_REQUEST)?;
     if secure.caller.is_empty() {
         return Err(ProtocolError::new(
@@ -20,8 +20,7 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Result<DecodedRequest, ProtocolErr
         ));
     }
     let request_bytes = unb64(&secure.request, Layer::Secure, "request")?;
-    let request: Request = serde_json::from_slice(&request_bytes)
-        .map_err(|e| ProtocolError::json(Layer::Request, &e))?;
+    let request: Request = read_json(Layer::Request, &request_bytes)?;
     expect_protocol(Layer::Request, &request.protocol, REQUEST)?;
     Ok(DecodedRequest {
         protocol: Protocol::V2,

@@ -204,7 +204,7 @@ pub(crate) struct NodesArgs {
 /// What to do, with the top-level and subcommand flags merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Invocation {
-    /// Which command.
+    /// Which command, with the flags only it takes.
     pub action: Action,
     /// `--debug`.
     pub debug: bool,
@@ -212,45 +212,55 @@ pub(crate) struct Invocation {
     pub config: Option<String>,
     /// `--choria-config`.
     pub choria_config: Option<String>,
-    /// `--pid` (run only).
-    pub pid: Option<String>,
-    /// The `nodes` command's flags.
-    pub nodes: Option<NodesArgs>,
-    /// `pause --reason`, `deny --reason`.
-    pub reason: Option<String>,
-    /// The identities `approve`, `deny` and `forget` name.
-    pub identities: Vec<String>,
-    /// `pending --json`.
-    pub json: bool,
-    /// `approve --all`.
-    pub all: bool,
-    /// `approve --all --yes`.
-    pub yes: bool,
 }
 
-/// The command chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The command chosen, with the flags only it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Action {
     /// Print the version.
     Version,
-    /// Run the daemon.
-    Run,
+    /// Run the daemon, writing its process id to `pid` (`--pid`) when given.
+    Run {
+        /// `--pid`.
+        pid: Option<String>,
+    },
     /// Validate and print the configuration.
     Check,
     /// Show the nodes of a running provisioner.
-    Nodes,
+    Nodes(NodesArgs),
     /// Pause a running provisioner.
-    Pause,
+    Pause {
+        /// `--reason`.
+        reason: Option<String>,
+    },
     /// Resume a paused provisioner.
     Resume,
     /// List the identities waiting for approval.
-    Pending,
-    /// Approve identities.
-    Approve,
+    Pending {
+        /// `--json`.
+        json: bool,
+    },
+    /// Approve `identities`, or with `all` every pending one.
+    Approve {
+        /// The identities named.
+        identities: Vec<String>,
+        /// `--all`.
+        all: bool,
+        /// `--yes`, which `--all` needs.
+        yes: bool,
+    },
     /// Deny identities.
-    Deny,
-    /// Forget decisions.
-    Forget,
+    Deny {
+        /// The identities named.
+        identities: Vec<String>,
+        /// `--reason`.
+        reason: Option<String>,
+    },
+    /// Forget the decisions on identities.
+    Forget {
+        /// The identities named.
+        identities: Vec<String>,
+    },
 }
 
 const VALUE_FLAGS: [&str; 6] = [
@@ -283,83 +293,78 @@ pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let top = TopLevel::from_args(&[program], &refs)?;
     let mut inv = Invocation {
-        action: Action::Run,
+        action: Action::Version,
         debug: top.debug,
         config: top.config,
         choria_config: top.choria_config,
-        pid: top.pid,
-        nodes: None,
-        reason: None,
-        identities: Vec::new(),
-        json: false,
-        all: false,
-        yes: false,
     };
-    match top.command {
-        None | Some(Command::Run(_)) if top.version => inv.action = Action::Version,
-        None => {}
+    inv.action = match top.command {
+        _ if top.version => Action::Version,
+        None => Action::Run { pid: top.pid },
         Some(Command::Run(run)) => {
             inv.debug |= run.debug;
             inv.config = run.config.or(inv.config);
             inv.choria_config = run.choria_config.or(inv.choria_config);
-            inv.pid = run.pid.or(inv.pid);
+            Action::Run {
+                pid: run.pid.or(top.pid),
+            }
         }
         Some(Command::Check(check)) => {
-            inv.action = Action::Check;
             inv.debug |= check.debug;
             inv.config = check.config.or(inv.config);
             inv.choria_config = check.choria_config.or(inv.choria_config);
+            Action::Check
         }
         Some(Command::Nodes(nodes)) => {
-            inv.action = Action::Nodes;
             inv.config = nodes.config.clone().or(inv.config);
-            inv.nodes = Some(nodes);
+            Action::Nodes(nodes)
         }
         Some(Command::Pause(pause)) => {
-            inv.action = Action::Pause;
             inv.config = pause.config.or(inv.config);
-            inv.reason = pause.reason;
+            Action::Pause {
+                reason: pause.reason,
+            }
         }
         Some(Command::Resume(resume)) => {
-            inv.action = Action::Resume;
             inv.config = resume.config.or(inv.config);
+            Action::Resume
         }
         Some(Command::Pending(pending)) => {
-            inv.action = Action::Pending;
             inv.config = pending.config.or(inv.config);
-            inv.json = pending.json;
+            Action::Pending { json: pending.json }
         }
         Some(Command::Approve(approve)) => {
-            inv.action = Action::Approve;
             inv.config = approve.config.or(inv.config);
-            inv.identities = approve.identities;
-            (inv.all, inv.yes) = (approve.all, approve.yes);
+            Action::Approve {
+                identities: approve.identities,
+                all: approve.all,
+                yes: approve.yes,
+            }
         }
         Some(Command::Deny(deny)) => {
-            inv.action = Action::Deny;
             inv.config = deny.config.or(inv.config);
-            inv.identities = deny.identities;
-            inv.reason = deny.reason;
+            Action::Deny {
+                identities: deny.identities,
+                reason: deny.reason,
+            }
         }
         Some(Command::Forget(forget)) => {
-            inv.action = Action::Forget;
             inv.config = forget.config.or(inv.config);
-            inv.identities = forget.identities;
+            Action::Forget {
+                identities: forget.identities,
+            }
         }
-    }
-    if top.version {
-        inv.action = Action::Version;
-    }
+    };
     Ok(inv)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::strings;
 
     fn p(args: &[&str]) -> Invocation {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        parse("choria-provisioner", &args).unwrap()
+        parse("choria-provisioner", &strings(args)).unwrap()
     }
 
     #[test]
@@ -372,7 +377,7 @@ mod tests {
             &["run", "--config=x"],
         ] {
             let inv = p(args);
-            assert_eq!(inv.action, Action::Run, "{args:?}");
+            assert_eq!(inv.action, Action::Run { pid: None }, "{args:?}");
             assert_eq!(inv.config.as_deref(), Some("x"), "{args:?}");
         }
     }
@@ -390,7 +395,12 @@ mod tests {
         ]);
         assert!(inv.debug);
         assert_eq!(inv.choria_config.as_deref(), Some("c"));
-        assert_eq!(inv.pid.as_deref(), Some("p"));
+        assert_eq!(
+            inv.action,
+            Action::Run {
+                pid: Some("p".into())
+            }
+        );
         assert_eq!(inv.config.as_deref(), Some("y"));
     }
 
@@ -403,13 +413,17 @@ mod tests {
     #[test]
     fn pause_and_resume_take_the_config_and_a_reason() {
         let inv = p(&["pause", "--config=x", "--reason", "CA outage"]);
-        assert_eq!(inv.action, Action::Pause);
+        assert_eq!(
+            inv.action,
+            Action::Pause {
+                reason: Some("CA outage".into())
+            }
+        );
         assert_eq!(inv.config.as_deref(), Some("x"));
-        assert_eq!(inv.reason.as_deref(), Some("CA outage"));
         let inv = p(&["--config", "y", "pause"]);
         assert_eq!(
-            (inv.action, inv.config.as_deref(), inv.reason),
-            (Action::Pause, Some("y"), None)
+            (inv.action, inv.config.as_deref()),
+            (Action::Pause { reason: None }, Some("y"))
         );
         let inv = p(&["resume", "--config", "z"]);
         assert_eq!(
@@ -427,21 +441,36 @@ mod tests {
             "n1.example.net",
             "n2.example.net",
         ]);
-        assert_eq!(inv.action, Action::Approve);
-        assert_eq!(inv.identities, ["n1.example.net", "n2.example.net"]);
-        assert!(!inv.all && !inv.yes);
-        let inv = p(&["approve", "--all", "--yes", "--config=x"]);
-        assert!(inv.all && inv.yes && inv.identities.is_empty());
-        let inv = p(&["deny", "--reason", "unknown rack", "n3.example.net"]);
+        let named = strings(&["n1.example.net", "n2.example.net"]);
         assert_eq!(
-            (inv.action, inv.reason.as_deref(), inv.identities.len()),
-            (Action::Deny, Some("unknown rack"), 1)
+            inv.action,
+            Action::Approve {
+                identities: named,
+                all: false,
+                yes: false
+            }
         );
-        assert_eq!(p(&["forget", "n3.example.net"]).action, Action::Forget);
+        let inv = p(&["approve", "--all", "--yes", "--config=x"]);
+        let all = Action::Approve {
+            identities: Vec::new(),
+            all: true,
+            yes: true,
+        };
+        assert_eq!(inv.action, all);
+        let inv = p(&["deny", "--reason", "unknown rack", "n3.example.net"]);
+        let denied = Action::Deny {
+            identities: strings(&["n3.example.net"]),
+            reason: Some("unknown rack".into()),
+        };
+        assert_eq!(inv.action, denied);
+        let forgotten = Action::Forget {
+            identities: strings(&["n3.example.net"]),
+        };
+        assert_eq!(p(&["forget", "n3.example.net"]).action, forgotten);
         let inv = p(&["--config", "y", "pending", "--json"]);
         assert_eq!(
-            (inv.action, inv.json, inv.config.as_deref()),
-            (Action::Pending, true, Some("y"))
+            (inv.action, inv.config.as_deref()),
+            (Action::Pending { json: true }, Some("y"))
         );
     }
 

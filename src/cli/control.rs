@@ -12,11 +12,11 @@ use crate::fleet::control_socket::{send, MAX_REQUEST};
 use crate::untrusted::shown;
 
 /// Runs `pause`; returns the exit code.
-pub(super) fn pause(inv: &Invocation) -> i32 {
+pub(super) fn pause(inv: &Invocation, reason: Option<&str>) -> i32 {
     ask(
         inv,
         &ControlRequest::Pause {
-            reason: inv.reason.clone().unwrap_or_default(),
+            reason: reason.unwrap_or_default().to_string(),
         },
     )
 }
@@ -78,7 +78,7 @@ fn approval_part(answer: Response) -> Result<ApprovalAnswer, i32> {
 const MAX_PAGES: usize = 1_001;
 
 /// Runs `pending`: every page, then one table (or JSON document).
-pub(super) fn pending(inv: &Invocation) -> i32 {
+pub(super) fn pending(inv: &Invocation, json: bool) -> i32 {
     let path = match socket_of(inv) {
         Ok(p) => p,
         Err(code) => return code,
@@ -101,7 +101,7 @@ pub(super) fn pending(inv: &Invocation) -> i32 {
             break;
         }
     }
-    if inv.json {
+    if json {
         println!(
             "{}",
             serde_json::json!({"total_pending": total, "pending": rows})
@@ -180,10 +180,15 @@ fn chunks(identities: &[String]) -> Vec<Vec<String>> {
     out
 }
 
-/// Sends one request per chunk of `inv`'s identities, made by `make`, and says
-/// what changed.
-fn decide(inv: &Invocation, verb: &str, make: impl Fn(Vec<String>) -> ControlRequest) -> i32 {
-    if inv.identities.is_empty() {
+/// Sends one request per chunk of `identities`, made by `make`, and says what
+/// changed.
+fn decide(
+    inv: &Invocation,
+    identities: &[String],
+    verb: &str,
+    make: impl Fn(Vec<String>) -> ControlRequest,
+) -> i32 {
+    if identities.is_empty() {
         return fail(format!("name the identities to {verb}"));
     }
     let path = match socket_of(inv) {
@@ -192,7 +197,7 @@ fn decide(inv: &Invocation, verb: &str, make: impl Fn(Vec<String>) -> ControlReq
     };
     let mut changed = 0;
     let mut pending = 0;
-    for chunk in chunks(&inv.identities) {
+    for chunk in chunks(identities) {
         match exchange(&path, &make(chunk)).and_then(approval_part) {
             Ok(a) => {
                 changed += a.changed.len();
@@ -203,19 +208,19 @@ fn decide(inv: &Invocation, verb: &str, make: impl Fn(Vec<String>) -> ControlReq
     }
     println!(
         "{verb}: {changed} of {} changed; {pending} identities wait for approval",
-        inv.identities.len()
+        identities.len()
     );
     0
 }
 
 /// Runs `approve`; returns the exit code.
-pub(super) fn approve(inv: &Invocation) -> i32 {
-    if !inv.all {
-        return decide(inv, "approve", |identities| ControlRequest::Approve {
-            identities,
+pub(super) fn approve(inv: &Invocation, identities: &[String], all: bool, yes: bool) -> i32 {
+    if !all {
+        return decide(inv, identities, "approve", |identities| {
+            ControlRequest::Approve { identities }
         });
     }
-    if !inv.identities.is_empty() {
+    if !identities.is_empty() {
         return fail("approve --all names no identity");
     }
     let path = match socket_of(inv) {
@@ -231,7 +236,7 @@ pub(super) fn approve(inv: &Invocation) -> i32 {
         Err(code) => return code,
     };
     let when = crate::clock::rfc3339(counted.now as f64 / 1e9);
-    if !inv.yes {
+    if !yes {
         println!(
             "{} identities wait for approval (as of {when}); run approve --all --yes to approve them",
             counted.total_pending
@@ -257,18 +262,18 @@ pub(super) fn approve(inv: &Invocation) -> i32 {
 }
 
 /// Runs `deny`; returns the exit code.
-pub(super) fn deny(inv: &Invocation) -> i32 {
-    let reason = inv.reason.clone().unwrap_or_default();
-    decide(inv, "deny", |identities| ControlRequest::Deny {
+pub(super) fn deny(inv: &Invocation, identities: &[String], reason: Option<&str>) -> i32 {
+    let reason = reason.unwrap_or_default();
+    decide(inv, identities, "deny", |identities| ControlRequest::Deny {
         identities,
-        reason: reason.clone(),
+        reason: reason.to_string(),
     })
 }
 
 /// Runs `forget`; returns the exit code.
-pub(super) fn forget(inv: &Invocation) -> i32 {
-    decide(inv, "forget", |identities| ControlRequest::Forget {
-        identities,
+pub(super) fn forget(inv: &Invocation, identities: &[String]) -> i32 {
+    decide(inv, identities, "forget", |identities| {
+        ControlRequest::Forget { identities }
     })
 }
 

@@ -39,20 +39,24 @@ pub fn main() -> i32 {
             };
         }
     };
-    match inv.action {
+    match &inv.action {
         Action::Version => {
             println!("{}", crate::VERSION);
             0
         }
         Action::Check => check::check(&inv),
-        Action::Run => run::run(&inv),
-        Action::Nodes => nodes::nodes(&inv),
-        Action::Pause => control::pause(&inv),
+        Action::Run { pid } => run::run(&inv, pid.as_deref()),
+        Action::Nodes(args) => nodes::nodes(&inv, args),
+        Action::Pause { reason } => control::pause(&inv, reason.as_deref()),
         Action::Resume => control::resume(&inv),
-        Action::Pending => control::pending(&inv),
-        Action::Approve => control::approve(&inv),
-        Action::Deny => control::deny(&inv),
-        Action::Forget => control::forget(&inv),
+        Action::Pending { json } => control::pending(&inv, *json),
+        Action::Approve {
+            identities,
+            all,
+            yes,
+        } => control::approve(&inv, identities, *all, *yes),
+        Action::Deny { identities, reason } => control::deny(&inv, identities, reason.as_deref()),
+        Action::Forget { identities } => control::forget(&inv, identities),
     }
 }
 

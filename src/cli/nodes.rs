@@ -26,8 +26,7 @@ pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const STATES: [&str; 7] = crate::metrics::NODE_LISTS;
 
 /// Runs `nodes`; returns the exit code.
-pub(crate) fn nodes(inv: &Invocation) -> i32 {
-    let args = inv.nodes.clone().unwrap_or_default();
+pub(crate) fn nodes(inv: &Invocation, args: &NodesArgs) -> i32 {
     if let Some(state) = &args.state {
         if !STATES.contains(&state.as_str()) {
             return fail(format!(
@@ -37,7 +36,7 @@ pub(crate) fn nodes(inv: &Invocation) -> i32 {
             ));
         }
     }
-    let base = match monitor_address(inv, &args) {
+    let base = match monitor_address(inv, args) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };

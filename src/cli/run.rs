@@ -19,8 +19,9 @@ use crate::metrics::{Metrics, MetricsServer, Readiness, Role};
 use super::args::Invocation;
 use super::{fail, prepare, signals, usage, PidFile};
 
-/// Runs the daemon; returns the exit code.
-pub(crate) fn run(inv: &Invocation) -> i32 {
+/// Runs the daemon, writing its process id to `pid` when given; returns the exit
+/// code.
+pub(crate) fn run(inv: &Invocation, pid: Option<&str>) -> i32 {
     let prepared = match prepare(inv) {
         Ok(p) => p,
         Err(e) => {
@@ -96,7 +97,7 @@ pub(crate) fn run(inv: &Invocation) -> i32 {
         }
         None => None,
     };
-    let _pid = match inv.pid.as_deref() {
+    let _pid = match pid {
         Some(path) => match PidFile::write(std::path::Path::new(path)) {
             Ok(p) => Some(p),
             Err(e) => return fail(format!("Could not write PID: {e}")),

@@ -173,18 +173,41 @@ struct Attack {
     made: Arc<AtomicU64>,
 }
 
+/// What each of an attack's threads is handed: whether to go on, and where to count
+/// what it made.
+struct Attacker {
+    stop: Arc<AtomicBool>,
+    since: Instant,
+    made: Arc<AtomicU64>,
+}
+
+impl Attacker {
+    /// Until told to stop, or for 60 s at most.
+    fn running(&self) -> bool {
+        !self.stop.load(Ordering::Acquire) && self.since.elapsed() < Duration::from_secs(60)
+    }
+
+    /// Counts one connection or request made.
+    fn made_one(&self) {
+        self.made.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 impl Attack {
-    fn start(
-        threads: usize,
-        f: impl Fn(&AtomicBool, &AtomicU64) + Send + Sync + 'static,
-    ) -> Attack {
+    /// Runs `f` on `threads` threads.
+    fn start(threads: usize, f: impl Fn(&Attacker) + Send + Sync + 'static) -> Attack {
         let stop = Arc::new(AtomicBool::new(false));
         let made = Arc::new(AtomicU64::new(0));
         let f = Arc::new(f);
         let threads = (0..threads)
             .map(|_| {
-                let (stop, made, f) = (Arc::clone(&stop), Arc::clone(&made), Arc::clone(&f));
-                std::thread::spawn(move || f(&stop, &made))
+                let attacker = Attacker {
+                    stop: Arc::clone(&stop),
+                    since: Instant::now(),
+                    made: Arc::clone(&made),
+                };
+                let f = Arc::clone(&f);
+                std::thread::spawn(move || f(&attacker))
             })
             .collect();
         Attack {
@@ -203,16 +226,11 @@ impl Attack {
     }
 }
 
-/// Until told to stop, or for 60 s at most.
-fn running(stop: &AtomicBool, since: Instant) -> bool {
-    !stop.load(Ordering::Acquire) && since.elapsed() < Duration::from_secs(60)
-}
-
 /// Runs `attack` against a fresh daemon while 20 nodes boot, for `hold` at least;
 /// checks every promise of the module's doc (SIGTERM is sent during a second run
 /// of the attack, after a scrape between the two) and returns the scrape taken
 /// after the first.
-fn under_attack(tag: &str, hold: Duration, attack: impl Fn(&Daemon) -> Attack) -> String {
+fn under_attack(tag: &str, hold: Duration, attack: impl Fn(u16) -> Attack) -> String {
     let server = NatsServer::start();
     let mut daemon = Daemon::start(&server.url(), tag);
     assert!(
@@ -222,7 +240,7 @@ fn under_attack(tag: &str, hold: Duration, attack: impl Fn(&Daemon) -> Attack) -
     daemon.scrape();
     let rss_before = daemon.rss();
     let attack_of = attack;
-    let attack = attack_of(&daemon);
+    let attack = attack_of(daemon.port);
     std::thread::sleep(Duration::from_millis(500));
     let fleet = sim(&server.url(), 20, |_| {});
     let booted = Instant::now();
@@ -251,7 +269,7 @@ fn under_attack(tag: &str, hold: Duration, attack: impl Fn(&Daemon) -> Attack) -
     attack.stop();
     let after = daemon.scrape();
     // Stopped while the attack runs again.
-    let again = attack_of(&daemon);
+    let again = attack_of(daemon.port);
     std::thread::sleep(Duration::from_millis(500));
     daemon.scrape();
     let stopped_in = daemon.terminate();
@@ -262,11 +280,9 @@ fn under_attack(tag: &str, hold: Duration, attack: impl Fn(&Daemon) -> Attack) -
 
 #[test]
 fn a_request_announcing_a_huge_body_is_refused_and_kills_nothing() {
-    let scrape = under_attack("doors-huge-body", Duration::ZERO, |d| {
-        let port = d.port;
-        Attack::start(2, move |stop, made| {
-            let since = Instant::now();
-            while running(stop, since) {
+    let scrape = under_attack("doors-huge-body", Duration::ZERO, |port| {
+        Attack::start(2, move |a| {
+            while a.running() {
                 if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
                     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
                     let _ = s.write_all(
@@ -281,7 +297,7 @@ fn a_request_announcing_a_huge_body_is_refused_and_kills_nothing() {
                             "{:?}",
                             &answer[..n]
                         );
-                        made.fetch_add(1, Ordering::Relaxed);
+                        a.made_one();
                     }
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -294,22 +310,20 @@ fn a_request_announcing_a_huge_body_is_refused_and_kills_nothing() {
 #[test]
 fn bodies_that_never_come_hold_nothing_past_their_deadline() {
     // Held past the 5 s deadline of a request's head and body.
-    let scrape = under_attack("doors-no-body", Duration::from_secs(7), |d| {
-        let port = d.port;
+    let scrape = under_attack("doors-no-body", Duration::from_secs(7), |port| {
         // 40 connections at a time, each announcing 1,000 bytes that never come
         // (under the body cap, so the server waits for them), opened again as the
         // server drops them.
-        Attack::start(40, move |stop, made| {
-            let since = Instant::now();
-            while running(stop, since) {
+        Attack::start(40, move |a| {
+            while a.running() {
                 let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
                     continue;
                 };
                 let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nContent-Length: 1000\r\n\r\n");
-                made.fetch_add(1, Ordering::Relaxed);
+                a.made_one();
                 let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
                 let mut buf = [0u8; 64];
-                while running(stop, since) {
+                while a.running() {
                     match s.read(&mut buf) {
                         Ok(0) => break,
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -326,14 +340,12 @@ fn bodies_that_never_come_hold_nothing_past_their_deadline() {
 
 #[test]
 fn five_hundred_idle_connections_starve_neither_helpers_nor_scrapes() {
-    let scrape = under_attack("doors-idle", Duration::ZERO, |d| {
-        let port = d.port;
+    let scrape = under_attack("doors-idle", Duration::ZERO, |port| {
         // 510 connections held open and silent; those the server closes are opened
         // again, so 510 are always there or on their way.
-        Attack::start(10, move |stop, made| {
-            let since = Instant::now();
+        Attack::start(10, move |a| {
             let mut held: Vec<TcpStream> = Vec::new();
-            while running(stop, since) {
+            while a.running() {
                 held.retain(|s| {
                     let _ = s.set_nonblocking(true);
                     let mut buf = [0u8; 1];
@@ -343,7 +355,7 @@ fn five_hundred_idle_connections_starve_neither_helpers_nor_scrapes() {
                     match TcpStream::connect(("127.0.0.1", port)) {
                         Ok(s) => {
                             held.push(s);
-                            made.fetch_add(1, Ordering::Relaxed);
+                            a.made_one();
                         }
                         Err(_) => break,
                     }
@@ -357,20 +369,18 @@ fn five_hundred_idle_connections_starve_neither_helpers_nor_scrapes() {
 
 #[test]
 fn an_endless_header_line_costs_8_kib_not_200_mb() {
-    let scrape = under_attack("doors-endless-head", Duration::ZERO, |d| {
-        let port = d.port;
-        Attack::start(1, move |stop, made| {
-            let since = Instant::now();
+    let scrape = under_attack("doors-endless-head", Duration::ZERO, |port| {
+        Attack::start(1, move |a| {
             let chunk = vec![b'a'; 64 * 1024];
             let mut sent = 0u64;
             // 200 MB of one header line, over as many connections as it takes.
-            while running(stop, since) && sent < 200 << 20 {
+            while a.running() && sent < 200 << 20 {
                 let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
                     continue;
                 };
-                made.fetch_add(1, Ordering::Relaxed);
+                a.made_one();
                 let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nX-Endless: ");
-                while running(stop, since) && s.write_all(&chunk).is_ok() {
+                while a.running() && s.write_all(&chunk).is_ok() {
                     sent += chunk.len() as u64;
                 }
             }

@@ -414,10 +414,7 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
     let (reader, _read) = reader(&server);
     let attacker = Hostile::connect(&server.url(), None);
     let forged = thief.forged.clone();
-    let race = attacker.race(Box::new(move |_, _, body| {
-        (body.action == "jwt").then(|| forged.clone())
-    }));
-    attacker.flush();
+    let race = attacker.answer("jwt", move |_| forged.clone());
     let fleet = jwt_sim(&server.url(), 10, |_| {});
     let prov = Provisioner::start(&server.url(), "p1.test", &thief.config(&dir), fast());
     racing(&prov, &fleet, &attacker, &[&reader], race)
@@ -439,15 +436,12 @@ fn a_node_racing_other_nodes_jwt_replies_gets_no_key_and_they_are_provisioned_on
 fn forged_inventory_replies_before_or_after_the_real_one_stop_the_attempt() {
     let server = NatsServer::start();
     let attacker = Hostile::connect(&server.url(), None);
-    let race = attacker.race(Box::new(|_, _, body| {
-        (body.action == "inventory").then(|| {
-            ok(
-                "inventory",
-                serde_json::json!({"version": "6.6.6", "facts": {"role": "db"}}),
-            )
-        })
-    }));
-    attacker.flush();
+    let race = attacker.answer("inventory", |_| {
+        ok(
+            "inventory",
+            serde_json::json!({"version": "6.6.6", "facts": {"role": "db"}}),
+        )
+    });
     let fleet = sim(&server.url(), 10, |_| {});
     // A grace ten times the production one: the attacker and the nodes answer at
     // once, but on a loaded machine either thread can be late by more than 50 ms.
@@ -661,19 +655,16 @@ fn a_node_racing_other_nodes_gencsr_replies_gets_no_certificate_and_they_are_pro
         .to_public_key_pem(p256::pkcs8::LineEnding::LF)
         .unwrap();
     let attacker = Hostile::connect(&server.url(), None);
-    let race = attacker.race(Box::new(move |target, _, body| {
-        (body.action == "gencsr").then(|| {
-            ok(
-                "gencsr",
-                serde_json::json!({
-                    "csr": csr_for(target, &attacker_key),
-                    "public_key": public_pem,
-                    "ssldir": "/etc/choria/ssl",
-                }),
-            )
-        })
-    }));
-    attacker.flush();
+    let race = attacker.answer("gencsr", move |target| {
+        ok(
+            "gencsr",
+            serde_json::json!({
+                "csr": csr_for(target, &attacker_key),
+                "public_key": public_pem,
+                "ssldir": "/etc/choria/ssl",
+            }),
+        )
+    });
     // The simulator's default RSA 2048 keys, as real nodes make: each real reply
     // comes only once its key is made, 0.2-3.7 s after the attacker's here, far past
     // the tests' 300 ms `reply_grace`, so only `csr_reply_grace` catches it; with

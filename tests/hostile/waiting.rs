@@ -126,13 +126,10 @@ fn a_different_configure_reply_after_the_real_one_is_a_security_event_and_counte
     let attacker = Hostile::connect(&server.url(), None);
     // The forger answers configure 150 ms after the request, the node 400 ms after:
     // whichever comes second, configure and the key it carried have left.
-    let race = attacker.race(Box::new(|_, _, body| {
-        (body.action == "configure").then(|| {
-            std::thread::sleep(Duration::from_millis(150));
-            ok("configure", serde_json::json!({"message": "forged"}))
-        })
-    }));
-    attacker.flush();
+    let race = attacker.answer("configure", |_| {
+        std::thread::sleep(Duration::from_millis(150));
+        ok("configure", serde_json::json!({"message": "forged"}))
+    });
     let fleet = sim(&server.url(), 3, |o| {
         o.faults.slow = 1.0;
         o.faults.slow_by = Duration::from_millis(400);
@@ -155,17 +152,14 @@ fn a_different_configure_reply_after_the_real_one_is_a_security_event_and_counte
 fn a_forged_lock_refusal_followed_by_the_node_s_reply_is_a_contest_not_a_lock() {
     let server = NatsServer::start();
     let attacker = Hostile::connect(&server.url(), None);
-    let race = attacker.race(Box::new(|_, _, body| {
-        (body.action == "configure").then(|| {
-            RpcReply::new(
-                "configure",
-                StatusCode::Aborted,
-                "Could not obtain provisioning lock",
-                serde_json::json!({}),
-            )
-        })
-    }));
-    attacker.flush();
+    let race = attacker.answer("configure", |_| {
+        RpcReply::new(
+            "configure",
+            StatusCode::Aborted,
+            "Could not obtain provisioning lock",
+            serde_json::json!({}),
+        )
+    });
     // The nodes answer 100 ms late: the forged refusal comes first.
     let fleet = sim(&server.url(), 5, |o| {
         o.faults.slow = 1.0;

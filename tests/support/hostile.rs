@@ -107,6 +107,20 @@ impl Hostile {
         self.nc.flush_timeout(Duration::from_secs(5)).unwrap();
     }
 
+    /// [`Hostile::race`] on one action: answers every `action` request with what
+    /// `forge` makes for the asked node, and flushes before returning.
+    pub fn answer(
+        &self,
+        action: &'static str,
+        forge: impl Fn(&str) -> RpcReply + Send + Sync + 'static,
+    ) -> nats::Handler {
+        let race = self.race(Box::new(move |target, _, body| {
+            (body.action == action).then(|| forge(target))
+        }));
+        self.flush();
+        race
+    }
+
     /// Reads every request to every node (as the broker allows) and answers those for
     /// which `forge` returns a reply, in the asked node's name, before or after the
     /// real node. Records what it saw in [`Hostile::loot`].

@@ -292,6 +292,7 @@ pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::
     let args = split_equals(args);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let top = TopLevel::from_args(&[program], &refs)?;
+    // The action is chosen below; the arms also merge the flags every command shares.
     let mut inv = Invocation {
         action: Action::Version,
         debug: top.debug,

@@ -292,50 +292,45 @@ pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::
     let args = split_equals(args);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let top = TopLevel::from_args(&[program], &refs)?;
-    // The action is chosen below; the arms also merge the flags every command shares.
-    let mut inv = Invocation {
-        action: Action::Version,
-        debug: top.debug,
-        config: top.config,
-        choria_config: top.choria_config,
-    };
-    inv.action = match top.command {
+    // Each arm chooses the action and merges the flags every command shares.
+    let (mut debug, mut config, mut choria_config) = (top.debug, top.config, top.choria_config);
+    let action = match top.command {
         _ if top.version => Action::Version,
         None => Action::Run { pid: top.pid },
         Some(Command::Run(run)) => {
-            inv.debug |= run.debug;
-            inv.config = run.config.or(inv.config);
-            inv.choria_config = run.choria_config.or(inv.choria_config);
+            debug |= run.debug;
+            config = run.config.or(config);
+            choria_config = run.choria_config.or(choria_config);
             Action::Run {
                 pid: run.pid.or(top.pid),
             }
         }
         Some(Command::Check(check)) => {
-            inv.debug |= check.debug;
-            inv.config = check.config.or(inv.config);
-            inv.choria_config = check.choria_config.or(inv.choria_config);
+            debug |= check.debug;
+            config = check.config.or(config);
+            choria_config = check.choria_config.or(choria_config);
             Action::Check
         }
         Some(Command::Nodes(nodes)) => {
-            inv.config = nodes.config.clone().or(inv.config);
+            config = nodes.config.clone().or(config);
             Action::Nodes(nodes)
         }
         Some(Command::Pause(pause)) => {
-            inv.config = pause.config.or(inv.config);
+            config = pause.config.or(config);
             Action::Pause {
                 reason: pause.reason,
             }
         }
         Some(Command::Resume(resume)) => {
-            inv.config = resume.config.or(inv.config);
+            config = resume.config.or(config);
             Action::Resume
         }
         Some(Command::Pending(pending)) => {
-            inv.config = pending.config.or(inv.config);
+            config = pending.config.or(config);
             Action::Pending { json: pending.json }
         }
         Some(Command::Approve(approve)) => {
-            inv.config = approve.config.or(inv.config);
+            config = approve.config.or(config);
             Action::Approve {
                 identities: approve.identities,
                 all: approve.all,
@@ -343,20 +338,25 @@ pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::
             }
         }
         Some(Command::Deny(deny)) => {
-            inv.config = deny.config.or(inv.config);
+            config = deny.config.or(config);
             Action::Deny {
                 identities: deny.identities,
                 reason: deny.reason,
             }
         }
         Some(Command::Forget(forget)) => {
-            inv.config = forget.config.or(inv.config);
+            config = forget.config.or(config);
             Action::Forget {
                 identities: forget.identities,
             }
         }
     };
-    Ok(inv)
+    Ok(Invocation {
+        action,
+        debug,
+        config,
+        choria_config,
+    })
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ help:
 	@echo "               (INSTANCES=N: N active-active provisioners share the fleet)"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make fuzz      every cargo-fuzz target (10 min network-facing, 2 min others)"
-	@echo "make stress    the driver's contract stress test, 4 million replies a seed, 8 seeds"
+	@echo "make stress    the driver's contract stress test, 4 million replies a seed, 8 seeds,"
+	@echo "               and 200,000 random histories of the approvals merge rule"
 	@echo "make dist      source tarball with vendored crates (air-gapped builds)"
 	@echo "make rpm       RPM from that tarball into target/rpm/"
 	@echo "make man       regenerate packaging/choria-provisioner.8 from the CLI's help"
@@ -83,11 +84,15 @@ fuzz-smoke:
 # replies, timer wakes and workers on shared cells, each seed replayable with
 # DRIVER_STRESS_SEED=<seed> cargo test --lib node::driver::tests::contract.
 STRESS_REPLIES ?= 4000000
+# The approvals merge rule's random histories (make test runs 1,500).
+APPROVALS_PROPERTY_CASES ?= 200000
 stress:
 	for seed in 1 2 3 4 5 6 7 8; do \
 	  DRIVER_STRESS_SEED=$$seed DRIVER_STRESS_REPLIES=$(STRESS_REPLIES) \
 	    $(CARGO) test --release --lib node::driver::tests::contract -- --nocapture || exit 1; \
 	done
+	APPROVALS_PROPERTY_CASES=$(APPROVALS_PROPERTY_CASES) \
+	  $(CARGO) test --release --lib fleet::approvals::merge -- --nocapture
 
 # The README's first command: 200 simulated nodes provisioned on this machine.
 demo: build

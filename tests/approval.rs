@@ -287,6 +287,46 @@ fn approve_all_shows_the_count_and_needs_yes_and_bad_requests_are_refused() {
     fleet.stop();
 }
 
+/// The operator is told the truth: a decision the approval file could not take
+/// (its temporary file's name taken by a directory, as a full disk or a read-only
+/// filesystem would refuse it) applies but exits 1 and says so, and the daemon
+/// writes it once it can; 300 names go in requests of at most 256.
+#[test]
+fn a_decision_not_written_exits_one_and_is_written_later_and_long_lists_are_split() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("approval-unwritten");
+    let port = free_port();
+    let daemon = spawn(&dir, "p1.test", &server.url(), port, "");
+    let file = dir.path().join("approvals.json");
+    let blocker = dir.path().join("approvals.json.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    let o = cli(&dir, &["approve", "ahead.example.net"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains("1 of 1 changed"), "{out}");
+    assert!(
+        err.contains("decided, but could not write the approval file"),
+        "{err}"
+    );
+    assert!(err.contains("keeps trying"), "{err}");
+    let (_, doc) = http_get(port, "/nodes/ahead.example.net");
+    assert!(!doc.contains("\"denied\""), "the approval applies: {doc}");
+    std::fs::remove_dir(&blocker).unwrap();
+    wait_until("the daemon wrote it", Duration::from_secs(10), || {
+        std::fs::read_to_string(&file).is_ok_and(|t| t.contains("ahead.example.net"))
+    });
+    // 300 short names: two requests (256 is the daemon's cap), all denied.
+    let many: Vec<String> = (0..300).map(|n| format!("g{n}")).collect();
+    let mut args = vec!["deny"];
+    args.extend(many.iter().map(String::as_str));
+    let out = cli_ok(&dir, &args);
+    assert!(out.contains("300 of 300 changed"), "{out}");
+    stop(daemon);
+}
+
 /// Two active-active instances of one site: an approval given on either is honoured
 /// by the instance that owns the node, and both list the same pending nodes.
 #[test]

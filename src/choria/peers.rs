@@ -22,7 +22,7 @@ mod approvals;
 pub(crate) use approvals::approvals_subject;
 pub(crate) use approvals::{
     publish_approvals, subscribe_approvals, ApprovalBatch, ApprovalRecord, BatchKind, Decision,
-    RecordWire, MAX_BY, MAX_FACTS, MAX_FACT_VALUE, MAX_REASON, MAX_RECORDS, MAX_VERSION,
+    RecordWire, MAX_BY, MAX_CLOCK, MAX_FACTS, MAX_FACT_VALUE, MAX_REASON, MAX_RECORDS, MAX_VERSION,
 };
 
 use md5::{Digest, Md5};
@@ -163,11 +163,16 @@ pub(crate) enum PeerMessageError {
     /// long or holding a control character.
     #[error("an approvals message with too many records or a bad string in a record")]
     Field,
+    /// An approvals record whose decision clock is past [`MAX_CLOCK`], or does not
+    /// match its decision (0 exactly when undecided), or an undecided record that
+    /// was never held.
+    #[error("an approvals record with a bad decision clock")]
+    Clock,
 }
 
 impl PeerMessageError {
-    /// `too_large`, `undecodable`, `identity`, `foreign_site`, `period` or
-    /// `field`: the metric label.
+    /// `too_large`, `undecodable`, `identity`, `foreign_site`, `period`, `field`
+    /// or `clock`: the metric label.
     pub(crate) fn reason(&self) -> &'static str {
         match self {
             PeerMessageError::TooLarge(_) => "too_large",
@@ -176,6 +181,7 @@ impl PeerMessageError {
             PeerMessageError::ForeignSite => "foreign_site",
             PeerMessageError::Period(_) => "period",
             PeerMessageError::Field => "field",
+            PeerMessageError::Clock => "clock",
         }
     }
 }
@@ -183,7 +189,7 @@ impl PeerMessageError {
 /// Every [`PeerMessageError::reason`]: the metrics layer's list, whose series start
 /// at 0 (a test checks every reason is in it).
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) const PEER_REFUSALS: [&str; 6] = crate::metrics::PEER_REFUSALS;
+pub(crate) const PEER_REFUSALS: [&str; 7] = crate::metrics::PEER_REFUSALS;
 
 /// `provisioning.provisioner.peers.<site>`; `site` must be one subject token.
 pub(crate) fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {

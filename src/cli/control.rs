@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use super::args::Invocation;
 use super::fail;
 use crate::fleet::approvals::{PendingRow, MAX_PAGE};
-use crate::fleet::control::{ApprovalAnswer, ControlRequest, Response};
+use crate::fleet::control::{
+    ApprovalAnswer, ControlRequest, NotTakenRow, Response, MAX_IDENTITIES,
+};
 use crate::fleet::control_socket::{send, MAX_REQUEST};
 use crate::untrusted::shown;
 
@@ -162,13 +164,19 @@ pub(crate) fn pending_table(rows: &[PendingRow], total: usize) -> String {
     out
 }
 
-/// Identities split into requests that each fit the control socket's 4 KiB.
+/// Identities split into requests that each fit the daemon's caps: the control
+/// socket's 4 KiB and [`MAX_IDENTITIES`] a request.
 fn chunks(identities: &[String]) -> Vec<Vec<String>> {
     let mut out: Vec<Vec<String>> = Vec::new();
     let mut bytes = 0;
     for identity in identities {
+        // Quotes, a comma, and room for escapes (a bad name is refused by the
+        // daemon with its reason, not cut here).
         let size = identity.len() + 8;
-        if out.is_empty() || bytes + size > MAX_REQUEST - 512 {
+        let full = out
+            .last()
+            .is_none_or(|last| last.len() == MAX_IDENTITIES || bytes + size > MAX_REQUEST - 512);
+        if full {
             out.push(Vec::new());
             bytes = 0;
         }
@@ -180,8 +188,18 @@ fn chunks(identities: &[String]) -> Vec<Vec<String>> {
     out
 }
 
+/// `n` identities named, with the first and the last: `3 (a … c)`.
+fn named(identities: &[String]) -> String {
+    match identities {
+        [] => "none".into(),
+        [one] => format!("1 ({})", shown(one)),
+        [first, .., last] => format!("{} ({} … {})", identities.len(), shown(first), shown(last)),
+    }
+}
+
 /// Sends one request per chunk of `identities`, made by `make`, and says what
-/// changed.
+/// changed; exits non-zero when anything was not decided or not written, saying
+/// which identities were decided and which were not.
 fn decide(
     inv: &Invocation,
     identities: &[String],
@@ -195,22 +213,56 @@ fn decide(
         Ok(p) => p,
         Err(code) => return code,
     };
-    let mut changed = 0;
-    let mut pending = 0;
-    for chunk in chunks(identities) {
-        match exchange(&path, &make(chunk)).and_then(approval_part) {
+    let chunks = chunks(identities);
+    let (mut changed, mut pending, mut sent) = (0, 0, 0);
+    let mut not_taken = Vec::new();
+    let mut not_saved = None;
+    for (n, chunk) in chunks.iter().enumerate() {
+        let size = chunk.len();
+        match exchange(&path, &make(chunk.clone())).and_then(approval_part) {
             Ok(a) => {
                 changed += a.changed.len();
                 pending = a.total_pending;
+                not_taken.extend(a.not_taken);
+                not_saved = a.not_saved.or(not_saved);
+                sent += size;
             }
-            Err(code) => return code,
+            Err(code) => {
+                if n > 0 {
+                    eprintln!(
+                        "{verb}: stopped at request {} of {}: decided {} of the {} named; not decided: {}",
+                        n + 1,
+                        chunks.len(),
+                        named(&identities[..sent]),
+                        identities.len(),
+                        named(&identities[sent..])
+                    );
+                }
+                return code;
+            }
         }
     }
     println!(
         "{verb}: {changed} of {} changed; {pending} identities wait for approval",
         identities.len()
     );
-    0
+    shortfall(verb, &not_taken, not_saved.as_deref())
+}
+
+/// Says which decisions were not taken and whether they were not written; the
+/// exit code: 1 if either, 0 if neither.
+fn shortfall(verb: &str, not_taken: &[NotTakenRow], not_saved: Option<&str>) -> i32 {
+    for row in not_taken {
+        eprintln!(
+            "{verb}: not taken for {}: {}",
+            shown(&row.identity),
+            shown(&row.reason)
+        );
+    }
+    if let Some(e) = not_saved {
+        eprintln!("{verb}: decided, but {}", shown(e));
+    }
+    i32::from(!not_taken.is_empty() || not_saved.is_some())
 }
 
 /// Runs `approve`; returns the exit code.
@@ -255,7 +307,7 @@ pub(super) fn approve(inv: &Invocation, identities: &[String], all: bool, yes: b
                 a.changed.len(),
                 a.total_pending
             );
-            0
+            shortfall("approve --all", &a.not_taken, a.not_saved.as_deref())
         }
         Err(code) => code,
     }
@@ -289,5 +341,29 @@ fn describe(answer: &Response) -> String {
         state
     } else {
         format!("{} (now {state})", shown(&answer.message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_are_split_by_the_daemon_s_count_and_byte_caps() {
+        let short: Vec<String> = (0..300).map(|n| format!("n{n}")).collect();
+        let sizes: Vec<usize> = chunks(&short).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [MAX_IDENTITIES, 300 - MAX_IDENTITIES]);
+        let long: Vec<String> = (0..40).map(|n| format!("{n}{}", "x".repeat(200))).collect();
+        let split = chunks(&long);
+        assert!(split.len() > 1);
+        for chunk in &split {
+            let request = serde_json::to_vec(&ControlRequest::Approve {
+                identities: chunk.clone(),
+            })
+            .unwrap();
+            assert!(request.len() < MAX_REQUEST, "{} bytes", request.len());
+        }
+        assert_eq!(split.concat(), long, "in order, none lost");
+        assert_eq!(named(&short[..3]), "3 (n0 … n2)");
     }
 }

@@ -20,8 +20,9 @@
 //!   100,000 decided ones (`approvals/table.rs` says which give way); every string
 //!   of a record is bounded, so the table is bounded in bytes too.
 //! - **Every instance of the site** holds the same table: each change is sent on
-//!   `provisioning.provisioner.approvals.<site>` and merged by time, a hold never
-//!   undoing an approval or a denial (`approvals/sync.rs`, `approvals/table.rs`),
+//!   `provisioning.provisioner.approvals.<site>` and merged by one join whatever
+//!   the order (`approvals/merge.rs`: a decision's clock, never a hold, orders it;
+//!   `approvals/sync.rs`, `approvals/table.rs`),
 //!   so an approval given on one instance is honoured by the one that owns the
 //!   node, in active-active and across an election.
 
@@ -40,13 +41,14 @@ use super::audit::AuditLog;
 use super::control::Operator;
 use super::{Fleet, Source};
 use crate::choria::identity::Identity;
-use crate::choria::peers::{ApprovalRecord, Decision, MAX_BY, MAX_REASON, MAX_VERSION};
+use crate::choria::peers::{ApprovalRecord, Decision, MAX_BY, MAX_CLOCK, MAX_REASON, MAX_VERSION};
 use crate::config::{ApprovalRules, Config};
 use crate::metrics::Metrics;
 use crate::node::approval::{Gate, Verdict};
 
 mod facts;
 mod file;
+mod merge;
 pub(crate) mod sync;
 mod table;
 
@@ -109,8 +111,19 @@ impl From<&ApprovalRecord> for PendingRow {
 pub(crate) struct Decided {
     /// The identities whose standing changed.
     pub changed: Vec<Identity>,
+    /// The identities the decision could not be taken for, and why.
+    pub not_taken: Vec<(Identity, NotTaken)>,
     /// Whether the approval file has the decision (it applies either way).
     pub saved: Result<(), ApprovalFileError>,
+}
+
+/// Why a decision on an identity was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotTaken {
+    /// Its decision clock is at [`MAX_CLOCK`]: no later decision can be ordered
+    /// after it (only a peer or a file that lies puts it there).
+    #[error("its decision clock is at its limit")]
+    ClockExhausted,
 }
 
 /// The approvals of one provisioner: the table, its file, the gate.
@@ -223,7 +236,7 @@ impl Approvals {
             return Admission::Go;
         }
         let mut table = self.table.lock();
-        match table.get(identity).map(|r| r.decision) {
+        match table.standing(identity) {
             Some(Decision::Pending) => {
                 table.seen(identity, crate::clock::unix_now());
                 Admission::Pending
@@ -301,6 +314,11 @@ impl Approvals {
 
     /// Records `decision` for each of `identities`, writes the file, tells the
     /// audit trail, the log and the other instances, and queues approved nodes.
+    ///
+    /// Each decision's clock is one more than the record's: it comes after every
+    /// decision this instance has seen for the identity, on every instance that
+    /// merges it (`merge.rs`). An approval or a denial keeps the node's sightings;
+    /// a forget starts them afresh (the node waits again when seen).
     fn decide(
         &self,
         identities: &[Identity],
@@ -309,30 +327,40 @@ impl Approvals {
         by: &Operator,
     ) -> Decided {
         let now = u64::try_from(crate::clock::unix_nanos()).unwrap_or(0);
-        let mut changed = Vec::new();
+        let (mut changed, mut not_taken) = (Vec::new(), Vec::new());
         {
             let mut table = self.table.lock();
             for identity in identities {
                 let old = table.get(identity).cloned();
-                if old
-                    .as_ref()
-                    .is_some_and(|o| o.decision == decision && o.reason == reason)
+                let standing = old.as_ref().map(ApprovalRecord::standing);
+                let same = old.as_ref().is_some_and(|o| o.reason == reason);
+                if (standing == Some(decision) && same)
+                    || (decision == Decision::Forgotten && standing.is_none())
                 {
                     continue;
                 }
-                // Later than what the table holds even if the clock stepped back.
-                let at = old.as_ref().map_or(now, |o| now.max(o.at + 1));
-                let record = ApprovalRecord {
-                    identity: identity.clone(),
-                    decision,
-                    at,
-                    by: clean(&by.to_string(), MAX_BY),
-                    reason: clean(reason, MAX_REASON),
-                    first_seen: old.as_ref().map_or(0, |o| o.first_seen),
-                    last_seen: old.as_ref().map_or(0, |o| o.last_seen),
-                    version: old.as_ref().map_or(String::new(), |o| o.version.clone()),
-                    facts: old.map_or(Vec::new(), |o| o.facts),
-                };
+                let clock = old.as_ref().map_or(0, |o| o.clock);
+                if clock >= MAX_CLOCK {
+                    not_taken.push((identity.clone(), NotTaken::ClockExhausted));
+                    continue;
+                }
+                let mut record = old.unwrap_or_else(|| {
+                    let mut none = ApprovalRecord::held(identity.clone(), 0);
+                    (none.held_at, none.first_seen, none.last_seen) = (0, 0, 0);
+                    none
+                });
+                record.clock = clock + 1;
+                record.decision = decision;
+                record.at = now;
+                record.by = clean(&by.to_string(), MAX_BY);
+                record.instance.clone_from(&self.instance);
+                record.reason = clean(reason, MAX_REASON);
+                if decision == Decision::Forgotten {
+                    (record.held_at, record.first_seen, record.last_seen) = (0, 0, 0);
+                    record.version.clear();
+                    record.facts.clear();
+                }
+                // A higher clock than the table's: the join takes it whole.
                 table.merge(record.clone());
                 self.send(record);
                 changed.push(identity.clone());
@@ -346,7 +374,11 @@ impl Approvals {
             self.decided_by_operator(identity, decision, reason, by);
         }
         self.update_gauges();
-        Decided { changed, saved }
+        Decided {
+            changed,
+            not_taken,
+            saved,
+        }
     }
 
     /// Logs, audits, counts and (approved) queues one operator's decision.
@@ -398,28 +430,34 @@ impl Approvals {
         }
     }
 
-    /// Takes records another instance sent; the approved ones are queued.
+    /// Takes records another instance sent; the ones that became approved are
+    /// queued.
     pub(crate) fn merge(&self, records: Vec<ApprovalRecord>, from: &str) {
         let mut approved = Vec::new();
         let mut any = false;
         {
             let mut table = self.table.lock();
             for record in records {
-                let (identity, decision, by) =
-                    (record.identity.clone(), record.decision, record.by.clone());
-                if let Change::Took(before) = table.merge(record) {
-                    any = true;
-                    if decision != Decision::Pending && before != Some(decision) {
-                        log::info!(
-                            "{identity} {} by {} (told by the instance {})",
-                            decision.name(),
-                            crate::untrusted::shown(&by),
-                            crate::untrusted::shown(from)
-                        );
-                    }
-                    if decision == Decision::Approved && before != Some(Decision::Approved) {
-                        approved.push(identity);
-                    }
+                let identity = record.identity.clone();
+                let Change::Took(before) = table.merge(record) else {
+                    continue;
+                };
+                any = true;
+                let Some(now) = table.get(&identity) else {
+                    continue; // forgotten at once for room
+                };
+                let standing = now.standing();
+                if standing != Decision::Pending && before != Some(standing) {
+                    log::info!(
+                        "{identity} {} by {} on the instance {} (told by {})",
+                        standing.name(),
+                        crate::untrusted::shown(&now.by),
+                        crate::untrusted::shown(&now.instance),
+                        crate::untrusted::shown(from)
+                    );
+                }
+                if standing == Decision::Approved && before != Some(Decision::Approved) {
+                    approved.push(identity);
                 }
             }
         }
@@ -449,7 +487,9 @@ impl Approvals {
         if !self.dirty.swap(false, Ordering::Relaxed) {
             return Ok(());
         }
-        let bytes = file::encode(self.table.lock().records());
+        // A reference count per record under the lock; encoded and written after it.
+        let snapshot = self.table.lock().snapshot();
+        let bytes = file::encode(snapshot.iter().map(|r| &**r));
         file::write(path, &bytes).inspect_err(|_| self.dirty.store(true, Ordering::Relaxed))
     }
 
@@ -480,7 +520,8 @@ impl Approvals {
 
     /// Every record, for a peer that asked (a hello).
     pub(crate) fn all_records(&self) -> Vec<ApprovalRecord> {
-        self.table.lock().records().cloned().collect()
+        let snapshot = self.table.lock().snapshot();
+        snapshot.iter().map(|r| (**r).clone()).collect()
     }
 
     /// The changes waiting to be sent to the other instances.
@@ -502,7 +543,7 @@ impl Approvals {
 
 /// What an operator's decision in `record` says of the node, if it says anything.
 fn decided_verdict(record: Option<&ApprovalRecord>) -> Option<Verdict> {
-    match record.map(|r| r.decision) {
+    match record.map(ApprovalRecord::standing) {
         Some(Decision::Approved) => Some(Verdict::Go),
         Some(Decision::Denied) => Some(Verdict::Denied),
         _ => None,
@@ -515,34 +556,29 @@ impl Gate for Approvals {
             return Verdict::Go;
         }
         let now_ns = u64::try_from(crate::clock::unix_nanos()).unwrap_or(0);
-        let now = now_ns / 1_000_000_000;
         // An approved node (the usual case once decided) costs no facts' decoding.
         if let Some(decided) = decided_verdict(self.table.lock().get(identity)) {
             return decided;
         }
-        let record = ApprovalRecord {
-            identity: identity.clone(),
-            decision: Decision::Pending,
-            at: now_ns,
-            by: self.instance.clone(),
-            reason: String::new(),
-            first_seen: now,
-            last_seen: now,
-            version: clean(version, MAX_VERSION),
-            facts: facts::facts_of(inventory, &self.facts),
-        };
-        let (change, decided) = {
+        let (version, facts) = (
+            clean(version, MAX_VERSION),
+            facts::facts_of(inventory, &self.facts),
+        );
+        let (change, decided, record) = {
             let mut table = self.table.lock();
-            let change = table.merge(record.clone());
+            let change = table.hold(identity, now_ns, version, facts);
             // An operator may have decided while the facts were read: a hold
             // never undoes that, and the table says so.
-            (change, decided_verdict(table.get(identity)))
+            let record = table.get(identity).cloned();
+            (change, decided_verdict(record.as_ref()), record)
         };
         if let Some(decided) = decided {
             return decided;
         }
         if change == Change::Took(None) || change == Change::Took(Some(Decision::Forgotten)) {
             log::info!("{identity} waits for an operator's approval");
+        }
+        if let (Change::Took(_), Some(record)) = (change, record) {
             self.send(record);
         }
         self.dirty.store(true, Ordering::Relaxed);

@@ -98,6 +98,24 @@ pub(crate) struct ApprovalAnswer {
     /// The identities whose standing the request changed.
     #[serde(default)]
     pub changed: Vec<String>,
+    /// The identities the decision could not be taken for, each with why: nothing
+    /// was recorded or audited for them.
+    #[serde(default)]
+    pub not_taken: Vec<NotTakenRow>,
+    /// Why the approval file does not have the decisions taken (a full disk, a
+    /// read-only filesystem): they apply, the daemon keeps trying to write them,
+    /// and a restart before it succeeds would not know them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_saved: Option<String>,
+}
+
+/// An identity a decision was not taken for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NotTakenRow {
+    /// The identity.
+    pub identity: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// The daemon's answer.
@@ -219,7 +237,7 @@ pub(crate) struct DaemonHooks {
 }
 
 /// The most identities one request names (a request is 4 KiB at most anyway).
-const MAX_IDENTITIES: usize = 256;
+pub(crate) const MAX_IDENTITIES: usize = 256;
 
 /// Carries out operators' requests: the pause flag, the pause file, the daemon.
 pub(crate) struct Controller {
@@ -383,6 +401,8 @@ impl Controller {
                         now: now_nanos(),
                         pending,
                         changed: Vec::new(),
+                        not_taken: Vec::new(),
+                        not_saved: None,
                     }),
                     ..self.answer(String::new())
                 };
@@ -409,16 +429,19 @@ impl Controller {
                 unreachable!("handled by Controller::handle")
             }
         };
-        let message = match &decided.saved {
-            Ok(()) => format!("{} changed", decided.changed.len()),
-            Err(e) => {
-                log::error!("{e}");
-                format!(
-                    "{} changed, but {e}: a restart would not know the decision",
-                    decided.changed.len()
-                )
+        let not_saved = decided.saved.as_ref().err().map(|e| {
+            log::error!("{e}; trying again every second");
+            format!("{e}: the daemon keeps trying to write it; a restart before it succeeds would not know the decision")
+        });
+        let message = format!(
+            "{} changed{}",
+            decided.changed.len(),
+            if decided.not_taken.is_empty() {
+                String::new()
+            } else {
+                format!(", {} not taken", decided.not_taken.len())
             }
-        };
+        );
         let (total_pending, _) = approvals.pending(0, 0);
         Response {
             approvals: Some(ApprovalAnswer {
@@ -426,6 +449,15 @@ impl Controller {
                 now: now_nanos(),
                 pending: Vec::new(),
                 changed: decided.changed.iter().map(|i| i.to_string()).collect(),
+                not_taken: decided
+                    .not_taken
+                    .iter()
+                    .map(|(identity, why)| NotTakenRow {
+                        identity: identity.to_string(),
+                        reason: why.to_string(),
+                    })
+                    .collect(),
+                not_saved,
             }),
             ..self.answer(message)
         }

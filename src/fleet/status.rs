@@ -513,10 +513,10 @@ impl FleetStatus {
 
 /// A pending or denied node as `/nodes` shows it.
 fn approval_json(r: &ApprovalRecord) -> Value {
-    let state = r.decision.name();
+    let state = r.standing().name();
     let decided = crate::clock::rfc3339((r.at / 1_000_000_000) as f64);
     let mut doc = json!({"identity": r.identity.as_str(), "state": state});
-    if r.decision == Decision::Pending {
+    if r.standing() == Decision::Pending {
         doc["first_seen"] = crate::clock::rfc3339(r.first_seen as f64).into();
         doc["last_seen"] = crate::clock::rfc3339(r.last_seen as f64).into();
     } else {
@@ -590,7 +590,7 @@ impl crate::metrics::NodeStatus for FleetStatus {
                 .0
                 .approvals()
                 .and_then(|a| a.record(&identity))
-                .filter(|r| matches!(r.decision, Decision::Pending | Decision::Denied))
+                .filter(|r| matches!(r.standing(), Decision::Pending | Decision::Denied))
                 .map(|r| approval_json(&r));
         }
         let history = board.history_of(identity.as_str());

@@ -201,13 +201,14 @@ pub(crate) const OUTCOMES: [&str; 13] = [
 
 /// The `reason` label values of `choria_provisioner_peer_messages_refused`, each
 /// created at 0 (the same words as `choria::peers::PeerMessageError::reason`).
-pub(crate) const PEER_REFUSALS: [&str; 6] = [
+pub(crate) const PEER_REFUSALS: [&str; 7] = [
     "too_large",
     "undecodable",
     "identity",
     "foreign_site",
     "period",
     "field",
+    "clock",
 ];
 
 /// Why the control socket closed or refused a connection early (`door="control"`

@@ -2,10 +2,11 @@
 //! `provisioning.provisioner.approvals.<site>`, and the same records as the
 //! approval file keeps them.
 //!
-//! A record says where one identity stands (pending, approved, denied, forgotten),
-//! when that was decided (Unix nanoseconds) and by whom. Instances merge records by
-//! that time, the later winning (ties go to the stricter decision), so every
-//! instance ends with the same table whatever order the messages came in. A batch
+//! A record says what was last decided on one identity (approved, denied,
+//! forgotten, or nothing yet), the decision's clock (a per-identity counter that
+//! orders it), by whom and on which instance, and the sightings since. Instances
+//! merge records by the rule of `fleet/approvals/merge.rs`, so every instance ends
+//! with the same table whatever order the messages came in. A batch
 //! is a few hundred records at most; each record's strings are bounded and free of
 //! control characters, its identity passes [`Identity::parse`], and a batch from
 //! another site is refused: a hostile or buggy peer costs a counted refusal.
@@ -36,27 +37,24 @@ pub(crate) const MAX_FACT_NAME: usize = 64;
 /// The longest fact value kept (longer ones are cut when taken from an inventory).
 pub(crate) const MAX_FACT_VALUE: usize = 128;
 
-/// Where an identity stands. The order breaks ties between records of the same
-/// time: the stricter decision wins.
+/// An operator's decision on an identity, or none yet ([`Decision::Pending`]). The
+/// order breaks ties between two decisions of the same [`ApprovalRecord::clock`]
+/// (taken on two instances that had not heard of each other's): the one that lets
+/// less through wins, so a tie never provisions a node one of them held back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Decision {
-    /// Waiting for an operator.
+    /// No decision yet (clock 0): the identity waits for an operator once held.
     Pending,
-    /// An operator took the decision back: the identity waits again when seen.
-    Forgotten,
     /// Its helper may run.
     Approved,
+    /// An operator took the decision back: the identity waits again when seen.
+    Forgotten,
     /// Refused at admission until forgotten.
     Denied,
 }
 
 impl Decision {
-    /// True for an operator's approval or denial.
-    pub(crate) fn decided(self) -> bool {
-        matches!(self, Decision::Approved | Decision::Denied)
-    }
-
     /// `pending`, `forgotten`, `approved` or `denied`.
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -68,21 +66,40 @@ impl Decision {
     }
 }
 
-/// One identity's standing, validated.
+/// The highest decision clock accepted from a peer or the file: far beyond what
+/// operators can reach (one decision a nanosecond for a century is under 2^62),
+/// and far enough below `u64::MAX` that one more is never a wrap.
+pub(crate) const MAX_CLOCK: u64 = 1 << 62;
+
+/// One identity's record: the last decision taken on it, and the sightings since.
+///
+/// Two parts, merged by the rule in `fleet/approvals/merge.rs`: the decision (its
+/// `clock`, a counter of this identity's decisions, decides which is later; the
+/// times are only shown) and the sightings that belong to it (`held_at`,
+/// `first_seen`, `last_seen`, `version`, `facts`: the node as instances saw it
+/// since that decision).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApprovalRecord {
     /// The node.
     pub identity: Identity,
-    /// Where it stands.
+    /// The decision's place in this identity's history: one more than the clock of
+    /// every decision the deciding instance had seen for it; 0 with no decision.
+    pub clock: u64,
+    /// The last decision ([`Decision::Pending`] exactly when `clock` is 0).
     pub decision: Decision,
-    /// When that was decided (for a pending record, when it was first held), in
-    /// Unix nanoseconds: the later record wins a merge.
+    /// When it was taken, Unix nanoseconds, by the deciding instance's clock: shown,
+    /// and a tie-break, never an order (0 with no decision).
     pub at: u64,
-    /// The operator who decided, or the instance that held the node.
+    /// The operator who decided, as the deciding instance's kernel named them.
     pub by: String,
+    /// The instance that took the decision (its Choria identity).
+    pub instance: String,
     /// The operator's reason (deny).
     pub reason: String,
-    /// When the node was first held, Unix seconds (0: never seen).
+    /// When an instance first held the node since the decision, Unix nanoseconds
+    /// (0: not held since): a held node without an approval or denial waits.
+    pub held_at: u64,
+    /// When the node was first held since the decision, Unix seconds (0: never).
     pub first_seen: u64,
     /// When the node was last seen (held, discovered or announced), Unix seconds.
     pub last_seen: u64,
@@ -92,17 +109,55 @@ pub(crate) struct ApprovalRecord {
     pub facts: Vec<(String, String)>,
 }
 
+impl ApprovalRecord {
+    /// A node held for the first time, with no decision.
+    pub(crate) fn held(identity: Identity, now_ns: u64) -> ApprovalRecord {
+        let now = now_ns / 1_000_000_000;
+        ApprovalRecord {
+            identity,
+            clock: 0,
+            decision: Decision::Pending,
+            at: 0,
+            by: String::new(),
+            instance: String::new(),
+            reason: String::new(),
+            held_at: now_ns.max(1),
+            first_seen: now,
+            last_seen: now,
+            version: String::new(),
+            facts: Vec::new(),
+        }
+    }
+
+    /// Where the identity stands: approved or denied as decided; otherwise
+    /// (no decision, or one forgotten) pending once held since, forgotten if not.
+    pub(crate) fn standing(&self) -> Decision {
+        match self.decision {
+            Decision::Approved | Decision::Denied => self.decision,
+            _ if self.held_at > 0 => Decision::Pending,
+            _ => Decision::Forgotten,
+        }
+    }
+}
+
 /// The wire form of [`ApprovalRecord`] before validation.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RecordWire {
     identity: String,
+    #[serde(default)]
+    clock: u64,
     decision: Decision,
+    #[serde(default)]
     at: u64,
     #[serde(default)]
     by: String,
     #[serde(default)]
+    instance: String,
+    #[serde(default)]
     reason: String,
+    #[serde(default)]
+    held_at: u64,
     #[serde(default)]
     first_seen: u64,
     #[serde(default)]
@@ -117,10 +172,13 @@ impl From<&ApprovalRecord> for RecordWire {
     fn from(r: &ApprovalRecord) -> RecordWire {
         RecordWire {
             identity: r.identity.to_string(),
+            clock: r.clock,
             decision: r.decision,
             at: r.at,
             by: r.by.clone(),
+            instance: r.instance.clone(),
             reason: r.reason.clone(),
+            held_at: r.held_at,
             first_seen: r.first_seen,
             last_seen: r.last_seen,
             version: r.version.clone(),
@@ -136,7 +194,9 @@ fn bounded(text: &str, most: usize) -> bool {
 }
 
 impl RecordWire {
-    /// The record, checked.
+    /// The record, checked: its strings bounded, its clock at most [`MAX_CLOCK`]
+    /// and 0 exactly when it holds no decision, and a record without a decision
+    /// held (there is nothing else it could say).
     pub(crate) fn check(self) -> Result<ApprovalRecord, PeerMessageError> {
         let identity = Identity::parse(&self.identity).map_err(PeerMessageError::Identity)?;
         let facts_ok = self.facts.len() <= MAX_FACTS
@@ -144,18 +204,29 @@ impl RecordWire {
                 !k.is_empty() && bounded(k, MAX_FACT_NAME) && bounded(v, MAX_FACT_VALUE)
             });
         if !bounded(&self.by, MAX_BY)
+            || !bounded(&self.instance, MAX_BY)
             || !bounded(&self.reason, MAX_REASON)
             || !bounded(&self.version, MAX_VERSION)
             || !facts_ok
         {
             return Err(PeerMessageError::Field);
         }
+        let undecided = self.decision == Decision::Pending;
+        if self.clock > MAX_CLOCK
+            || undecided != (self.clock == 0)
+            || (undecided && self.held_at == 0)
+        {
+            return Err(PeerMessageError::Clock);
+        }
         Ok(ApprovalRecord {
             identity,
+            clock: self.clock,
             decision: self.decision,
             at: self.at,
             by: self.by,
+            instance: self.instance,
             reason: self.reason,
+            held_at: self.held_at,
             first_seen: self.first_seen,
             last_seen: self.last_seen,
             version: self.version,
@@ -266,6 +337,9 @@ mod tests {
         ApprovalRecord {
             identity: Identity::parse(id).unwrap(),
             decision,
+            clock: 1,
+            instance: "p1.example.net".into(),
+            held_at: 0,
             at,
             by: "alice (uid 1000, pid 7)".into(),
             reason: String::new(),
@@ -305,6 +379,14 @@ mod tests {
             reason(text.replace("AlmaLinux", "Alma\\nLinux").as_bytes()),
             "field"
         );
+        // Decision clocks: past the limit, or not matching the decision.
+        let clocked = |from: &str, to: &str| reason(text.replacen(from, to, 1).as_bytes());
+        assert_eq!(
+            clocked("\"clock\":1", "\"clock\":4611686018427387905"),
+            "clock"
+        );
+        assert_eq!(clocked("\"clock\":1", "\"clock\":0"), "clock");
+        assert_eq!(clocked("\"approved\"", "\"pending\""), "clock");
         let mut many = batch.clone();
         many.records = vec![record("n.example.net", Decision::Pending, 1); MAX_RECORDS + 1];
         assert_eq!(reason(&many.to_json()), "field");
@@ -325,8 +407,8 @@ mod tests {
             "provisioning.provisioner.approvals._"
         );
         assert!(approvals_subject("a.b").is_err());
-        assert!(Decision::Denied > Decision::Approved);
-        assert!(Decision::Approved > Decision::Forgotten);
-        assert!(Decision::Forgotten > Decision::Pending);
+        assert!(Decision::Denied > Decision::Forgotten);
+        assert!(Decision::Forgotten > Decision::Approved);
+        assert!(Decision::Approved > Decision::Pending);
     }
 }

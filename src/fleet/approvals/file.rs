@@ -124,6 +124,9 @@ mod tests {
         let record = ApprovalRecord {
             identity: Identity::parse("n1.example.net").unwrap(),
             decision: Decision::Denied,
+            clock: 1,
+            instance: "p1.example.net".into(),
+            held_at: 0,
             at: 7,
             by: "alice (uid 1000, pid 9)".into(),
             reason: "unknown rack".into(),

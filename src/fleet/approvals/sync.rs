@@ -8,7 +8,7 @@
 //!   lost), and after its inbox had to drop a message, the thread says hello;
 //!   every instance that hears a hello sends its whole table (at most once per
 //!   [`FULL_EVERY`]), so an instance that was down or cut off catches up, and
-//!   merging by time makes the order of arrival irrelevant.
+//!   the merge rule (`merge.rs`) makes the order of arrival irrelevant.
 //! - Messages wait for this thread in an inbox of [`INBOX`] messages and
 //!   [`INBOX_BYTES`]: past either they are dropped and counted
 //!   (`peer_messages_dropped{kind="approvals"}`), and a hello fetches them again.

@@ -1,18 +1,28 @@
 //! The table of approvals: one record per identity, bounded in count (and so in
 //! bytes: every string of a record is bounded). No I/O, no clock: the caller passes
-//! the time.
+//! the time. Records merge by the join of `merge.rs`; each is kept behind an `Arc`,
+//! so that a copy of the whole table (for the file, or a peer) costs a reference
+//! count per record under the table's lock, and its encoding is done outside it.
 //!
 //! Two bounds, each enforced by forgetting the oldest tenth at once when it is
 //! passed (so that a flood costs one sort per tenth, not one scan per identity):
 //! - pending records: `max_pending`; the ones seen longest ago go (an honest node
 //!   is seen again by every discovery, a made-up name only while someone keeps
-//!   answering for it);
+//!   answering for it). A pending record that carries a forgotten decision keeps
+//!   the decision (its sightings go), so that the forget still outranks an older
+//!   approval a peer may bring back;
 //! - decided records (approved, denied, forgotten): [`MAX_DECIDED`]; the ones
 //!   decided longest ago go. A forgotten decision only makes its node wait again:
 //!   a denied node comes back as pending, never as approved.
+//!
+//! The bounds are the one place the table is not a pure join: an instance that
+//! forgot a record for room takes it back from a peer that kept it. Every instance
+//! of a site runs with the same bounds, so they forget the same records.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use super::merge::join;
 use crate::choria::identity::Identity;
 use crate::choria::peers::{ApprovalRecord, Decision};
 
@@ -24,15 +34,15 @@ pub(crate) const MAX_DECIDED: usize = 100_000;
 pub(crate) enum Change {
     /// Nothing: the table already knew as much or more.
     None,
-    /// The record was taken; the identity's decision was this before (`None`: it
-    /// had no record).
+    /// The record changed; the identity stood thus before (`None`: it had no
+    /// record).
     Took(Option<Decision>),
 }
 
 /// The records, with their counts.
 #[derive(Debug)]
 pub(crate) struct Table {
-    records: HashMap<Identity, ApprovalRecord>,
+    records: HashMap<Identity, Arc<ApprovalRecord>>,
     pending: usize,
     max_pending: usize,
     max_decided: usize,
@@ -60,7 +70,12 @@ impl Table {
 
     /// The record of `identity`.
     pub(crate) fn get(&self, identity: &Identity) -> Option<&ApprovalRecord> {
-        self.records.get(identity)
+        self.records.get(identity).map(|r| &**r)
+    }
+
+    /// Where `identity` stands, if it has a record.
+    pub(crate) fn standing(&self, identity: &Identity) -> Option<Decision> {
+        self.records.get(identity).map(|r| r.standing())
     }
 
     /// Pending records now.
@@ -70,7 +85,12 @@ impl Table {
 
     /// Every record.
     pub(crate) fn records(&self) -> impl Iterator<Item = &ApprovalRecord> {
-        self.records.values()
+        self.records.values().map(|r| &**r)
+    }
+
+    /// Every record, shared: a reference count each (encode them after the lock).
+    pub(crate) fn snapshot(&self) -> Vec<Arc<ApprovalRecord>> {
+        self.records.values().cloned().collect()
     }
 
     /// How many pending records were forgotten for room since the last call.
@@ -82,92 +102,98 @@ impl Table {
     /// true when it is.
     pub(crate) fn seen(&mut self, identity: &Identity, now: u64) -> bool {
         match self.records.get_mut(identity) {
-            Some(r) if r.decision == Decision::Pending => {
-                r.last_seen = r.last_seen.max(now);
+            Some(r) if r.standing() == Decision::Pending => {
+                if r.last_seen < now {
+                    Arc::make_mut(r).last_seen = now;
+                }
                 true
             }
             _ => false,
         }
     }
 
-    /// Takes `record` if it is newer than what the table has (a later `at`, or the
-    /// same `at` and a stricter decision), except that an approval or a denial and a
-    /// hold never compare times: the decision wins. Two pending records of one
-    /// identity are one: the first sighting and the last are kept, the newer facts
-    /// win.
-    pub(crate) fn merge(&mut self, record: ApprovalRecord) -> Change {
-        let before = match self.records.get_mut(&record.identity) {
-            Some(old)
-                if old.decision == Decision::Pending && record.decision == Decision::Pending =>
-            {
-                let first = match (old.first_seen, record.first_seen) {
-                    (0, f) | (f, 0) => f,
-                    (a, b) => a.min(b),
-                };
-                let last = old.last_seen.max(record.last_seen);
-                let at = old.at.min(record.at);
-                if record.last_seen > old.last_seen {
-                    old.version = record.version;
-                    old.facts = record.facts;
-                }
-                let changed = (first, last, at) != (old.first_seen, old.last_seen, old.at);
-                (old.first_seen, old.last_seen, old.at) = (first, last, at);
-                return if changed {
-                    Change::Took(Some(Decision::Pending))
-                } else {
-                    Change::None
-                };
-            }
-            // An operator's approval or denial is never undone by a hold, whatever
-            // the times say: the holding instance's clock may run ahead, or it held
-            // the node before the decision reached it. (A forgotten decision is
-            // undone by a later hold: both mean "waits".)
-            Some(old) if record.decision == Decision::Pending && old.decision.decided() => {
-                return Change::None
-            }
-            Some(old) if old.decision == Decision::Pending && record.decision.decided() => {
-                Some(old.decision)
-            }
-            Some(old) if (old.at, old.decision) >= (record.at, record.decision) => {
-                return Change::None
-            }
-            Some(old) => Some(old.decision),
-            None => None,
+    /// Records a hold of `identity` at `now_ns` (Unix nanoseconds) with what its
+    /// inventory said: a sighting of its current decision, which it never changes.
+    pub(crate) fn hold(
+        &mut self,
+        identity: &Identity,
+        now_ns: u64,
+        version: String,
+        facts: Vec<(String, String)>,
+    ) -> Change {
+        let mut sighting = match self.records.get(identity) {
+            Some(r) => (**r).clone(),
+            None => ApprovalRecord::held(identity.clone(), now_ns),
         };
-        self.put(record);
-        Change::Took(before)
+        sighting.held_at = now_ns.max(1);
+        sighting.first_seen = now_ns / 1_000_000_000;
+        sighting.last_seen = sighting.first_seen;
+        sighting.version = version;
+        sighting.facts = facts;
+        self.merge(sighting)
     }
 
-    /// Puts `record` in, replacing the identity's, and keeps the bounds.
-    fn put(&mut self, record: ApprovalRecord) {
-        let pending = record.decision == Decision::Pending;
-        if let Some(old) = self.records.insert(record.identity.clone(), record) {
-            if old.decision == Decision::Pending {
-                self.pending -= 1;
-            }
+    /// Joins `record` into the table (`merge.rs`), keeping the bounds.
+    pub(crate) fn merge(&mut self, record: ApprovalRecord) -> Change {
+        let Some(old) = self.records.get_mut(&record.identity) else {
+            let pending = record.standing() == Decision::Pending;
+            self.records
+                .insert(record.identity.clone(), Arc::new(record));
+            self.counted(None, pending);
+            return Change::Took(None);
+        };
+        if record.clock < old.clock {
+            return Change::None; // the common refusal, without copying a shared record
+        }
+        let before = old.standing();
+        if !join(Arc::make_mut(old), &record) {
+            return Change::None;
+        }
+        let pending = old.standing() == Decision::Pending;
+        self.counted(Some(before == Decision::Pending), pending);
+        Change::Took(Some(before))
+    }
+
+    /// Counts a record that was pending (`None`: new) and is now, and keeps the
+    /// bounds.
+    fn counted(&mut self, was_pending: Option<bool>, pending: bool) {
+        if was_pending == Some(true) {
+            self.pending -= 1;
         }
         if pending {
             self.pending += 1;
             if self.pending > self.max_pending {
                 self.evict_pending();
             }
-        } else if self.records.len() - self.pending > self.max_decided {
+        }
+        if self.records.len() - self.pending > self.max_decided {
             self.evict_decided();
         }
     }
 
-    /// Forgets the tenth of the pending records seen longest ago.
+    /// Forgets the tenth of the pending records seen longest ago (a record with a
+    /// decision keeps it, without its sightings).
     fn evict_pending(&mut self) {
         let mut oldest: Vec<(u64, u64, Identity)> = self
             .records
             .values()
-            .filter(|r| r.decision == Decision::Pending)
-            .map(|r| (r.last_seen, r.at, r.identity.clone()))
+            .filter(|r| r.standing() == Decision::Pending)
+            .map(|r| (r.last_seen, r.held_at, r.identity.clone()))
             .collect();
         oldest.sort_unstable();
         let n = (self.max_pending / 10).max(1).min(oldest.len());
         for (_, _, identity) in oldest.into_iter().take(n) {
-            self.records.remove(&identity);
+            let Some(record) = self.records.get_mut(&identity) else {
+                continue;
+            };
+            if record.clock == 0 {
+                self.records.remove(&identity);
+            } else {
+                let r = Arc::make_mut(record);
+                (r.held_at, r.first_seen, r.last_seen) = (0, 0, 0);
+                r.version.clear();
+                r.facts.clear();
+            }
         }
         self.pending -= n;
         self.evicted += n as u64;
@@ -178,7 +204,7 @@ impl Table {
         let mut oldest: Vec<(u64, Identity)> = self
             .records
             .values()
-            .filter(|r| r.decision != Decision::Pending)
+            .filter(|r| r.standing() != Decision::Pending)
             .map(|r| (r.at, r.identity.clone()))
             .collect();
         oldest.sort_unstable();
@@ -195,36 +221,29 @@ impl Table {
             return Vec::new(); // a count alone: [`Table::pending`], no sort
         }
         let mut all: Vec<&ApprovalRecord> = self
-            .records
-            .values()
-            .filter(|r| r.decision == Decision::Pending)
+            .records()
+            .filter(|r| r.standing() == Decision::Pending)
             .collect();
         all.sort_unstable_by(|a, b| (a.first_seen, &a.identity).cmp(&(b.first_seen, &b.identity)));
         all.into_iter().skip(offset).take(limit).cloned().collect()
     }
 
-    /// The records of `decision`, most recent decision first: `limit` from `offset`,
-    /// and how many there are.
+    /// The records standing at `decision`, most recent decision first: `limit` from
+    /// `offset`, and how many there are.
     pub(crate) fn decided_page(
         &self,
         decision: Decision,
         offset: usize,
         limit: usize,
     ) -> (Vec<ApprovalRecord>, usize) {
-        if limit == 0 {
-            let total = self
-                .records
-                .values()
-                .filter(|r| r.decision == decision)
-                .count();
-            return (Vec::new(), total);
-        }
         let mut all: Vec<&ApprovalRecord> = self
-            .records
-            .values()
-            .filter(|r| r.decision == decision)
+            .records()
+            .filter(|r| r.standing() == decision)
             .collect();
         let total = all.len();
+        if limit == 0 {
+            return (Vec::new(), total);
+        }
         all.sort_unstable_by(|a, b| (b.at, &a.identity).cmp(&(a.at, &b.identity)));
         let page = all.into_iter().skip(offset).take(limit).cloned().collect();
         (page, total)
@@ -232,18 +251,16 @@ impl Table {
 
     /// The pending identities held at or before `as_of` (Unix nanoseconds).
     pub(crate) fn pending_as_of(&self, as_of: u64) -> Vec<Identity> {
-        self.records
-            .values()
-            .filter(|r| r.decision == Decision::Pending && r.at <= as_of)
+        self.records()
+            .filter(|r| r.standing() == Decision::Pending && r.held_at <= as_of)
             .map(|r| r.identity.clone())
             .collect()
     }
 
     /// The first sighting of the pending record waiting longest (Unix seconds).
     pub(crate) fn oldest_pending(&self) -> Option<u64> {
-        self.records
-            .values()
-            .filter(|r| r.decision == Decision::Pending && r.first_seen > 0)
+        self.records()
+            .filter(|r| r.standing() == Decision::Pending && r.first_seen > 0)
             .map(|r| r.first_seen)
             .min()
     }
@@ -257,85 +274,110 @@ mod tests {
         Identity::parse(s).unwrap()
     }
 
-    fn record(name: &str, decision: Decision, at: u64) -> ApprovalRecord {
-        ApprovalRecord {
-            identity: id(name),
-            decision,
-            at,
-            by: String::new(),
-            reason: String::new(),
-            first_seen: at,
-            last_seen: at,
-            version: String::new(),
-            facts: Vec::new(),
+    /// A record of `name`: held at `seen` (seconds) when `decision` is pending,
+    /// otherwise decided with `clock` at `seen`, and not seen since.
+    fn record(name: &str, decision: Decision, clock: u64, seen: u64) -> ApprovalRecord {
+        let mut r = ApprovalRecord::held(id(name), seen * 1_000_000_000);
+        if decision != Decision::Pending {
+            (r.clock, r.decision, r.at) = (clock, decision, seen);
+            (r.held_at, r.first_seen, r.last_seen) = (0, 0, 0);
+            r.instance = "p1".into();
         }
+        r
     }
 
     #[test]
-    fn the_later_record_wins_and_ties_go_to_the_stricter_decision() {
+    fn the_higher_clock_wins_and_ties_go_to_the_stricter_decision() {
         let mut t = Table::new(10);
         assert_eq!(
-            t.merge(record("n1", Decision::Pending, 1)),
+            t.merge(record("n1", Decision::Pending, 0, 1)),
             Change::Took(None)
         );
         assert_eq!(t.pending(), 1);
         assert_eq!(
-            t.merge(record("n1", Decision::Approved, 5)),
+            t.merge(record("n1", Decision::Approved, 1, 5)),
             Change::Took(Some(Decision::Pending))
         );
         assert_eq!(t.pending(), 0);
-        assert_eq!(t.merge(record("n1", Decision::Forgotten, 4)), Change::None);
-        assert_eq!(t.merge(record("n1", Decision::Approved, 5)), Change::None);
+        // A forget of a lower clock is older, whatever its time.
         assert_eq!(
-            t.merge(record("n1", Decision::Denied, 5)),
-            Change::Took(Some(Decision::Approved))
+            t.merge(record("n1", Decision::Forgotten, 1, 4)),
+            Change::Took(Some(Decision::Approved)),
+            "a tie: forgotten is stricter than approved"
         );
-        assert_eq!(t.merge(record("n1", Decision::Approved, 5)), Change::None);
-        assert_eq!(t.get(&id("n1")).unwrap().decision, Decision::Denied);
-        // Any order of the same records ends in the same table.
+        assert_eq!(
+            t.merge(record("n1", Decision::Approved, 1, 50)),
+            Change::None
+        );
+        assert_eq!(
+            t.merge(record("n1", Decision::Denied, 1, 2)),
+            Change::Took(Some(Decision::Forgotten))
+        );
+        assert_eq!(
+            t.merge(record("n1", Decision::Approved, 1, 5)),
+            Change::None
+        );
+        assert_eq!(t.standing(&id("n1")), Some(Decision::Denied));
+        assert_eq!(
+            t.merge(record("n1", Decision::Approved, 2, 1)),
+            Change::Took(Some(Decision::Denied)),
+            "a later decision, though its clock on the wall is earlier"
+        );
+        // Any order of the same records ends in the same record.
         let mut other = Table::new(10);
-        for (d, at) in [
-            (Decision::Denied, 5),
-            (Decision::Pending, 1),
-            (Decision::Approved, 5),
-            (Decision::Forgotten, 4),
+        for (d, clock, at) in [
+            (Decision::Approved, 2, 1),
+            (Decision::Denied, 1, 2),
+            (Decision::Pending, 0, 1),
+            (Decision::Approved, 1, 5),
+            (Decision::Forgotten, 1, 4),
         ] {
-            other.merge(record("n1", d, at));
+            other.merge(record("n1", d, clock, at));
         }
         assert_eq!(other.get(&id("n1")), t.get(&id("n1")));
     }
 
     #[test]
-    fn a_decision_beats_a_hold_whatever_the_clocks_say() {
+    fn a_hold_never_changes_a_decision_and_a_forget_starts_the_sightings_afresh() {
         let mut t = Table::new(10);
-        // The holding instance's clock runs ahead of the deciding one's.
-        t.merge(record("n1", Decision::Approved, 5));
-        assert_eq!(t.merge(record("n1", Decision::Pending, 50)), Change::None);
-        assert_eq!(t.get(&id("n1")).unwrap().decision, Decision::Approved);
-        let mut other = Table::new(10);
-        other.merge(record("n1", Decision::Pending, 50));
+        t.merge(record("n1", Decision::Approved, 1, 5));
+        // A hold made before the approval reached the holding instance.
         assert_eq!(
-            other.merge(record("n1", Decision::Denied, 5)),
-            Change::Took(Some(Decision::Pending))
+            t.merge(record("n1", Decision::Pending, 0, 50)),
+            Change::None
         );
-        assert_eq!(other.pending(), 0);
-        // A later hold does undo a forgotten decision.
-        other.merge(record("n1", Decision::Forgotten, 60));
+        assert_eq!(t.standing(&id("n1")), Some(Decision::Approved));
+        // A hold of the same decision is a sighting of it, never a change of it.
+        t.hold(&id("n1"), 60_000_000_000, "0.29.4".into(), Vec::new());
+        assert_eq!(t.standing(&id("n1")), Some(Decision::Approved));
+        // Forgotten: the sightings go with the old decision; the node waits again
+        // once held.
+        let mut forget = record("n1", Decision::Forgotten, 2, 70);
+        forget.held_at = 0;
+        assert_eq!(t.merge(forget), Change::Took(Some(Decision::Approved)));
+        assert_eq!(t.standing(&id("n1")), Some(Decision::Forgotten));
+        assert_eq!(t.pending(), 0);
         assert_eq!(
-            other.merge(record("n1", Decision::Pending, 70)),
+            t.hold(&id("n1"), 80_000_000_000, String::new(), Vec::new()),
             Change::Took(Some(Decision::Forgotten))
         );
+        assert_eq!(t.standing(&id("n1")), Some(Decision::Pending));
+        assert_eq!(t.pending(), 1);
+        assert_eq!(t.get(&id("n1")).unwrap().clock, 2, "the forget stays");
     }
 
     #[test]
-    fn two_pending_records_are_one_with_the_first_and_last_sightings() {
+    fn two_sightings_of_one_decision_are_one_with_the_first_and_last() {
         let mut t = Table::new(10);
-        t.merge(record("n1", Decision::Pending, 10));
-        let mut later = record("n1", Decision::Pending, 20);
+        t.merge(record("n1", Decision::Pending, 0, 10));
+        let mut later = record("n1", Decision::Pending, 0, 20);
         later.facts = vec![("os.name".into(), "AlmaLinux".into())];
         assert_eq!(t.merge(later), Change::Took(Some(Decision::Pending)));
         let r = t.get(&id("n1")).unwrap();
-        assert_eq!((r.first_seen, r.last_seen, r.at), (10, 20, 10));
+        assert_eq!(
+            (r.first_seen, r.last_seen, r.held_at),
+            (10, 20, 10_000_000_000)
+        );
         assert_eq!(r.facts.len(), 1, "the facts of the last sighting");
         assert_eq!(t.pending(), 1);
         assert!(t.seen(&id("n1"), 30));
@@ -347,27 +389,45 @@ mod tests {
     fn past_its_bound_the_oldest_tenth_of_pending_goes_and_decisions_are_bounded_too() {
         let mut t = Table::with_bounds(100, 50);
         for n in 0..100u64 {
-            t.merge(record(&format!("n{n}"), Decision::Pending, n + 1));
+            t.merge(record(&format!("n{n}"), Decision::Pending, 0, n + 1));
         }
         assert!(t.seen(&id("n0"), 1_000), "n0 seen again: kept");
-        t.merge(record("late", Decision::Pending, 500));
+        t.merge(record("late", Decision::Pending, 0, 500));
         assert_eq!(t.pending(), 91);
         assert_eq!(t.take_evicted(), 10);
         assert!(t.get(&id("n0")).is_some());
         assert!(t.get(&id("n1")).is_none() && t.get(&id("n10")).is_none());
         assert!(t.get(&id("n11")).is_some() && t.get(&id("late")).is_some());
         for n in 0..51u64 {
-            t.merge(record(&format!("d{n}"), Decision::Denied, 1_000 + n));
+            t.merge(record(&format!("d{n}"), Decision::Denied, 1, 1_000 + n));
         }
         assert_eq!(t.records().count() - t.pending(), 46);
         assert!(t.get(&id("d0")).is_none() && t.get(&id("d50")).is_some());
     }
 
     #[test]
+    fn an_evicted_pending_record_keeps_its_forget() {
+        let mut t = Table::with_bounds(10, 50);
+        t.merge(record("f", Decision::Forgotten, 3, 1));
+        t.hold(&id("f"), 1_000_000_000, String::new(), Vec::new());
+        for n in 0..10u64 {
+            t.merge(record(&format!("n{n}"), Decision::Pending, 0, n + 2));
+        }
+        assert_eq!(t.take_evicted(), 1);
+        let f = t.get(&id("f")).unwrap();
+        assert_eq!((f.clock, f.standing()), (3, Decision::Forgotten));
+        assert_eq!(
+            t.merge(record("f", Decision::Approved, 2, 9)),
+            Change::None,
+            "an older approval a peer kept does not come back"
+        );
+    }
+
+    #[test]
     fn pages_are_ordered_and_approve_all_takes_only_what_was_shown() {
         let mut t = Table::new(10);
         for (n, at) in [("c", 3), ("a", 1), ("b", 2)] {
-            t.merge(record(n, Decision::Pending, at));
+            t.merge(record(n, Decision::Pending, 0, at));
         }
         let names = |v: Vec<ApprovalRecord>| {
             v.into_iter()
@@ -376,12 +436,12 @@ mod tests {
         };
         assert_eq!(names(t.pending_page(0, 10)), ["a", "b", "c"]);
         assert_eq!(names(t.pending_page(1, 1)), ["b"]);
-        let mut as_of = t.pending_as_of(2);
+        let mut as_of = t.pending_as_of(2_000_000_000);
         as_of.sort();
         assert_eq!(as_of, [id("a"), id("b")]);
         assert_eq!(t.oldest_pending(), Some(1));
-        t.merge(record("x", Decision::Denied, 7));
-        t.merge(record("y", Decision::Denied, 9));
+        t.merge(record("x", Decision::Denied, 1, 7));
+        t.merge(record("y", Decision::Denied, 1, 9));
         let (page, total) = t.decided_page(Decision::Denied, 0, 1);
         assert_eq!((names(page), total), (vec!["y".to_string()], 2));
     }

@@ -189,15 +189,14 @@ fn records_from_another_instance_merge_and_queue_nothing_without_a_fleet() {
     let n1 = id("n1.example.net");
     a.judge(&n1, "", "{}");
     let mut approved = a.record(&n1).unwrap();
-    approved.decision = Decision::Approved;
-    approved.at += 1;
+    (approved.clock, approved.decision) = (1, Decision::Approved);
     approved.by = "bob (uid 1001, pid 7)".into();
     a.merge(vec![approved.clone()], "p2.example.net");
     assert_eq!(a.admission(&n1), Admission::Go);
-    // An older record never wins.
+    // An older decision never wins, however late its time.
     let mut stale = approved;
-    stale.decision = Decision::Denied;
-    stale.at -= 10;
+    (stale.clock, stale.decision, stale.at) = (0, Decision::Pending, u64::MAX);
+    stale.held_at = 1;
     a.merge(vec![stale], "p3.example.net");
     assert_eq!(a.judge(&n1, "", "{}"), Verdict::Go);
 }
@@ -305,6 +304,9 @@ fn bad_approvals_messages_are_refused_counted_and_never_merged() {
     let mut approved = ApprovalRecord {
         identity: ghost.clone(),
         decision: Decision::Approved,
+        clock: 1,
+        instance: "p1.example.net".into(),
+        held_at: 0,
         at: 1,
         by: "mallory".into(),
         reason: String::new(),

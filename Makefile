@@ -1,7 +1,7 @@
 # choria-provisioner build and test entry points. `make help` lists them.
 CARGO ?= cargo
 
-.PHONY: all help build release test ci lint unit nats-server clean demo bench man fuzz fuzz-smoke stress
+.PHONY: all help build release test ci lint unit nats-server clean demo bench bench-approvals man fuzz fuzz-smoke stress
 
 all: build
 
@@ -14,6 +14,7 @@ help:
 	@echo "               (BROKER=issuer or BROKER=mtls: through a Choria broker front end)"
 	@echo "make bench     provision 10,000 simulated nodes and report speed and memory"
 	@echo "               (INSTANCES=N: N active-active provisioners share the fleet)"
+	@echo "make bench-approvals  2 and 3 instances sharing 50,000 approval records"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make fuzz      every cargo-fuzz target (10 min network-facing, 2 min others)"
 	@echo "make stress    the driver's contract stress test, 4 million replies a seed, 8 seeds,"
@@ -101,6 +102,14 @@ demo: build
 # 10,000 simulated nodes with a compiled helper; prints throughput, latency, CPU, RSS.
 bench:
 	scripts/bench.sh
+
+# The site's instances sharing a big approvals table (release build): two started
+# together and three staggered, the first with APPROVAL_SYNC_RECORDS records; prints
+# when they converged and what idling cost (make test runs 5,000).
+APPROVAL_SYNC_RECORDS ?= 50000
+bench-approvals:
+	APPROVAL_SYNC_RECORDS=$(APPROVAL_SYNC_RECORDS) NATS_SERVER="$$(scripts/ensure-nats-server.sh)" \
+	  $(CARGO) test --release --features sim --test approval big_table -- --nocapture --test-threads 1
 
 # The man page's SYNOPSIS, OPTIONS and COMMANDS come from the binary's --help, the
 # rest from packaging/choria-provisioner.8.in; `make test` fails when the committed

@@ -73,13 +73,23 @@ impl Drop for Daemon {
 /// The binary as `identity`, up when its monitor port answers and its control
 /// socket takes requests.
 fn spawn(dir: &TempDir, identity: &str, url: &str, port: u16, extra: &str) -> Daemon {
+    let daemon = launch(dir, identity, url, port, extra);
+    ready(dir, port);
+    daemon
+}
+
+/// The binary as `identity`, started.
+fn launch(dir: &TempDir, identity: &str, url: &str, port: u16, extra: &str) -> Daemon {
     let child = support::daemon::spawn_with(BIN, dir, identity, url, &settings(dir, port, extra));
-    let daemon = Daemon(Some(child));
+    Daemon(Some(child))
+}
+
+/// Waits until the daemon of `dir` answers on its monitor port and control socket.
+fn ready(dir: &TempDir, port: u16) {
     assert!(wait_for_port(port, Duration::from_secs(20)), "monitor up");
     wait_until("control socket", Duration::from_secs(20), || {
         cli(dir, &["pending", "--json"]).status.success()
     });
-    daemon
 }
 
 fn stop(mut daemon: Daemon) {
@@ -376,6 +386,211 @@ fn an_approval_given_on_one_active_active_instance_is_honoured_by_the_other() {
     stop(first);
     stop(second);
     fleet.stop();
+}
+
+/// The issue's five steps, as an operator would meet them: an approval ahead of
+/// time on A reaches B; B is stopped; the operator forgets the approval on A; the
+/// node boots and waits; B comes back with the old approval in its file. The node
+/// is never provisioned until a new approval, both instances list it as pending,
+/// and a new approval provisions it once.
+#[test]
+fn a_forget_made_while_an_instance_was_down_is_not_undone_when_it_comes_back() {
+    let server = NatsServer::start();
+    let (a, b) = (TempDir::new("approval-fa"), TempDir::new("approval-fb"));
+    let (port_a, port_b) = (free_port(), free_port());
+    let shared = "active_active: true\nsite: lon\n";
+    let first = spawn(&a, "p1.test", &server.url(), port_a, shared);
+    let second = spawn(&b, "p2.test", &server.url(), port_b, shared);
+    let options = SimOptions {
+        prefix: "late-".into(),
+        ..SimOptions::default()
+    };
+    let late = identity(&options, 0);
+    cli_ok(&a, &["approve", &late]);
+    let approved_in = |dir: &TempDir| {
+        std::fs::read_to_string(dir.path().join("approvals.json"))
+            .is_ok_and(|t| t.contains(&late) && t.contains("\"approved\""))
+    };
+    wait_until(
+        "B has the approval in its file",
+        Duration::from_secs(20),
+        || approved_in(&b),
+    );
+    stop(second);
+    cli_ok(&a, &["forget", &late]);
+    let fleet = sim(&server.url(), 1, |o| o.prefix = "late-".into());
+    wait_until("A holds the node", Duration::from_secs(60), || {
+        total_pending(&a) == 1
+    });
+    assert!(approved_in(&b), "B's file still has the old approval");
+    let second = spawn(&b, "p2.test", &server.url(), port_b, shared);
+    wait_until("B lists it as pending", Duration::from_secs(30), || {
+        total_pending(&b) == 1
+    });
+    // B's start-up discovery, its catching up and a discovery more: nothing.
+    std::thread::sleep(Duration::from_secs(8));
+    assert_eq!(
+        fleet.progress().configured,
+        0,
+        "provisioned after the forget"
+    );
+    assert_eq!(helper_runs(&a) + helper_runs(&b), 0);
+    assert_eq!((total_pending(&a), total_pending(&b)), (1, 1));
+    cli_ok(&b, &["approve", &late]);
+    wait_provisioned(&fleet, 1, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(helper_runs(&a) + helper_runs(&b), 1, "provisioned once");
+    stop(first);
+    stop(second);
+    fleet.stop();
+}
+
+/// CPU seconds the process `pid` has used (user and system).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    // utime and stime are the 14th and 15th fields; the 3rd is fields[0] here.
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// An approval file of `n` made-up identities: half pending, a quarter approved
+/// and a quarter denied.
+fn approval_file(dir: &TempDir, n: usize) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let records: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            let mut r = serde_json::json!({
+                "identity": format!("ghost-{i}.example.net"),
+                "decision": "pending",
+                "held_at": now.as_nanos() as u64 - i as u64,
+                "first_seen": now.as_secs(),
+                "last_seen": now.as_secs(),
+                "version": "0.29.4",
+            });
+            if i % 2 == 1 {
+                r["clock"] = 1.into();
+                r["decision"] = if i % 4 == 1 { "approved" } else { "denied" }.into();
+                r["at"] = (now.as_nanos() as u64).into();
+                r["instance"] = "p0.test".into();
+                r["by"] = "alice (uid 1000, pid 7)".into();
+            }
+            r
+        })
+        .collect();
+    std::fs::write(
+        dir.path().join("approvals.json"),
+        serde_json::json!({ "records": records }).to_string(),
+    )
+    .unwrap();
+}
+
+/// The records in the approval file of `dir`.
+fn records_in_file(dir: &TempDir) -> usize {
+    std::fs::read(dir.path().join("approvals.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["records"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+/// `instances` instances, the first starting with `n` records and the others with
+/// none, started together or each `stagger` after the one before: every instance
+/// holds every record within a minute (its pending count, its file), and then,
+/// idle, none drops messages or spends CPU beyond noise.
+fn big_tables_converge_and_then_stay_quiet(instances: usize, n: usize, stagger: Duration) {
+    let server = NatsServer::start();
+    let dirs: Vec<TempDir> = (0..instances)
+        .map(|i| TempDir::new(&format!("approval-big-{i}")))
+        .collect();
+    let ports: Vec<u16> = dirs.iter().map(|_| free_port()).collect();
+    let shared = format!(
+        "active_active: true\nsite: lon\napproval_max_pending: {}\n",
+        n.max(10_000)
+    );
+    approval_file(&dirs[0], n);
+    let started = std::time::Instant::now();
+    let mut daemons = Vec::new();
+    for (i, (dir, &port)) in dirs.iter().zip(&ports).enumerate() {
+        if i > 0 && !stagger.is_zero() {
+            ready(&dirs[i - 1], ports[i - 1]);
+            std::thread::sleep(stagger);
+        }
+        daemons.push(launch(
+            dir,
+            &format!("p{i}.test"),
+            &server.url(),
+            port,
+            &shared,
+        ));
+    }
+    for (dir, &port) in dirs.iter().zip(&ports) {
+        ready(dir, port);
+    }
+    let pending = |port| metric(port, "choria_provisioner_pending_approval{") as usize;
+    wait_until(
+        "every instance holds every record",
+        Duration::from_secs(60),
+        || {
+            ports.iter().all(|&p| pending(p) == n / 2)
+                && dirs.iter().all(|d| records_in_file(d) == n)
+        },
+    );
+    let converged = started.elapsed();
+    let dropped = |port| {
+        metric(
+            port,
+            "choria_provisioner_peer_messages_dropped{kind=\"approvals\"",
+        )
+    };
+    let sample = || -> Vec<(f64, f64)> {
+        ports
+            .iter()
+            .zip(&daemons)
+            .map(|(&port, d)| (dropped(port), cpu_seconds(d.id())))
+            .collect()
+    };
+    // Idle: what the digests cost, and nothing else.
+    std::thread::sleep(Duration::from_secs(3));
+    let before = sample();
+    std::thread::sleep(Duration::from_secs(12));
+    let after = sample();
+    eprintln!(
+        "{instances} instances, {n} records, stagger {stagger:?}: converged in {converged:?}; \
+         idle 12 s (dropped, CPU s): {before:?} -> {after:?}"
+    );
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(b.0, a.0, "instance {i} dropped messages while idle");
+        assert!(
+            a.1 - b.1 < 0.5,
+            "instance {i}'s CPU while idle: {b:?} -> {a:?}"
+        );
+    }
+    for daemon in daemons {
+        stop(daemon);
+    }
+}
+
+/// How many records the big-table tests use (`APPROVAL_SYNC_RECORDS`; `make
+/// bench-approvals` runs 50,000).
+fn big_table() -> usize {
+    std::env::var("APPROVAL_SYNC_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000)
+}
+
+#[test]
+fn a_big_table_reaches_an_instance_started_at_the_same_time() {
+    big_tables_converge_and_then_stay_quiet(2, big_table(), Duration::ZERO);
+}
+
+#[test]
+fn a_big_table_reaches_two_instances_started_later() {
+    big_tables_converge_and_then_stay_quiet(3, big_table(), Duration::from_secs(5));
 }
 
 /// Two instances in a leader election: an approval given to the standby is

@@ -26,7 +26,7 @@
 //!   so an approval given on one instance is honoured by the one that owns the
 //!   node, in active-active and across an election.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -49,10 +49,12 @@ use crate::node::approval::{Gate, Verdict};
 mod facts;
 mod file;
 mod merge;
+mod pages;
 pub(crate) mod sync;
 mod table;
 
 pub(crate) use file::ApprovalFileError;
+use pages::{List, Pages};
 use table::{Change, Table};
 
 /// How often a denied identity's refusal is logged.
@@ -77,6 +79,9 @@ pub(crate) enum Admission {
     Pending,
     /// An operator denied it: refused.
     Denied,
+    /// Approved, but this instance has not caught up with its peers since it
+    /// started: not queued yet; it is offered once caught up.
+    Deferred,
 }
 
 /// One pending node as `pending` shows it.
@@ -131,6 +136,8 @@ pub(crate) struct Approvals {
     rules: ApprovalRules,
     facts: Vec<String>,
     table: Mutex<Table>,
+    /// The pending and denied records sorted for pages.
+    pages: Pages,
     file: Option<PathBuf>,
     /// Serialises writes of the file.
     writing: Mutex<()>,
@@ -147,7 +154,16 @@ pub(crate) struct Approvals {
     audit: OnceLock<Arc<AuditLog>>,
     /// When each denied identity's refusal was last logged.
     denied_logged: Mutex<HashMap<Identity, Instant>>,
+    /// False from the sync thread's start until this instance's table agreed with
+    /// a peer's (or nobody answered): approvals are not acted on meanwhile.
+    caught_up: AtomicBool,
+    /// Approved identities offered while catching up, offered again once caught up
+    /// (at most [`DEFERRED`]; the next discovery finds the others).
+    deferred: Mutex<HashSet<Identity>>,
 }
+
+/// The most approved identities remembered while catching up.
+const DEFERRED: usize = 10_000;
 
 /// A string cut to `most` characters, control characters dropped.
 fn clean(text: &str, most: usize) -> String {
@@ -166,6 +182,7 @@ impl Approvals {
             rules: ApprovalRules::new(&config.approval_identities, &config.approval_preapproved),
             facts: config.approval_facts.clone(),
             table: Mutex::new(Table::new(config.approval_max_pending)),
+            pages: Pages::default(),
             file: config.approval_state_file(),
             writing: Mutex::new(()),
             dirty: AtomicBool::new(false),
@@ -177,6 +194,8 @@ impl Approvals {
             fleet: OnceLock::new(),
             audit: OnceLock::new(),
             denied_logged: Mutex::new(HashMap::new()),
+            caught_up: AtomicBool::new(true),
+            deferred: Mutex::new(HashSet::new()),
         })
     }
 
@@ -242,7 +261,36 @@ impl Approvals {
                 Admission::Pending
             }
             Some(Decision::Denied) => Admission::Denied,
+            Some(Decision::Approved) if !self.caught_up.load(Ordering::Acquire) => {
+                drop(table);
+                let mut deferred = self.deferred.lock();
+                if deferred.len() < DEFERRED {
+                    deferred.insert(identity.clone());
+                }
+                Admission::Deferred
+            }
             _ => Admission::Go,
+        }
+    }
+
+    /// The sync thread starts: approvals wait until [`Approvals::caught_up`].
+    pub(crate) fn catching_up(&self) {
+        self.caught_up.store(false, Ordering::Release);
+    }
+
+    /// This instance's table has caught up with its peers' (or nobody answered):
+    /// approvals are acted on from now on, and the ones deferred are offered.
+    pub(crate) fn caught_up(&self) {
+        if self.caught_up.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let deferred = std::mem::take(&mut *self.deferred.lock());
+        log::info!(
+            "The approvals table caught up with the site's other instances; offering {} approved identities found meanwhile",
+            deferred.len()
+        );
+        for identity in &deferred {
+            self.offer(identity);
         }
     }
 
@@ -269,19 +317,17 @@ impl Approvals {
     /// Pending records now, and a page of them (longest waiting first; the control
     /// socket asks for [`MAX_PAGE`] at most).
     pub(crate) fn pending(&self, offset: usize, limit: usize) -> (usize, Vec<PendingRow>) {
-        let table = self.table.lock();
-        let page = table.pending_page(offset, limit);
-        (table.pending(), page.iter().map(PendingRow::from).collect())
+        let total = self.table.lock().pending();
+        if limit == 0 {
+            return (total, Vec::new()); // a count alone: nothing sorted
+        }
+        let (page, _) = self.pages.page(&self.table, List::Pending, offset, limit);
+        (total, page.iter().map(|r| PendingRow::from(&**r)).collect())
     }
 
-    /// A page of the records of `decision` (most recent first), and their count.
-    pub(crate) fn decided(
-        &self,
-        decision: Decision,
-        offset: usize,
-        limit: usize,
-    ) -> (Vec<ApprovalRecord>, usize) {
-        self.table.lock().decided_page(decision, offset, limit)
+    /// A page of the denied records (most recent decision first), and their count.
+    pub(crate) fn denied(&self, offset: usize, limit: usize) -> (Vec<Arc<ApprovalRecord>>, usize) {
+        self.pages.page(&self.table, List::Denied, offset, limit)
     }
 
     /// The record of `identity`, if it has one.
@@ -368,6 +414,7 @@ impl Approvals {
         }
         if !changed.is_empty() {
             self.dirty.store(true, Ordering::Relaxed);
+            self.pages.invalidate();
         }
         let saved = self.save();
         for identity in &changed {
@@ -518,10 +565,14 @@ impl Approvals {
             .set(i64::try_from(waited).unwrap_or(i64::MAX));
     }
 
-    /// Every record, for a peer that asked (a hello).
-    pub(crate) fn all_records(&self) -> Vec<ApprovalRecord> {
-        let snapshot = self.table.lock().snapshot();
-        snapshot.iter().map(|r| (**r).clone()).collect()
+    /// Every record, shared, for a peer that asked (a reference count each).
+    pub(crate) fn snapshot(&self) -> Vec<Arc<ApprovalRecord>> {
+        self.table.lock().snapshot()
+    }
+
+    /// The table's digest and its number of records.
+    pub(crate) fn digest(&self) -> (u128, usize) {
+        self.table.lock().digest()
     }
 
     /// The changes waiting to be sent to the other instances.

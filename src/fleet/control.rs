@@ -429,6 +429,16 @@ impl Controller {
                 unreachable!("handled by Controller::handle")
             }
         };
+        self.decided_answer(&approvals, &decided)
+    }
+
+    /// The answer to a decision: what changed, what was not taken and why, and
+    /// whether the approval file has it.
+    fn decided_answer(
+        &self,
+        approvals: &super::approvals::Approvals,
+        decided: &super::approvals::Decided,
+    ) -> Response {
         let not_saved = decided.saved.as_ref().err().map(|e| {
             log::error!("{e}; trying again every second");
             format!("{e}: the daemon keeps trying to write it; a restart before it succeeds would not know the decision")

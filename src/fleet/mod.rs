@@ -412,7 +412,9 @@ impl Fleet {
         if let Some(approvals) = self.approvals.get() {
             match approvals.admission(identity) {
                 approvals::Admission::Go => {}
-                approvals::Admission::Pending => return AddResult::Pending,
+                approvals::Admission::Pending | approvals::Admission::Deferred => {
+                    return AddResult::Pending
+                }
                 approvals::Admission::Denied => return self.refuse_denied(identity, source),
             }
         }

@@ -505,7 +505,7 @@ impl FleetStatus {
             });
         }
         if query.wants("denied") {
-            let (rows, total) = approvals.decided(Decision::Denied, query.offset, query.limit);
+            let (rows, total) = approvals.denied(query.offset, query.limit);
             page.list_page("denied", total, rows, |_, r| approval_json(&r));
         }
     }

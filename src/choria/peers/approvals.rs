@@ -13,10 +13,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{decode, publish_on, subscribe_on, PeerMessageError, PEER_PREFIX};
+use super::{decode, publish_on, PeerMessageError, PEER_PREFIX};
 use crate::choria::bus::{Bus, Subscription};
 use crate::choria::identity::Identity;
-use crate::choria::subject::{Subject, SubjectError};
+use crate::choria::subject::{Subject, SubjectError, SubjectFilter};
 
 /// The most records one message carries.
 pub(crate) const MAX_RECORDS: usize = 128;
@@ -241,8 +241,30 @@ impl RecordWire {
 pub(crate) enum BatchKind {
     /// Records that changed.
     Update,
-    /// An instance that (re)started asks for everybody's table; it carries its own.
+    /// An instance that (re)started asks for everybody's table.
     Hello,
+    /// What the sender's table holds, as a digest ([`TableDigest`]): a peer whose
+    /// own differs twice in a row sends its whole table. No records.
+    Digest,
+}
+
+/// A table's digest: the wrapping sum of a hash of each record's decision and first
+/// hold, and the number of records. Two tables with the same records have the
+/// same digest, however they were built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TableDigest {
+    /// The sum.
+    pub sum: u128,
+    /// The records counted.
+    pub count: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DigestWire {
+    /// 32 hexadecimal digits.
+    sum: String,
+    count: u64,
 }
 
 /// One approvals message, validated.
@@ -252,10 +274,12 @@ pub(crate) struct ApprovalBatch {
     pub from: String,
     /// Its site.
     pub site: String,
-    /// Update or hello.
+    /// Update, hello or digest.
     pub kind: BatchKind,
     /// At most [`MAX_RECORDS`].
     pub records: Vec<ApprovalRecord>,
+    /// The sender's table's digest (a [`BatchKind::Digest`] has one).
+    pub digest: Option<TableDigest>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -265,6 +289,8 @@ struct BatchWire {
     site: String,
     kind: BatchKind,
     records: Vec<RecordWire>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    digest: Option<DigestWire>,
 }
 
 impl ApprovalBatch {
@@ -275,6 +301,10 @@ impl ApprovalBatch {
             site: self.site.clone(),
             kind: self.kind,
             records: self.records.iter().map(RecordWire::from).collect(),
+            digest: self.digest.map(|d| DigestWire {
+                sum: format!("{:032x}", d.sum),
+                count: d.count,
+            }),
         })
         .unwrap_or_default()
     }
@@ -289,6 +319,20 @@ impl ApprovalBatch {
         if wire.records.len() > MAX_RECORDS || !bounded(&wire.from, MAX_BY) {
             return Err(PeerMessageError::Field);
         }
+        let digest = match wire.digest {
+            None if wire.kind == BatchKind::Digest => return Err(PeerMessageError::Field),
+            None => None,
+            Some(d) => {
+                let sum = (d.sum.len() == 32 && d.sum.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .then(|| u128::from_str_radix(&d.sum, 16).ok())
+                    .flatten()
+                    .ok_or(PeerMessageError::Field)?;
+                Some(TableDigest {
+                    sum,
+                    count: d.count,
+                })
+            }
+        };
         let records = wire
             .records
             .into_iter()
@@ -299,6 +343,7 @@ impl ApprovalBatch {
             site: wire.site,
             kind: wire.kind,
             records,
+            digest,
         })
     }
 }
@@ -313,20 +358,41 @@ pub(crate) fn approvals_subject(site: &str) -> Result<Subject, SubjectError> {
     Subject::new(format!("{PEER_PREFIX}.approvals.{token}"))
 }
 
-/// Publishes `batch` on its site's subject.
+/// Where `instance` publishes: [`approvals_subject`]`.<md5hex(instance)>`, so that
+/// an instance can leave its own messages unread without reading them.
+pub(crate) fn approvals_subject_of(site: &str, instance: &str) -> Result<Subject, SubjectError> {
+    use md5::{Digest, Md5};
+    approvals_subject(site)?.child(&hex::encode(Md5::digest(instance.as_bytes())))
+}
+
+/// Publishes `batch` on its sender's subject.
 pub(crate) fn publish_approvals(bus: &Bus, batch: &ApprovalBatch) -> std::io::Result<()> {
-    publish_on(bus, approvals_subject(&batch.site), &batch.to_json())
+    publish_on(
+        bus,
+        approvals_subject_of(&batch.site, &batch.from),
+        &batch.to_json(),
+    )
 }
 
 /// Calls `deliver` (on the reader thread: it must return at once) with every
-/// approvals message's bytes of `site`, unread; [`ApprovalBatch::parse`] reads them
-/// off the reader thread.
+/// approvals message's bytes of `site` but those `instance` sent itself (told by
+/// their subject alone), unread; [`ApprovalBatch::parse`] reads them off the
+/// reader thread.
 pub(crate) fn subscribe_approvals(
     bus: &Bus,
     site: &str,
+    instance: &str,
     deliver: impl Fn(Vec<u8>) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
-    subscribe_on(bus, approvals_subject(site), deliver)
+    let own = approvals_subject_of(site, instance).map_err(super::invalid)?;
+    let filter = approvals_subject(site)
+        .and_then(|s| SubjectFilter::new(format!("{}.*", s.as_str())))
+        .map_err(super::invalid)?;
+    bus.subscribe(&filter, None, move |msg| {
+        if msg.subject != own.as_str() {
+            deliver(msg.data);
+        }
+    })
 }
 
 #[cfg(test)]
@@ -360,6 +426,7 @@ mod tests {
                 record("n1.example.net", Decision::Approved, 5),
                 record("n2.example.net", Decision::Denied, 6),
             ],
+            digest: None,
         };
         let body = batch.to_json();
         assert_eq!(ApprovalBatch::parse(&body, "lon").unwrap(), batch);
@@ -397,7 +464,47 @@ mod tests {
     }
 
     #[test]
+    fn a_digest_round_trips_and_a_bad_one_is_refused() {
+        let digest = ApprovalBatch {
+            from: "p1.example.net".into(),
+            site: "lon".into(),
+            kind: BatchKind::Digest,
+            records: Vec::new(),
+            digest: Some(TableDigest {
+                sum: u128::MAX - 7,
+                count: 40_000,
+            }),
+        };
+        let body = digest.to_json();
+        assert_eq!(ApprovalBatch::parse(&body, "lon").unwrap(), digest);
+        let text = String::from_utf8(body).unwrap();
+        let reason = |t: String| {
+            ApprovalBatch::parse(t.as_bytes(), "lon")
+                .unwrap_err()
+                .reason()
+        };
+        assert_eq!(reason(text.replace("fffffff8", "fffffffg")), "field");
+        assert_eq!(reason(text.replace("fffffff8", "ffffff8")), "field");
+        let without = ApprovalBatch {
+            digest: None,
+            ..digest
+        };
+        assert_eq!(
+            reason(String::from_utf8(without.to_json()).unwrap()),
+            "field"
+        );
+    }
+
+    #[test]
     fn the_subject_is_one_per_site_and_the_stricter_decision_ranks_higher() {
+        let own = approvals_subject_of("lon", "p1.example.net").unwrap();
+        assert!(own
+            .as_str()
+            .starts_with("provisioning.provisioner.approvals.lon."));
+        assert_eq!(
+            own.as_str().len(),
+            "provisioning.provisioner.approvals.lon.".len() + 32
+        );
         assert_eq!(
             approvals_subject("lon").unwrap().as_str(),
             "provisioning.provisioner.approvals.lon"

@@ -91,7 +91,9 @@ pub(crate) fn encode<'a>(records: impl Iterator<Item = &'a ApprovalRecord>) -> V
     serde_json::to_vec(&wire).unwrap_or_default()
 }
 
-/// Writes `bytes` to `path` whole: a temporary file beside it, flushed, renamed.
+/// Writes `bytes` to `path` whole: a temporary file beside it, flushed to disk,
+/// renamed into place, and the directory flushed too (so that the rename itself
+/// survives a power loss).
 pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<(), ApprovalFileError> {
     let mut name = path.as_os_str().to_owned();
     name.push(".tmp");
@@ -100,7 +102,12 @@ pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<(), ApprovalFileError> 
         let mut f = std::fs::File::create(&temporary)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&temporary, path)
+        std::fs::rename(&temporary, path)?;
+        let directory = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(directory)?.sync_all()
     })();
     written.map_err(|e| ApprovalFileError {
         path: path.to_path_buf(),

@@ -98,6 +98,10 @@ fn the_join_is_commutative_associative_and_idempotent() {
 /// broken on purpose.
 trait Replica {
     fn fresh() -> Self;
+    /// The table's digest, where it keeps one.
+    fn digest(&self) -> Option<(u128, usize)> {
+        None
+    }
     fn merge(&mut self, record: ApprovalRecord) -> bool;
     fn get(&self, identity: &Identity) -> Option<ApprovalRecord>;
     fn all(&self) -> Vec<ApprovalRecord>;
@@ -109,6 +113,9 @@ trait Replica {
 impl Replica for Table {
     fn fresh() -> Table {
         Table::new(1_000)
+    }
+    fn digest(&self) -> Option<(u128, usize)> {
+        Some(Table::digest(self))
     }
     fn merge(&mut self, record: ApprovalRecord) -> bool {
         Table::merge(self, record) != Change::None
@@ -359,6 +366,18 @@ impl<R: Replica> World<R> {
                     "{} and {} hold different tables",
                     self.instances[0].name, other.name
                 ));
+            }
+            if other.table.digest() != self.instances[0].table.digest() {
+                return Err(format!("{} has another digest", other.name));
+            }
+        }
+        if let Some(digest) = self.instances[0].table.digest() {
+            let mut rebuilt = Table::new(1_000);
+            for record in first.iter().rev() {
+                rebuilt.merge(record.clone());
+            }
+            if rebuilt.digest() != digest {
+                return Err("the running digest is not the table's".into());
             }
         }
         for identity in IDENTITIES.map(id) {

@@ -39,10 +39,38 @@ pub(crate) enum Change {
     Took(Option<Decision>),
 }
 
+/// A digest of what a record says that instances exchange: its identity, its
+/// decision whole and its first hold (the other sightings are this instance's own
+/// and only shown). md5, so that instances built apart agree; not a defence
+/// against anyone (the messages' signatures are).
+pub(crate) fn record_digest(r: &ApprovalRecord) -> u128 {
+    use md5::{Digest, Md5};
+    let mut h = Md5::new();
+    for part in [
+        r.identity.as_str().as_bytes(),
+        r.decision.name().as_bytes(),
+        r.instance.as_bytes(),
+        r.by.as_bytes(),
+        r.reason.as_bytes(),
+    ] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    for n in [r.clock, r.at, r.held_at] {
+        h.update(n.to_le_bytes());
+    }
+    u128::from_le_bytes(h.finalize().into())
+}
+
 /// The records, with their counts.
 #[derive(Debug)]
 pub(crate) struct Table {
     records: HashMap<Identity, Arc<ApprovalRecord>>,
+    /// The wrapping sum of [`record_digest`] over the records: two tables that hold
+    /// the same records have the same sum, whatever order they were built in.
+    digest: u128,
+    /// Counts every change (for the sorted pages, `pages.rs`).
+    generation: u64,
     pending: usize,
     max_pending: usize,
     max_decided: usize,
@@ -61,6 +89,8 @@ impl Table {
     pub(crate) fn with_bounds(max_pending: usize, max_decided: usize) -> Table {
         Table {
             records: HashMap::new(),
+            digest: 0,
+            generation: 0,
             pending: 0,
             max_pending: max_pending.max(1),
             max_decided: max_decided.max(1),
@@ -81,6 +111,17 @@ impl Table {
     /// Pending records now.
     pub(crate) fn pending(&self) -> usize {
         self.pending
+    }
+
+    /// How many changes the table has seen.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The table's digest and its number of records: equal on two instances when
+    /// they hold the same decisions and holds.
+    pub(crate) fn digest(&self) -> (u128, usize) {
+        (self.digest, self.records.len())
     }
 
     /// Every record.
@@ -105,6 +146,7 @@ impl Table {
             Some(r) if r.standing() == Decision::Pending => {
                 if r.last_seen < now {
                     Arc::make_mut(r).last_seen = now;
+                    self.generation += 1;
                 }
                 true
             }
@@ -137,6 +179,7 @@ impl Table {
     pub(crate) fn merge(&mut self, record: ApprovalRecord) -> Change {
         let Some(old) = self.records.get_mut(&record.identity) else {
             let pending = record.standing() == Decision::Pending;
+            self.digest = self.digest.wrapping_add(record_digest(&record));
             self.records
                 .insert(record.identity.clone(), Arc::new(record));
             self.counted(None, pending);
@@ -145,10 +188,14 @@ impl Table {
         if record.clock < old.clock {
             return Change::None; // the common refusal, without copying a shared record
         }
-        let before = old.standing();
+        let (before, digest_before) = (old.standing(), record_digest(old));
         if !join(Arc::make_mut(old), &record) {
             return Change::None;
         }
+        self.digest = self
+            .digest
+            .wrapping_sub(digest_before)
+            .wrapping_add(record_digest(old));
         let pending = old.standing() == Decision::Pending;
         self.counted(Some(before == Decision::Pending), pending);
         Change::Took(Some(before))
@@ -157,6 +204,7 @@ impl Table {
     /// Counts a record that was pending (`None`: new) and is now, and keeps the
     /// bounds.
     fn counted(&mut self, was_pending: Option<bool>, pending: bool) {
+        self.generation += 1;
         if was_pending == Some(true) {
             self.pending -= 1;
         }
@@ -186,6 +234,7 @@ impl Table {
             let Some(record) = self.records.get_mut(&identity) else {
                 continue;
             };
+            self.digest = self.digest.wrapping_sub(record_digest(record));
             if record.clock == 0 {
                 self.records.remove(&identity);
             } else {
@@ -193,6 +242,7 @@ impl Table {
                 (r.held_at, r.first_seen, r.last_seen) = (0, 0, 0);
                 r.version.clear();
                 r.facts.clear();
+                self.digest = self.digest.wrapping_add(record_digest(r));
             }
         }
         self.pending -= n;
@@ -210,43 +260,10 @@ impl Table {
         oldest.sort_unstable();
         let n = (self.max_decided / 10).max(1).min(oldest.len());
         for (_, identity) in oldest.into_iter().take(n) {
-            self.records.remove(&identity);
+            if let Some(r) = self.records.remove(&identity) {
+                self.digest = self.digest.wrapping_sub(record_digest(&r));
+            }
         }
-    }
-
-    /// The pending records, longest waiting first (by first sighting, then
-    /// identity): `limit` of them from `offset`.
-    pub(crate) fn pending_page(&self, offset: usize, limit: usize) -> Vec<ApprovalRecord> {
-        if limit == 0 {
-            return Vec::new(); // a count alone: [`Table::pending`], no sort
-        }
-        let mut all: Vec<&ApprovalRecord> = self
-            .records()
-            .filter(|r| r.standing() == Decision::Pending)
-            .collect();
-        all.sort_unstable_by(|a, b| (a.first_seen, &a.identity).cmp(&(b.first_seen, &b.identity)));
-        all.into_iter().skip(offset).take(limit).cloned().collect()
-    }
-
-    /// The records standing at `decision`, most recent decision first: `limit` from
-    /// `offset`, and how many there are.
-    pub(crate) fn decided_page(
-        &self,
-        decision: Decision,
-        offset: usize,
-        limit: usize,
-    ) -> (Vec<ApprovalRecord>, usize) {
-        let mut all: Vec<&ApprovalRecord> = self
-            .records()
-            .filter(|r| r.standing() == decision)
-            .collect();
-        let total = all.len();
-        if limit == 0 {
-            return (Vec::new(), total);
-        }
-        all.sort_unstable_by(|a, b| (b.at, &a.identity).cmp(&(a.at, &b.identity)));
-        let page = all.into_iter().skip(offset).take(limit).cloned().collect();
-        (page, total)
     }
 
     /// The pending identities held at or before `as_of` (Unix nanoseconds).
@@ -424,25 +441,14 @@ mod tests {
     }
 
     #[test]
-    fn pages_are_ordered_and_approve_all_takes_only_what_was_shown() {
+    fn approve_all_takes_only_what_was_held_by_the_count() {
         let mut t = Table::new(10);
         for (n, at) in [("c", 3), ("a", 1), ("b", 2)] {
             t.merge(record(n, Decision::Pending, 0, at));
         }
-        let names = |v: Vec<ApprovalRecord>| {
-            v.into_iter()
-                .map(|r| r.identity.to_string())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(names(t.pending_page(0, 10)), ["a", "b", "c"]);
-        assert_eq!(names(t.pending_page(1, 1)), ["b"]);
         let mut as_of = t.pending_as_of(2_000_000_000);
         as_of.sort();
         assert_eq!(as_of, [id("a"), id("b")]);
         assert_eq!(t.oldest_pending(), Some(1));
-        t.merge(record("x", Decision::Denied, 1, 7));
-        t.merge(record("y", Decision::Denied, 1, 9));
-        let (page, total) = t.decided_page(Decision::Denied, 0, 1);
-        assert_eq!((names(page), total), (vec!["y".to_string()], 2));
     }
 }

@@ -440,6 +440,25 @@ fn a_forget_made_while_an_instance_was_down_is_not_undone_when_it_comes_back() {
     wait_provisioned(&fleet, 1, Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(helper_runs(&a) + helper_runs(&b), 1, "provisioned once");
+    // The instance that provisioned it says who approved it: B's operator, on B.
+    let provisioner = if helper_runs(&a) == 1 { &a } else { &b };
+    let audit = std::fs::read_to_string(provisioner.path().join("audit.log")).unwrap();
+    let lines: Vec<serde_json::Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["identity"] == late.as_str())
+        .collect();
+    let approval = lines
+        .iter()
+        .rev()
+        .find(|v| v["event"] == "approval")
+        .unwrap_or_else(|| panic!("no approval audited: {audit}"));
+    assert_eq!(approval["decision"], "approved", "{approval}");
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(a.path()).unwrap());
+    assert_eq!(approval["operator"]["uid"], uid, "{approval}");
+    if std::ptr::eq(provisioner, &a) {
+        assert_eq!(approval["decided_on"], "p2.test", "{approval}");
+    }
     stop(first);
     stop(second);
     fleet.stop();

@@ -115,6 +115,10 @@ struct Args {
     /// request-processing threads (default 2)
     #[argh(option, default = "2")]
     workers: usize,
+    /// after a broker restart, each node reconnects a random number of seconds up
+    /// to this later, as real servers do (default 0: all with the connection)
+    #[argh(option, default = "0.0")]
+    reconnect_spread: f64,
     /// write the per-node JSON summary here at the end (default: standard output)
     #[argh(option)]
     summary: Option<String>,
@@ -312,6 +316,8 @@ fn run(args: Args) -> i32 {
             reboot: args.fault_reboot,
         },
         lock_window,
+        reconnect_spread: (args.reconnect_spread > 0.0)
+            .then(|| Duration::from_secs_f64(args.reconnect_spread.min(3600.0))),
         ..SimOptions::default()
     };
     let sim = match Sim::start(&args.nats, options) {

@@ -21,9 +21,9 @@ mod approvals;
 #[cfg(test)]
 pub(crate) use approvals::approvals_subject_of;
 pub(crate) use approvals::{
-    publish_approvals, subscribe_approvals, ApprovalBatch, ApprovalRecord, BatchKind, Decision,
-    RecordWire, TableDigest, MAX_BY, MAX_CLOCK, MAX_FACTS, MAX_FACT_VALUE, MAX_REASON, MAX_RECORDS,
-    MAX_VERSION,
+    publish_approvals, subscribe_approvals, ApprovalBatch, ApprovalRecord, BatchKind, DecidedBy,
+    Decision, RecordWire, TableDigest, MAX_BY, MAX_CLOCK, MAX_FACTS, MAX_FACT_VALUE, MAX_REASON,
+    MAX_RECORDS, MAX_VERSION,
 };
 
 use md5::{Digest, Md5};

@@ -36,25 +36,19 @@ pub struct ApprovalRules {
 impl ApprovalRules {
     /// The rules of `approval: required` with `only` (`approval_identities`) and
     /// `preapproved` (`approval_preapproved`), `/re/` slashes stripped already.
-    /// Patterns were checked when the configuration was loaded: one that does not
-    /// compile here (it cannot) matches nothing, so it exempts nobody.
+    /// Patterns were checked when the configuration was loaded; should one not
+    /// compile here all the same, the rules fail closed: a pre-approval that does
+    /// not compile exempts nobody, and an `approval_identities` list with one that
+    /// does not compile holds every identity.
     pub fn new(only: &[String], preapproved: &[String]) -> ApprovalRules {
-        let compile = |patterns: &[String]| -> Vec<regex::Regex> {
-            patterns
+        let everyone =
+            || vec![regex::Regex::new(".*").unwrap_or_else(|_| unreachable!("fixed pattern"))];
+        ApprovalRules {
+            only: super::identity_policy::compile_all(only).unwrap_or_else(everyone),
+            preapproved: preapproved
                 .iter()
                 .filter_map(|p| regex::Regex::new(p).ok())
-                .collect()
-        };
-        let only_patterns = compile(only);
-        ApprovalRules {
-            // A pattern list that compiled to nothing must not widen to "everyone":
-            // it was checked at load, so this only keeps the rule total.
-            only: if only.is_empty() || !only_patterns.is_empty() {
-                only_patterns
-            } else {
-                vec![regex::Regex::new(".*").unwrap_or_else(|_| unreachable!("fixed pattern"))]
-            },
-            preapproved: compile(preapproved),
+                .collect(),
         }
     }
 
@@ -73,6 +67,18 @@ mod tests {
     fn rules(only: &[&str], pre: &[&str]) -> ApprovalRules {
         let owned = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         ApprovalRules::new(&owned(only), &owned(pre))
+    }
+
+    #[test]
+    fn a_pattern_that_does_not_compile_holds_rather_than_exempts() {
+        let only = rules(&["^web", "(unclosed"], &[]);
+        assert!(
+            only.needs_approval("db1.example.net"),
+            "held, not let through"
+        );
+        let pre = rules(&[], &["(unclosed", r"\.lab\.example\.net$"]);
+        assert!(pre.needs_approval("x.example.net"));
+        assert!(!pre.needs_approval("t1.lab.example.net"));
     }
 
     #[test]

@@ -8,40 +8,42 @@
 pub struct IdentityPolicy {
     allow: Vec<regex::Regex>,
     deny: Vec<regex::Regex>,
+    /// A pattern of either list did not compile: nothing is admitted.
+    broken: bool,
 }
 
 impl IdentityPolicy {
     /// The policy of `allow` and `deny` (RE2 patterns, `/re/` slashes stripped
     /// already); `None` when both are empty (every valid identity is admitted).
-    /// Patterns were checked when the configuration was loaded: one that does not
-    /// compile here (it cannot) admits nothing.
+    /// Patterns were checked when the configuration was loaded; should one not
+    /// compile here all the same, in either list, the policy fails closed: it
+    /// admits nothing (an allow list that lost a pattern would refuse some honest
+    /// nodes, a deny list that lost one would let its nodes in).
     pub fn new(allow: &[String], deny: &[String]) -> Option<IdentityPolicy> {
         if allow.is_empty() && deny.is_empty() {
             return None;
         }
-        let compile = |patterns: &[String]| -> Vec<regex::Regex> {
-            patterns
-                .iter()
-                .map(|p| regex::Regex::new(p).unwrap_or_else(|_| never()))
-                .collect()
-        };
+        let (allow, deny) = (compile_all(allow), compile_all(deny));
+        let broken = allow.is_none() || deny.is_none();
         Some(IdentityPolicy {
-            allow: compile(allow),
-            deny: compile(deny),
+            allow: allow.unwrap_or_default(),
+            deny: deny.unwrap_or_default(),
+            broken,
         })
     }
 
     /// True when `identity` matches no deny pattern and, if there are allow
-    /// patterns, one of them.
+    /// patterns, one of them; never when a pattern did not compile.
     pub fn admits(&self, identity: &str) -> bool {
-        !self.deny.iter().any(|r| r.is_match(identity))
+        !self.broken
+            && !self.deny.iter().any(|r| r.is_match(identity))
             && (self.allow.is_empty() || self.allow.iter().any(|r| r.is_match(identity)))
     }
 }
 
-/// A pattern that matches nothing.
-fn never() -> regex::Regex {
-    regex::Regex::new(r"[^\s\S]").unwrap_or_else(|_| unreachable!("a fixed pattern compiles"))
+/// Every pattern compiled, or `None` when one does not compile.
+pub(crate) fn compile_all(patterns: &[String]) -> Option<Vec<regex::Regex>> {
+    patterns.iter().map(|p| regex::Regex::new(p).ok()).collect()
 }
 
 #[cfg(test)]
@@ -66,5 +68,18 @@ mod tests {
         let deny_only = policy(&[], &["^ghost-"]).unwrap();
         assert!(deny_only.admits("anything.example.net"));
         assert!(!deny_only.admits("ghost-7.example.net"));
+    }
+
+    #[test]
+    fn a_pattern_that_does_not_compile_in_either_list_admits_nothing() {
+        for p in [
+            policy(&["^web", "(unclosed"], &[]),
+            policy(&[], &["(unclosed"]),
+            policy(&["^web"], &["^ghost-", "a{99999999}"]),
+        ] {
+            let p = p.unwrap();
+            assert!(!p.admits("web1.example.net"));
+            assert!(!p.admits("anything.example.net"));
+        }
     }
 }

@@ -41,7 +41,9 @@ use super::audit::AuditLog;
 use super::control::Operator;
 use super::{Fleet, Source};
 use crate::choria::identity::Identity;
-use crate::choria::peers::{ApprovalRecord, Decision, MAX_BY, MAX_CLOCK, MAX_REASON, MAX_VERSION};
+use crate::choria::peers::{
+    ApprovalRecord, DecidedBy, Decision, MAX_BY, MAX_CLOCK, MAX_REASON, MAX_VERSION,
+};
 use crate::config::{ApprovalRules, Config};
 use crate::metrics::Metrics;
 use crate::node::approval::{Gate, Verdict};
@@ -399,6 +401,11 @@ impl Approvals {
                 record.decision = decision;
                 record.at = now;
                 record.by = clean(&by.to_string(), MAX_BY);
+                record.operator = Some(DecidedBy {
+                    uid: by.uid,
+                    user: by.user.as_deref().map(|u| clean(u, MAX_BY)),
+                    pid: by.pid,
+                });
                 record.instance.clone_from(&self.instance);
                 record.reason = clean(reason, MAX_REASON);
                 if decision == Decision::Forgotten {
@@ -477,15 +484,19 @@ impl Approvals {
         }
     }
 
-    /// Takes records another instance sent; the ones that became approved are
-    /// queued.
+    /// Takes records another instance sent; a decision new to this instance is
+    /// logged and written to its audit trail (with the instance that took it and
+    /// the operator as that instance recorded them), and the identities that
+    /// became approved are queued.
     pub(crate) fn merge(&self, records: Vec<ApprovalRecord>, from: &str) {
         let mut approved = Vec::new();
+        let mut decisions = Vec::new();
         let mut any = false;
         {
             let mut table = self.table.lock();
             for record in records {
                 let identity = record.identity.clone();
+                let clock_before = table.get(&identity).map_or(0, |r| r.clock);
                 let Change::Took(before) = table.merge(record) else {
                     continue;
                 };
@@ -493,17 +504,10 @@ impl Approvals {
                 let Some(now) = table.get(&identity) else {
                     continue; // forgotten at once for room
                 };
-                let standing = now.standing();
-                if standing != Decision::Pending && before != Some(standing) {
-                    log::info!(
-                        "{identity} {} by {} on the instance {} (told by {})",
-                        standing.name(),
-                        crate::untrusted::shown(&now.by),
-                        crate::untrusted::shown(&now.instance),
-                        crate::untrusted::shown(from)
-                    );
+                if now.clock > clock_before {
+                    decisions.push(now.clone());
                 }
-                if standing == Decision::Approved && before != Some(Decision::Approved) {
+                if now.standing() == Decision::Approved && before != Some(Decision::Approved) {
                     approved.push(identity);
                 }
             }
@@ -512,8 +516,39 @@ impl Approvals {
             self.dirty.store(true, Ordering::Relaxed);
             self.update_gauges();
         }
+        for record in &decisions {
+            self.decided_elsewhere(record, from);
+        }
         for identity in &approved {
             self.offer(identity);
+        }
+    }
+
+    /// Logs and audits a decision another instance took, as it recorded it.
+    fn decided_elsewhere(&self, r: &ApprovalRecord, from: &str) {
+        log::info!(
+            "{} {} by {} on the instance {} (told by {})",
+            r.identity,
+            r.decision.name(),
+            crate::untrusted::shown(&r.by),
+            crate::untrusted::shown(&r.instance),
+            crate::untrusted::shown(from)
+        );
+        if let Some(audit) = self.audit.get() {
+            let line = json!({
+                "time": crate::clock::rfc3339(crate::clock::unix_now() as f64),
+                "instance": self.instance,
+                "event": "approval",
+                "identity": r.identity.as_str(),
+                "decision": r.decision.name(),
+                "decided_on": r.instance,
+                "decided_at": crate::clock::rfc3339(r.at as f64 / 1e9),
+                "operator": r.operator.as_ref().map(|o| json!({"uid": o.uid, "user": o.user, "pid": o.pid})),
+                "by": r.by,
+                "reason": r.reason,
+                "told_by": from,
+            });
+            audit.write(&line.to_string());
         }
     }
 

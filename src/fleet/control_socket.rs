@@ -11,14 +11,23 @@
 //!   drips, and the answer within [`IO_TIMEOUT`];
 //! - **how many**: [`MAX_CLIENTS`] at once, each on a thread of its own, so a held
 //!   connection never delays another; one more is refused at once;
-//! - **stopping**: the socket's drop shuts every client down and waits for none.
+//! - **stopping**: the socket's drop shuts every client down and waits for none;
+//!   the accepting thread is woken through a socket pair of its own, never through
+//!   the socket's path, so it ends whatever happened to the file (removed, replaced
+//!   by another socket or a plain file, its directory gone, descriptors
+//!   exhausted); the file is removed only if it is still the one this process made.
+//! - **one daemon a path**: before anything is removed or renamed, the daemon takes
+//!   a lock on the path: an abstract Unix socket named after it, which the kernel
+//!   frees when the process ends however it ends. A second daemon configured with
+//!   the same path refuses to start and says so.
 //!
 //! Refusals are counted in `connections_refused{door="control"}` by reason
 //! (`CONTROL_REFUSALS`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,18 +106,60 @@ impl Door {
     }
 }
 
-/// The listening control socket; removed, its thread ended and its clients closed
-/// when dropped.
+/// The listening control socket; removed (if still ours), its thread ended and its
+/// clients closed when dropped.
 pub(crate) struct ControlSocket {
     path: PathBuf,
+    /// The socket file's device and inode as this process made it.
+    made: (u64, u64),
     door: Arc<Door>,
+    /// Our end of the accepting thread's wake-up pair: shut down to wake it.
+    wake: UnixStream,
+    /// The lock on the path, held while the socket is open.
+    _lock: UnixListener,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The abstract socket name that locks `path`: the path made absolute (its
+/// directory resolved, so two spellings of one path share a lock), hashed to stay
+/// within the 107 bytes a socket name may have.
+fn lock_name(path: &Path) -> std::io::Result<String> {
+    let directory = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.canonicalize()?,
+        _ => std::env::current_dir()?,
+    };
+    let file = path.file_name().unwrap_or_default();
+    let absolute = directory.join(file);
+    use md5::{Digest, Md5};
+    let digest = Md5::digest(absolute.as_os_str().as_encoded_bytes());
+    Ok(format!(
+        "choria-provisioner.control.{}",
+        hex::encode(digest)
+    ))
+}
+
+/// Takes the lock on `path`; `Err` says why not.
+fn lock(path: &Path) -> Result<UnixListener, OpenError> {
+    let fail = |what: String| OpenError {
+        path: path.to_path_buf(),
+        what,
+    };
+    let name = lock_name(path).map_err(|e| fail(format!("cannot resolve its directory: {e}")))?;
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        .map_err(|e| fail(format!("cannot name its lock: {e}")))?;
+    UnixListener::bind_addr(&address).map_err(|e| {
+        fail(if e.kind() == std::io::ErrorKind::AddrInUse {
+            "another choria-provisioner is running with this control_socket (it holds the socket's lock); stop it or give this one another path".to_string()
+        } else {
+            format!("cannot take its lock: {e}")
+        })
+    })
 }
 
 impl ControlSocket {
     /// Listens on `path` (mode 0600) and serves `controller` from a thread of its
-    /// own. A socket left by a process that is gone is replaced; one that answers is
-    /// not.
+    /// own. A socket left by a process that is gone is replaced; one another daemon
+    /// holds the lock of, or one that answers, is not.
     pub(crate) fn open(
         path: &Path,
         controller: Arc<Controller>,
@@ -118,6 +169,7 @@ impl ControlSocket {
             path: path.to_path_buf(),
             what,
         };
+        let lock = lock(path)?;
         if UnixStream::connect(path).is_ok() {
             return Err(fail("another process is listening on it".into()));
         }
@@ -130,6 +182,13 @@ impl ControlSocket {
             let _ = std::fs::remove_file(&temporary);
             return Err(fail(e.to_string()));
         }
+        let made = std::fs::symlink_metadata(path)
+            .map(|m| (m.dev(), m.ino()))
+            .map_err(|e| fail(e.to_string()))?;
+        let (wake, woken) = UnixStream::pair().map_err(|e| fail(e.to_string()))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| fail(e.to_string()))?;
         let door = Arc::new(Door {
             controller,
             metrics,
@@ -140,11 +199,14 @@ impl ControlSocket {
         let accepting = Arc::clone(&door);
         let thread = std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || accept_loop(&listener, &accepting))
+            .spawn(move || accept_loop(&listener, &woken, &accepting))
             .map_err(|e| fail(format!("cannot start its thread: {e}")))?;
         Ok(ControlSocket {
             path: path.to_path_buf(),
+            made,
             door,
+            wake,
+            _lock: lock,
             thread: Some(thread),
         })
     }
@@ -156,24 +218,65 @@ impl Drop for ControlSocket {
         for (_, client) in self.door.clients.lock().iter() {
             let _ = client.shutdown(std::net::Shutdown::Both);
         }
-        // Wakes the accepting thread, which then sees the stop.
-        let _ = UnixStream::connect(&self.path);
+        // Wakes the accepting thread (its end reads the hang-up), which then sees
+        // the stop: nothing depends on the socket's path.
+        let _ = self.wake.shutdown(std::net::Shutdown::Both);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        let still_ours =
+            std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.made);
+        if still_ours {
+            let _ = std::fs::remove_file(&self.path);
+        } else {
+            log::warn!(
+                "The control socket {} is no longer the one this provisioner made: left as it is",
+                self.path.display()
+            );
+        }
     }
 }
 
-fn accept_loop(listener: &UnixListener, door: &Arc<Door>) {
+/// Waits until the listener has a connection or `woken` says stop; true for a
+/// connection.
+fn wait_for_client(listener: &UnixListener, woken: &UnixStream) -> bool {
+    use crate::sys::{poll, PollFd};
+    loop {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFd::IN),
+            PollFd::new(woken.as_fd(), PollFd::IN),
+        ];
+        match poll(&mut fds, Duration::from_secs(1)) {
+            Ok(_) if fds[1].ready() => return false,
+            Ok(_) if fds[0].ready() => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // Cannot wait: try to accept (non-blocking) every 100 ms instead.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(100));
+                return true;
+            }
+        }
+    }
+}
+
+fn accept_loop(listener: &UnixListener, woken: &UnixStream, door: &Arc<Door>) {
     let mut pause = Duration::from_millis(5);
     let mut next_client = 0u64;
-    for stream in listener.incoming() {
-        if door.stop.load(Ordering::Acquire) {
+    loop {
+        if !wait_for_client(listener, woken) || door.stop.load(Ordering::Acquire) {
             break;
         }
-        let stream = match stream {
-            Ok(stream) => stream,
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
             Err(e) => {
                 // EMFILE and the like: wait it out (5 ms doubling to 1 s), never end.
                 door.refused("accept_failed");
@@ -184,6 +287,9 @@ fn accept_loop(listener: &UnixListener, door: &Arc<Door>) {
             }
         };
         pause = Duration::from_millis(5);
+        if door.stop.load(Ordering::Acquire) {
+            break;
+        }
         let Some(operator) = door.admit_peer(&stream) else {
             continue;
         };

@@ -1,5 +1,14 @@
 //! The discovery loop: one broadcast discovery at start, then one every `interval`
-//! and one whenever the election makes us leader; skipped while paused.
+//! and one on every trigger (a reconnection to the broker, the election making us
+//! leader, a change of the active-active set, a resume); skipped while paused.
+//!
+//! Real Choria servers reconnect on their own schedule, seconds to a minute after
+//! a broker comes back (go-choria's reconnect back-off with jitter), and the startup
+//! events of nodes that booted meanwhile are lost: a discovery made the moment we
+//! are back may find nobody. So the start and every trigger are followed by
+//! discoveries `FOLLOW_UPS` later (2, 5, 10, 15, 20 and 30 s), until the regular
+//! `interval` comes, or two in a row found nothing new after one that did (the
+//! fleet came back and has been swept) (`FollowUps`).
 //!
 //! A discovery that found more nodes than the work queue took, or dropped replies it
 //! could not decode in time, is followed by another as soon as the queue has drained
@@ -43,6 +52,67 @@ pub(crate) const REDISCOVERY: Rediscovery = Rediscovery {
     poll: Duration::from_millis(100),
 };
 
+/// When the discoveries that follow the start or a trigger come, after it.
+pub(crate) const FOLLOW_UPS: [Duration; 6] = [
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+    Duration::from_secs(15),
+    Duration::from_secs(20),
+    Duration::from_secs(30),
+];
+
+/// The follow-up discoveries of the last start or trigger.
+#[derive(Debug, Default)]
+pub(crate) struct FollowUps {
+    /// When the start or trigger was, while follow-ups are due.
+    since: Option<Instant>,
+    /// The next follow-up's index in [`FOLLOW_UPS`].
+    next: usize,
+    /// A follow-up of this series queued a new node.
+    found: bool,
+    /// Follow-ups in a row that queued nothing since one did.
+    quiet: u8,
+    /// What set them off (for the log).
+    why: &'static str,
+}
+
+impl FollowUps {
+    /// A series from `now`, set off by `why`.
+    pub(crate) fn begin(&mut self, now: Instant, why: &'static str) {
+        *self = FollowUps {
+            since: Some(now),
+            why,
+            ..FollowUps::default()
+        };
+    }
+
+    /// No more follow-ups (the regular interval came).
+    pub(crate) fn end(&mut self) {
+        self.since = None;
+    }
+
+    /// When the next follow-up is due, if one is.
+    pub(crate) fn due(&self) -> Option<Instant> {
+        let since = self.since?;
+        FOLLOW_UPS.get(self.next).map(|after| since + *after)
+    }
+
+    /// A follow-up queued `added` new nodes; true if the series goes on.
+    pub(crate) fn done(&mut self, added: usize) -> bool {
+        self.next += 1;
+        if added > 0 {
+            (self.found, self.quiet) = (true, 0);
+        } else if self.found {
+            self.quiet += 1;
+        }
+        if self.quiet >= 2 || self.next >= FOLLOW_UPS.len() {
+            self.since = None;
+        }
+        self.since.is_some()
+    }
+}
+
 /// How often the announced lane is looked at when no early discovery is due.
 const ANNOUNCED_POLL: Duration = Duration::from_secs(1);
 
@@ -58,7 +128,8 @@ pub(crate) fn run(
 }
 
 /// Runs discovery cycles until the fleet stops: at start, every `interval`, on
-/// `trigger`, and early as `rediscovery` allows after a discovery that overflowed.
+/// `trigger`, [`FOLLOW_UPS`] after the start and each trigger, and early as
+/// `rediscovery` allows after a discovery that overflowed.
 pub(crate) fn run_with(
     fleet: &Fleet,
     discoverer: &dyn Discover,
@@ -68,7 +139,9 @@ pub(crate) fn run_with(
 ) {
     let ticker = tick(interval);
     let stopped = fleet.stopped();
-    let mut left_out = cycle(fleet, discoverer);
+    let mut follow_ups = FollowUps::default();
+    follow_ups.begin(Instant::now(), "the start");
+    let mut left_out = cycle(fleet, discoverer).left_out;
     let mut ended = Instant::now();
     loop {
         // Polled often while some discovered nodes are still waiting for room; else
@@ -79,10 +152,28 @@ pub(crate) fn run_with(
         } else {
             tick(ANNOUNCED_POLL)
         };
+        let follow_up = follow_ups
+            .due()
+            .map_or_else(crossbeam_channel::never, crossbeam_channel::at);
+        let mut following = false;
         loop {
             select! {
-                recv(ticker) -> _ => break,
-                recv(trigger) -> msg => if msg.is_err() { return } else { break },
+                recv(ticker) -> _ => {
+                    follow_ups.end();
+                    break;
+                }
+                recv(trigger) -> msg => if msg.is_err() { return } else {
+                    follow_ups.begin(Instant::now(), "a reconnection, a change of leader or of the active-active set, or a resume");
+                    break;
+                },
+                recv(follow_up) -> _ => {
+                    following = true;
+                    log::info!(
+                        "Discovering again {:?} after {} (follow-up {} of {}): nodes come back on their own schedule",
+                        FOLLOW_UPS[follow_ups.next], follow_ups.why, follow_ups.next + 1, FOLLOW_UPS.len()
+                    );
+                    break;
+                }
                 recv(stopped) -> _ => return,
                 recv(poll) -> _ => {
                     if ended.elapsed() < rediscovery.min_gap {
@@ -111,23 +202,35 @@ pub(crate) fn run_with(
         if fleet.is_stopping() {
             return;
         }
-        left_out = cycle(fleet, discoverer);
+        let result = cycle(fleet, discoverer);
+        left_out = result.left_out;
+        if following && !follow_ups.done(result.added) {
+            log::info!("Follow-up discoveries over: the next comes with the interval");
+        }
         ended = Instant::now();
     }
 }
 
+/// What one discovery cycle did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cycle {
+    /// New nodes queued.
+    pub added: usize,
+    /// Found nodes that did not fit, plus replies dropped unread (their nodes may
+    /// not have been heard): either makes the next discovery come early.
+    pub left_out: usize,
+}
+
 /// One discovery cycle: counts it, queues every identity found, and reports a full
-/// queue once for the whole cycle. Returns how many found nodes did not fit, plus
-/// the replies dropped unread (their nodes may not have been heard): either makes
-/// the next discovery come early.
-pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
+/// queue once for the whole cycle.
+pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> Cycle {
     if fleet.pause().paused() {
         log::warn!("Skipping discovery while paused");
-        return 0;
+        return Cycle::default();
     }
     if !fleet.owns_any() {
         log::debug!("Skipping discovery: this active-active instance owns no nodes now");
-        return 0;
+        return Cycle::default();
     }
     let metrics = fleet.metrics();
     metrics.discover_cycles.inc();
@@ -150,7 +253,10 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
         Err(e) => {
             metrics.discovery_errors.inc();
             log::error!("Could not discover nodes: {e}");
-            return full;
+            return Cycle {
+                added,
+                left_out: full,
+            };
         }
     };
     fleet.take_queue_full();
@@ -170,7 +276,10 @@ pub(crate) fn cycle(fleet: &Fleet, discoverer: &dyn Discover) -> usize {
         heard.senders,
         fleet.queued()
     );
-    full.saturating_add(usize::try_from(heard.dropped).unwrap_or(usize::MAX))
+    Cycle {
+        added,
+        left_out: full.saturating_add(usize::try_from(heard.dropped).unwrap_or(usize::MAX)),
+    }
 }
 
 /// Broadcast discovery over the wire with the sliding window of §3.2: wait up to
@@ -205,5 +314,34 @@ impl Discover for BroadcastDiscovery {
             heard.took.as_secs_f64()
         );
         Ok(heard)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follow_ups_run_their_schedule_and_end_when_the_fleet_has_been_swept() {
+        let t0 = Instant::now();
+        let mut f = FollowUps::default();
+        assert_eq!(f.due(), None);
+        f.begin(t0, "test");
+        assert_eq!(f.due(), Some(t0 + FOLLOW_UPS[0]));
+        // Nobody back yet: the schedule goes on.
+        assert!(f.done(0) && f.done(0));
+        assert_eq!(f.due(), Some(t0 + FOLLOW_UPS[2]));
+        // The fleet comes back, then two quiet ones end it.
+        assert!(f.done(40));
+        assert!(f.done(0));
+        assert!(!f.done(0));
+        assert_eq!(f.due(), None);
+        // Never more than the schedule.
+        f.begin(t0, "test");
+        let runs = (0..100).take_while(|_| f.done(0)).count();
+        assert_eq!(runs + 1, FOLLOW_UPS.len());
+        f.begin(t0, "test");
+        f.end();
+        assert_eq!(f.due(), None);
     }
 }

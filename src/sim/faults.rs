@@ -53,6 +53,11 @@ fn unit(n: usize, salt: u64) -> f64 {
     (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// A number in [0, 1) for node `n` and `salt`, the same on every run.
+pub(crate) fn unit_of(n: usize, salt: u64) -> f64 {
+    unit(n, salt)
+}
+
 /// True for about `fraction` of node numbers.
 pub fn fraction_pick(n: usize, salt: u64, fraction: f64) -> bool {
     fraction > 0.0 && unit(n, salt) < fraction

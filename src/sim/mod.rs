@@ -88,6 +88,11 @@ pub struct SimOptions {
     /// The nodes' provisioning lock window (go-choria v0.29 and later: 2 minutes);
     /// `None` plays older servers, which have no lock.
     pub lock_window: Option<Duration>,
+    /// After the connection to the broker comes back, each node stays away for a
+    /// random time up to this (drawn anew at each reconnection), as real servers
+    /// reconnect on their own back-off with jitter: it answers nothing meanwhile.
+    /// `None` (the default): every node is back with the connection.
+    pub reconnect_spread: Option<Duration>,
 }
 
 impl Default for SimOptions {
@@ -112,6 +117,7 @@ impl Default for SimOptions {
             csr_key: CsrKey::default(),
             tls_ca: None,
             lock_window: Some(node::LOCK),
+            reconnect_spread: None,
         }
     }
 }
@@ -144,6 +150,8 @@ struct Shared {
     nodes: Vec<Mutex<Node>>,
     faults: Vec<Option<Fault>>,
     booted: Vec<AtomicBool>,
+    /// Each node's way back after a reconnection ([`SimOptions::reconnect_spread`]).
+    away: Arc<Away>,
     counters: Counters,
     options: SimOptions,
     timer: Timer,
@@ -151,6 +159,40 @@ struct Shared {
     /// The start, as an instant and in Unix milliseconds, to date instants.
     epoch: (Instant, u64),
     discoveries: Mutex<Vec<DiscoverySummary>>,
+}
+
+/// When each node is back after the connection's last reconnection: milliseconds
+/// since `since` (0: never away).
+struct Away {
+    since: Instant,
+    back_at_ms: Vec<AtomicU64>,
+    reconnections: AtomicU64,
+}
+
+impl Away {
+    fn new(nodes: usize) -> Away {
+        Away {
+            since: Instant::now(),
+            back_at_ms: (0..nodes).map(|_| AtomicU64::new(0)).collect(),
+            reconnections: AtomicU64::new(0),
+        }
+    }
+
+    /// The connection is back: every node draws when it is.
+    fn reconnected(&self, spread: Duration) {
+        let salt = self.reconnections.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = self.since.elapsed().as_millis() as u64;
+        for (n, back) in self.back_at_ms.iter().enumerate() {
+            let delay = (faults::unit_of(n, salt) * spread.as_millis() as f64) as u64;
+            back.store(now + delay, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether node `n` is connected now.
+    fn here(&self, n: usize) -> bool {
+        let back = self.back_at_ms[n].load(Ordering::Relaxed);
+        back == 0 || self.since.elapsed().as_millis() as u64 >= back
+    }
 }
 
 impl Shared {
@@ -219,9 +261,14 @@ impl Sim {
         };
         // A provisioning-mode server presents its provisioning JWT as `auth_token`
         // (go-choria `choria/connection.go`); brokers without auth ignore it.
+        let away = Arc::new(Away::new(options.nodes));
         let mut connect = nats::Options::with_token(&jwt)
             .with_name("choria-fleet-sim")
             .max_reconnects(None);
+        if let Some(spread) = options.reconnect_spread {
+            let away = Arc::clone(&away);
+            connect = connect.reconnect_callback(move || away.reconnected(spread));
+        }
         if let Some(ca) = &options.tls_ca {
             connect = connect.tls_required(true).add_root_certificate(ca);
         }
@@ -249,6 +296,7 @@ impl Sim {
             subscriptions: (0..options.nodes).map(|_| Mutex::new(None)).collect(),
             inbox: inbox.clone(),
             booted: (0..options.nodes).map(|_| AtomicBool::new(false)).collect(),
+            away,
             nodes,
             faults,
             counters: Counters::default(),
@@ -507,7 +555,7 @@ fn discovery(shared: &Arc<Shared>, payload: &[u8]) {
     let arrived = Instant::now();
     let mut replies = 0u64;
     for (n, node) in shared.nodes.iter().enumerate() {
-        if !shared.booted[n].load(Ordering::Relaxed) {
+        if !shared.booted[n].load(Ordering::Relaxed) || !shared.away.here(n) {
             continue;
         }
         let node = node.lock();
@@ -562,7 +610,7 @@ fn direct(shared: &Arc<Shared>, n: usize, payload: &[u8]) {
     let dropped = || {
         shared.counters.dropped.fetch_add(1, Ordering::Relaxed);
     };
-    if !shared.booted[n].load(Ordering::Relaxed) {
+    if !shared.booted[n].load(Ordering::Relaxed) || !shared.away.here(n) {
         return dropped();
     }
     let Ok(request) = protocol::decode_request(payload) else {

@@ -66,6 +66,20 @@ impl Decision {
     }
 }
 
+/// The operator who took a decision, as the deciding instance's kernel named them
+/// (the control socket's peer credentials).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DecidedBy {
+    /// Their effective uid.
+    pub uid: u32,
+    /// The uid's name, if it had one.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The pid of the command they ran.
+    pub pid: i32,
+}
+
 /// The highest decision clock accepted from a peer or the file: far beyond what
 /// operators can reach (one decision a nanosecond for a century is under 2^62),
 /// and far enough below `u64::MAX` that one more is never a wrap.
@@ -90,8 +104,12 @@ pub(crate) struct ApprovalRecord {
     /// When it was taken, Unix nanoseconds, by the deciding instance's clock: shown,
     /// and a tie-break, never an order (0 with no decision).
     pub at: u64,
-    /// The operator who decided, as the deciding instance's kernel named them.
+    /// Who decided, as shown: the operator as the deciding instance's kernel named
+    /// them.
     pub by: String,
+    /// The operator who decided, field by field (none for a record without a
+    /// decision, or one from a file written before it was kept).
+    pub operator: Option<DecidedBy>,
     /// The instance that took the decision (its Choria identity).
     pub instance: String,
     /// The operator's reason (deny).
@@ -119,6 +137,7 @@ impl ApprovalRecord {
             decision: Decision::Pending,
             at: 0,
             by: String::new(),
+            operator: None,
             instance: String::new(),
             reason: String::new(),
             held_at: now_ns.max(1),
@@ -152,6 +171,8 @@ pub(crate) struct RecordWire {
     at: u64,
     #[serde(default)]
     by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    operator: Option<DecidedBy>,
     #[serde(default)]
     instance: String,
     #[serde(default)]
@@ -176,6 +197,7 @@ impl From<&ApprovalRecord> for RecordWire {
             decision: r.decision,
             at: r.at,
             by: r.by.clone(),
+            operator: r.operator.clone(),
             instance: r.instance.clone(),
             reason: r.reason.clone(),
             held_at: r.held_at,
@@ -203,7 +225,13 @@ impl RecordWire {
             && self.facts.iter().all(|(k, v)| {
                 !k.is_empty() && bounded(k, MAX_FACT_NAME) && bounded(v, MAX_FACT_VALUE)
             });
+        let user_ok = self
+            .operator
+            .as_ref()
+            .and_then(|o| o.user.as_deref())
+            .is_none_or(|u| bounded(u, MAX_BY));
         if !bounded(&self.by, MAX_BY)
+            || !user_ok
             || !bounded(&self.instance, MAX_BY)
             || !bounded(&self.reason, MAX_REASON)
             || !bounded(&self.version, MAX_VERSION)
@@ -224,6 +252,7 @@ impl RecordWire {
             decision: self.decision,
             at: self.at,
             by: self.by,
+            operator: self.operator,
             instance: self.instance,
             reason: self.reason,
             held_at: self.held_at,
@@ -408,6 +437,11 @@ mod tests {
             held_at: 0,
             at,
             by: "alice (uid 1000, pid 7)".into(),
+            operator: Some(DecidedBy {
+                uid: 1000,
+                user: Some("alice".into()),
+                pid: 7,
+            }),
             reason: String::new(),
             first_seen: 10,
             last_seen: 20,

@@ -136,6 +136,7 @@ mod tests {
             held_at: 0,
             at: 7,
             by: "alice (uid 1000, pid 9)".into(),
+            operator: None,
             reason: "unknown rack".into(),
             first_seen: 1,
             last_seen: 2,

@@ -32,7 +32,7 @@
 
 use std::cmp::Ordering;
 
-use crate::choria::peers::{ApprovalRecord, Decision};
+use crate::choria::peers::{ApprovalRecord, DecidedBy, Decision};
 
 /// The decision's rank among decisions of the same clock: the stricter is greater.
 fn tie_rank(decision: Decision) -> u8 {
@@ -47,13 +47,18 @@ fn tie_rank(decision: Decision) -> u8 {
 /// Compares the decisions of two records of the same clock (a total order over
 /// everything the decision holds).
 fn decision_order(a: &ApprovalRecord, b: &ApprovalRecord) -> Ordering {
-    (tie_rank(a.decision), a.at, &a.instance, &a.by, &a.reason).cmp(&(
-        tie_rank(b.decision),
-        b.at,
-        &b.instance,
-        &b.by,
-        &b.reason,
-    ))
+    fn key(r: &ApprovalRecord) -> (u8, u64, &str, &str, &str, Option<&DecidedBy>) {
+        let operator = r.operator.as_ref();
+        (
+            tie_rank(r.decision),
+            r.at,
+            &r.instance,
+            &r.by,
+            &r.reason,
+            operator,
+        )
+    }
+    key(a).cmp(&key(b))
 }
 
 /// The earlier of two times where 0 means none.
@@ -80,6 +85,7 @@ pub(crate) fn join(into: &mut ApprovalRecord, other: &ApprovalRecord) -> bool {
                 into.at = other.at;
                 into.instance.clone_from(&other.instance);
                 into.by.clone_from(&other.by);
+                into.operator.clone_from(&other.operator);
                 into.reason.clone_from(&other.reason);
                 changed = true;
             }

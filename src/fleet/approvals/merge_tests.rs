@@ -36,6 +36,13 @@ fn random_record(rng: &mut Rng) -> ApprovalRecord {
         r.by = ["alice", "bob"][rng.below(2)].into();
         r.reason = ["", "rack"][rng.below(2)].into();
         if rng.below(2) == 0 {
+            r.operator = Some(crate::choria::peers::DecidedBy {
+                uid: rng.below(2) as u32,
+                user: [None, Some("alice".to_string())][rng.below(2)].clone(),
+                pid: 7,
+            });
+        }
+        if rng.below(2) == 0 {
             (r.held_at, r.first_seen, r.last_seen) = (0, 0, 0);
         }
     }

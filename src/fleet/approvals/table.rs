@@ -59,6 +59,11 @@ pub(crate) fn record_digest(r: &ApprovalRecord) -> u128 {
     for n in [r.clock, r.at, r.held_at] {
         h.update(n.to_le_bytes());
     }
+    if let Some(o) = &r.operator {
+        h.update(o.uid.to_le_bytes());
+        h.update(o.pid.to_le_bytes());
+        h.update(o.user.as_deref().unwrap_or("").as_bytes());
+    }
     u128::from_le_bytes(h.finalize().into())
 }
 

@@ -309,6 +309,7 @@ fn bad_approvals_messages_are_refused_counted_and_never_merged() {
         held_at: 0,
         at: 1,
         by: "mallory".into(),
+        operator: None,
         reason: String::new(),
         first_seen: 0,
         last_seen: 0,

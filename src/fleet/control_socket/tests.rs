@@ -67,9 +67,16 @@ fn the_socket_is_0600_answers_one_line_and_refuses_what_is_not_a_request() {
     let (_dir, path, flag, socket) = opened("control-socket");
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
-    // Another daemon on the same socket is refused.
+    // Another daemon on the same socket is refused by the lock.
     let second = ControlSocket::open(&path, Arc::new(Controller::new(pause(), None)), metrics());
     assert!(second.is_err_and(|e| e
+        .to_string()
+        .contains("another choria-provisioner is running with this control_socket")));
+    // A socket another program listens on is not replaced.
+    let other = path.with_file_name("other.sock");
+    let _listening = UnixListener::bind(&other).unwrap();
+    let third = ControlSocket::open(&other, Arc::new(Controller::new(pause(), None)), metrics());
+    assert!(third.is_err_and(|e| e
         .to_string()
         .ends_with("another process is listening on it")));
     let r = send(&path, &ControlRequest::Pause { reason: "x".into() }).unwrap();
@@ -173,4 +180,63 @@ fn a_request_dripping_past_the_size_cap_is_refused_without_being_held() {
     assert!(r.error.unwrap().contains("longer than 4096 bytes"));
     assert_eq!(refused(&socket, "too_large"), 1);
     drop(socket);
+}
+
+/// The socket's file removed, replaced by another process's socket, or by a plain
+/// file: the stop ends the accepting thread at once all the same, and leaves
+/// whatever is at the path now alone.
+#[test]
+fn a_stop_never_depends_on_the_socket_s_file() {
+    for (name, replace) in [
+        ("removed", None),
+        ("another-socket", Some(true)),
+        ("plain-file", Some(false)),
+    ] {
+        let (_dir, path, _flag, socket) = opened(&format!("control-{name}"));
+        std::fs::remove_file(&path).unwrap();
+        let _other = match replace {
+            Some(true) => Some(UnixListener::bind(&path).unwrap()),
+            Some(false) => {
+                std::fs::write(&path, b"not a socket").unwrap();
+                None
+            }
+            None => None,
+        };
+        let started = Instant::now();
+        drop(socket);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{name}: the stop waited {:?}",
+            started.elapsed()
+        );
+        assert_eq!(path.exists(), replace.is_some(), "{name}: left alone");
+    }
+}
+
+/// A second socket on a path a live one holds is refused with the reason, before
+/// anything is removed; the first goes on serving; once it is closed, the path is
+/// free again.
+#[test]
+fn a_second_daemon_on_the_same_path_is_refused_and_the_first_keeps_serving() {
+    let (_dir, path, flag, socket) = opened("control-twice");
+    let controller = Arc::new(Controller::new(pause(), None));
+    let e = ControlSocket::open(&path, Arc::clone(&controller), metrics())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("another choria-provisioner is running"), "{e}");
+    // The same path spelt another way shares the lock.
+    let dotted = path.parent().unwrap().join(".").join("control.sock");
+    assert!(ControlSocket::open(&dotted, Arc::clone(&controller), metrics()).is_err());
+    let answer = send(
+        &path,
+        &ControlRequest::Pause {
+            reason: "still here".into(),
+        },
+    )
+    .unwrap();
+    assert!(answer.ok && flag.paused(), "the first still serves");
+    drop(socket);
+    let again = ControlSocket::open(&path, controller, metrics()).unwrap();
+    drop(again);
 }

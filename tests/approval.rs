@@ -292,6 +292,13 @@ fn approve_all_shows_the_count_and_needs_yes_and_bad_requests_are_refused() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("error:"), "{err}");
     }
+    // As a person writes it: no escaped quotes.
+    let o = cli(&dir, &["approve", "not an identity"]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim_end(),
+        "choria-provisioner: error: \"not an identity\" is not a valid identity: the identity \
+         has the byte 0x20 at offset 3; only letters, digits, '_', '-' and '.' are allowed"
+    );
     // A daemon without approval says so.
     stop(daemon);
     fleet.stop();

@@ -291,6 +291,20 @@ fn check_on_a_broken_config_lists_every_problem() {
     assert!(!e.contains("s3cr3t-t0ken"), "{e}");
 }
 
+/// Values in errors are quoted as a person writes them: quotes and apostrophes as
+/// they are; only a value with a control character is shown escaped.
+#[test]
+fn errors_quote_values_plainly_and_escape_only_control_characters() {
+    let rig = Rig::new("shutdown_timeout: \"it's 5m\"\nhelper_timeout: \"a\\tb\"\n");
+    let e = stderr(&rig.check());
+    assert!(
+        e.contains("shutdown_timeout: \"it's 5m\": invalid duration \"it's 5m\""),
+        "{e}"
+    );
+    assert!(e.contains("\"a\\tb\""), "the tab escaped: {e}");
+    assert!(!e.contains("\\'") && !e.contains("\\\"it"), "{e}");
+}
+
 #[test]
 fn run_with_a_broken_config_exits_1_with_go_s_error_line() {
     let rig = Rig::new("interval: 10s\n");

@@ -515,3 +515,69 @@ fn a_failed_accept_is_waited_out_and_the_port_answers_again() {
     assert!(daemon.logged("HTTP accept failed"), "and logged");
     daemon.terminate();
 }
+
+/// 20,000 connections reset right after connecting (`SO_LINGER` 0, so the close is
+/// a TCP RST), some before the daemon could read their address: nothing on the
+/// daemon's stderr (no panic message), `connections_refused{reason="reset"}` counts
+/// them, and the port answers after.
+#[test]
+fn twenty_thousand_connections_reset_at_once_cost_a_counter_not_a_panic_message() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("doors-reset");
+    let port = free_port();
+    let yaml = format!(
+        "helper: {}\nshutdown_timeout: 3s\nmonitor_host: 127.0.0.1\nmonitor_port: {port}\n",
+        support::daemon::example_helper().display(),
+    );
+    let (cfg, yaml) = support::daemon::files(&dir, "doors.test", &server.url(), &yaml);
+    let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--config", &yaml.display().to_string()])
+        .args(["--choria-config", &cfg.display().to_string()])
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    assert!(wait_for_port(port, Duration::from_secs(20)), "monitor up");
+    let attack = Attack::start(2, move |a| {
+        for _ in 0..10_000 {
+            if !a.running() {
+                return;
+            }
+            if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+                let linger = libc::linger {
+                    l_onoff: 1,
+                    l_linger: 0,
+                };
+                // SAFETY: setsockopt(2) on a socket we own, with a linger of its size.
+                unsafe {
+                    libc::setsockopt(
+                        std::os::fd::AsRawFd::as_raw_fd(&s),
+                        libc::SOL_SOCKET,
+                        libc::SO_LINGER,
+                        (&linger as *const libc::linger).cast(),
+                        std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                    );
+                }
+                a.made_one();
+            }
+        }
+    });
+    wait_until("20,000 connections", Duration::from_secs(60), || {
+        attack.made.load(Ordering::Relaxed) >= 20_000
+    });
+    let made = attack.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, scrape) = get(port, "/metrics");
+    assert_eq!(status, 200);
+    let reset = refused(&scrape, "monitor", "reset");
+    println!("{made} connections reset; {reset} counted as reset");
+    assert!(made >= 19_000, "{made} made");
+    assert!(reset > 0, "counted");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let printed = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    assert!(!printed.contains("panicked"), "{printed}");
+    assert!(printed.trim().is_empty(), "nothing on stderr: {printed}");
+}

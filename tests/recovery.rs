@@ -175,3 +175,49 @@ fn a_second_daemon_on_a_held_control_socket_exits_one_and_the_first_keeps_servin
     let (_, code) = terminate(&mut first);
     assert_eq!(code, Some(0));
 }
+
+/// A flood of made-up names, then quiet, then SIGKILL after the minute: the
+/// summary line of the attempts past the audit trail's sixty a minute was written
+/// when the minute ended (not at a next quiet attempt that never came), and is not
+/// lost with the process.
+#[test]
+fn a_flood_s_audit_summary_is_written_when_its_minute_ends_and_survives_a_sigkill() {
+    let server = NatsServer::start();
+    let dir = TempDir::new("recovery-audit");
+    let audit = dir.path().join("audit.log");
+    let yaml = format!(
+        "helper: {}\nworkers: 4\naudit_file: {}\n",
+        support::daemon::example_helper().display(),
+        audit.display(),
+    );
+    let mut daemon = Daemon(support::daemon::spawn_with(
+        BIN,
+        &dir,
+        "p1.test",
+        &server.url(),
+        &yaml,
+    ));
+    let started = Instant::now();
+    wait_until("the audit file", Duration::from_secs(20), || {
+        dir.path().join("p.log").exists()
+    });
+    // 15 s of made-up names, then quiet: nothing after the flood could write the
+    // summary but the end of the minute.
+    let flood = support::hostile::GhostFlood::start(&server.url(), 200);
+    flood.until(3_000, Duration::from_secs(30));
+    flood.stop();
+    let summed = || {
+        std::fs::read_to_string(&audit)
+            .unwrap_or_default()
+            .contains("\"aggregated\":")
+    };
+    wait_until("a summary line", Duration::from_secs(75), summed);
+    let written_after = started.elapsed();
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    assert!(summed(), "the line is on disk after SIGKILL");
+    assert!(
+        written_after >= Duration::from_secs(59),
+        "written when the minute ended: {written_after:?}"
+    );
+}

@@ -174,7 +174,8 @@ impl ClientJwt {
         if claims.purpose != CLIENT_ID_PURPOSE {
             let shown: String = claims.purpose.chars().take(40).collect();
             return Err(err(format!(
-                "holds a {shown:?} token, not a client JWT (purpose {CLIENT_ID_PURPOSE})"
+                "holds a {} token, not a client JWT (purpose {CLIENT_ID_PURPOSE})",
+                crate::untrusted::quoted(&shown)
             )));
         }
         if claims.callerid.is_empty() {

@@ -165,7 +165,8 @@ pub(crate) fn subscribe_startups(
                             .refused_identities
                             .with_label_values(&["event", e.reason()])
                             .inc();
-                        dropper.drop_event("invalid_identity", &format!("identity {shown:?}: {e}"));
+                        dropper
+                            .drop_event("invalid_identity", &format!("identity \"{shown}\": {e}"));
                     }
                     Err(StartupError::Decode(e)) => dropper.drop_event("undecodable", &e),
                 }
@@ -272,7 +273,7 @@ pub(crate) enum StartupError {
     #[error(transparent)]
     Decode(ProtocolError),
     /// The identity is not valid; the value is escaped and cut for logs.
-    #[error("startup event for {1:?}: {0}")]
+    #[error("startup event for \"{1}\": {0}")]
     Identity(IdentityError, String),
 }
 

@@ -56,7 +56,7 @@ pub enum SrvError {
     #[error("no domain to look in: set plugin.choria.srv_domain (the host has no domain)")]
     NoDomain,
     /// The name is not a valid DNS name.
-    #[error("{0:?} is not a valid DNS name")]
+    #[error("{} is not a valid DNS name", crate::untrusted::quoted(.0))]
     BadName(String),
     /// No name server is configured.
     #[error("no nameserver in /etc/resolv.conf")]

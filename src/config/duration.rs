@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// Why a duration string was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid duration {input:?}: {reason}")]
+#[error("invalid duration {}: {reason}", crate::untrusted::quoted(.input))]
 pub struct DurationError {
     input: String,
     reason: &'static str,

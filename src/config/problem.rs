@@ -43,7 +43,13 @@ impl Problem {
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.value {
-            Some(value) => write!(f, "{}: {:?}: {}", self.key, value, self.message),
+            Some(value) => write!(
+                f,
+                "{}: {}: {}",
+                self.key,
+                crate::untrusted::quoted(value),
+                self.message
+            ),
             None => write!(f, "{}: {}", self.key, self.message),
         }
     }

@@ -405,7 +405,7 @@ fn describe(v: &Value) -> String {
         Value::Null => "nothing (null)".into(),
         Value::Bool(b) => format!("the boolean {b}"),
         Value::Number(n) => format!("the number {n}"),
-        Value::String(s) => format!("the string {s:?}"),
+        Value::String(s) => format!("the string {}", crate::untrusted::quoted(s)),
         Value::Sequence(_) => "a list".into(),
         Value::Mapping(_) => "a map".into(),
         Value::Tagged(t) => format!("a value tagged {}", t.tag),

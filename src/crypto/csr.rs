@@ -36,7 +36,7 @@ const OID_SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5
 
 /// A `cert_deny_list` pattern that does not compile.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid cert_deny_list pattern {pattern:?}: {reason}")]
+#[error("invalid cert_deny_list pattern {}: {reason}", crate::untrusted::quoted(.pattern))]
 pub struct DenyListError {
     /// The pattern as written in the configuration.
     pub pattern: String,

@@ -450,7 +450,7 @@ impl Approvals {
         let why = if reason.is_empty() {
             String::new()
         } else {
-            format!(": {reason:?}")
+            format!(": {}", crate::untrusted::quoted(reason))
         };
         log::warn!("{identity} {} by an operator, {by}{why}", decision.name());
         if let Some(audit) = self.audit.get() {

@@ -12,7 +12,9 @@
 //! in) are quiet: [`QUIET_LINES_PER_MINUTE`] of them are written line by line each
 //! minute, and the rest are counted and written as one line per outcome when the
 //! minute is over (`"aggregated": n`, the first and last time, a few of the
-//! identities), so that a flood grows the file by a bounded amount.
+//! identities), so that a flood grows the file by a bounded amount. The finisher
+//! wakes when the minute ends ([`AuditLog::summary_due`]) to write them, so they
+//! are on disk then, whatever comes next (a SIGKILL included).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -213,6 +215,15 @@ impl AuditLog {
         if write {
             self.write(line);
         }
+    }
+
+    /// When the minute whose held quiet attempts are not written yet ends: the
+    /// finisher wakes then and calls [`AuditLog::flush_quiet`], so a summary is
+    /// written when its minute ends, not at the next quiet attempt (`None`: none
+    /// held).
+    pub(crate) fn summary_due(&self) -> Option<Instant> {
+        let quiet = self.quiet.lock();
+        (!quiet.held.is_empty()).then(|| quiet.started + quiet.window)
     }
 
     /// Writes the summaries of a minute that is over (a quiet line that comes later

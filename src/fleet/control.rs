@@ -576,7 +576,7 @@ fn shown(reason: &str) -> String {
     if reason.is_empty() {
         "no reason given".into()
     } else {
-        format!("{reason:?}")
+        crate::untrusted::quoted(reason)
     }
 }
 

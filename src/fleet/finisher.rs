@@ -42,9 +42,16 @@ pub(super) fn slack(longest: Duration) -> Duration {
 pub(super) fn run(fleet: &Fleet) {
     let longest = fleet.finisher_sleep();
     let slack = slack(longest);
+    let audit = fleet.board().audit().cloned();
     loop {
+        // The next cool-down, or the end of the audit trail's minute with quiet
+        // attempts held for a summary, whichever comes first.
+        let summary = audit.as_ref().and_then(|a| a.summary_due());
         let wait = fleet
             .next_cool_down()
+            .into_iter()
+            .chain(summary)
+            .min()
             .map(|at| at.saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::MAX)
             .min(longest)
@@ -54,5 +61,8 @@ pub(super) fn run(fleet: &Fleet) {
             default(wait) => {}
         }
         fleet.cooled_down(Instant::now());
+        if let Some(audit) = &audit {
+            audit.flush_quiet(false);
+        }
     }
 }

@@ -697,7 +697,10 @@ mod tests {
             .map(|r| serde_json::to_value(&**r).unwrap())
             .collect();
         assert_eq!(json[2]["outcome"], "deferred");
-        assert_eq!(json[2]["helper_msg"], "not \\\"yet\\\"");
+        assert_eq!(
+            json[2]["helper_msg"], "not \"yet\"",
+            "as the helper wrote it"
+        );
         assert!(json[2].get("error").is_none());
         assert_eq!(json[1]["reason"], "waits");
         assert!(json[1].get("error").is_none());

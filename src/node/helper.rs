@@ -200,7 +200,7 @@ pub(crate) enum OutputError {
     #[error("expected a JSON object, got {0}")]
     NotObject(&'static str),
     /// A known field whose value has the wrong type.
-    #[error("field {name:?}: {why}")]
+    #[error("field {}: {why}", crate::untrusted::quoted(.name))]
     Field {
         /// The field, lowercased (a known one: unknown fields are ignored).
         name: String,

@@ -196,7 +196,7 @@ impl ClientConnection {
             path,
             version.clone(),
             headers,
-            *self.remote_addr.as_ref().unwrap(),
+            *self.remote_addr.as_ref().unwrap_or(&None), // choria-provisioner: checked in next()
             data_source,
             writer,
             max_body,
@@ -232,6 +232,15 @@ impl Iterator for ClientConnection {
             return None;
         }
 
+        // choria-provisioner: a client that reset the connection before its address
+        // could be read is gone: counted, not unwrapped (upstream tiny-http #180).
+        if self.remote_addr.is_err() {
+            if let Some(guard) = &self.guard {
+                guard.refused(crate::guard::Refusal::Reset);
+            }
+            return None;
+        }
+
         loop {
             if let Some(guard) = &self.guard {
                 guard.enter(crate::guard::Phase::Head);
@@ -245,6 +254,10 @@ impl Iterator for ClientConnection {
                     }
                     ReadError::HeadTooLarge => guard.refused(Refusal::HeadTooLarge),
                     ReadError::BodyTooLarge(_) => guard.refused(Refusal::BodyTooLarge),
+                    // choria-provisioner: a client that reset the connection is counted
+                    ReadError::ReadIoError(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                        guard.refused(Refusal::Reset)
+                    }
                     ReadError::ExpectationFailed(_) | ReadError::ReadIoError(_) => {}
                 }
             }

@@ -92,6 +92,9 @@ pub enum Refusal {
     WriteTimeout,
     /// `accept` failed (`EMFILE`, `ENFILE`, `ECONNABORTED`…); retried after a pause.
     AcceptFailed,
+    /// The client reset the connection before its request was read (before even
+    /// its address could be, at times).
+    Reset,
 }
 
 impl Refusal {
@@ -106,11 +109,12 @@ impl Refusal {
             Refusal::HeadTimeout => "head_timeout",
             Refusal::WriteTimeout => "write_timeout",
             Refusal::AcceptFailed => "accept_failed",
+            Refusal::Reset => "reset",
         }
     }
 
     /// Every reason, for registering a metric's series ahead.
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::Evicted,
         Refusal::Overloaded,
         Refusal::HeadTooLarge,
@@ -119,6 +123,7 @@ impl Refusal {
         Refusal::HeadTimeout,
         Refusal::WriteTimeout,
         Refusal::AcceptFailed,
+        Refusal::Reset,
     ];
 }
 

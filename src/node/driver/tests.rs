@@ -2,6 +2,8 @@
 //! seeded stress test of replies, timer wakes and workers racing on cells.
 
 use super::*;
+use std::collections::BinaryHeap;
+use std::time::Duration;
 
 mod intake_tests {
     use super::*;

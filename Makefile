@@ -1,7 +1,7 @@
 # choria-provisioner build and test entry points. `make help` lists them.
 CARGO ?= cargo
 
-.PHONY: all help build release test ci lint unit nats-server clean demo bench bench-approvals man fuzz fuzz-smoke stress
+.PHONY: all help build release test ci lint unit nats-server clean demo bench bench-approvals recovery man fuzz fuzz-smoke stress
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make bench     provision 10,000 simulated nodes and report speed and memory"
 	@echo "               (INSTANCES=N: N active-active provisioners share the fleet)"
 	@echo "make bench-approvals  2 and 3 instances sharing 50,000 approval records"
+	@echo "make recovery  the broker-restart scenario of tests/recovery.rs, 10 runs"
 	@echo "make lint      cargo fmt --check and clippy with warnings as errors"
 	@echo "make fuzz      every cargo-fuzz target (10 min network-facing, 2 min others)"
 	@echo "make stress    the driver's contract stress test, 4 million replies a seed, 8 seeds,"
@@ -95,6 +96,13 @@ stress:
 	APPROVALS_PROPERTY_CASES=$(APPROVALS_PROPERTY_CASES) \
 	  $(CARGO) test --release --lib fleet::approvals::merge -- --nocapture
 
+# tests/recovery.rs's broker restart (100 nodes booting, the broker restarted once
+# 30 are provisioned, nodes back 0 to 20 s after it) RECOVERY_RUNS times in a row.
+RECOVERY_RUNS ?= 10
+recovery:
+	RECOVERY_RUNS=$(RECOVERY_RUNS) NATS_SERVER="$$(scripts/ensure-nats-server.sh)" \
+	  $(CARGO) test --features sim,fuzzing --test recovery nodes_that_come_back -- --nocapture
+
 # The README's first command: 200 simulated nodes provisioned on this machine.
 demo: build
 	scripts/demo.sh
@@ -105,11 +113,14 @@ bench:
 
 # The site's instances sharing a big approvals table (release build): two started
 # together and three staggered, the first with APPROVAL_SYNC_RECORDS records; prints
-# when they converged and what idling cost (make test runs 5,000).
+# when they converged and what idling cost (make test runs 5,000). Then 40 approved
+# nodes admitted with and without 64 clients polling the pending pages.
 APPROVAL_SYNC_RECORDS ?= 50000
 bench-approvals:
 	APPROVAL_SYNC_RECORDS=$(APPROVAL_SYNC_RECORDS) NATS_SERVER="$$(scripts/ensure-nats-server.sh)" \
 	  $(CARGO) test --release --features sim --test approval big_table -- --nocapture --test-threads 1
+	APPROVAL_SYNC_RECORDS=$(APPROVAL_SYNC_RECORDS) NATS_SERVER="$$(scripts/ensure-nats-server.sh)" \
+	  $(CARGO) test --release --features sim --test approval pollers -- --ignored --nocapture
 
 # The man page's SYNOPSIS, OPTIONS and COMMANDS come from the binary's --help, the
 # rest from packaging/choria-provisioner.8.in; `make test` fails when the committed

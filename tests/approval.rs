@@ -706,3 +706,86 @@ fn peak_rss(pid: u32) -> u64 {
         .map(|kb| kb * 1024)
         .unwrap()
 }
+
+/// With `approval: required` and a big table, 40 nodes approved ahead of time are
+/// provisioned as fast with 64 clients polling `/nodes?state=pending` as without:
+/// pages are sorted outside the table's lock, at most once a second. A
+/// measurement, run by `make bench-approvals`: it prints the figures and asserts
+/// only that every node came.
+#[test]
+#[ignore = "a measurement: make bench-approvals runs it"]
+fn sixty_four_pollers_of_the_pending_pages_leave_admission_alone() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let n = big_table();
+    for pollers in [0usize, 64] {
+        let server = NatsServer::start();
+        let dir = TempDir::new("approval-pollers");
+        let port = free_port();
+        approval_file(&dir, n);
+        let extra = format!("approval_max_pending: {}\n", n.max(10_000));
+        let daemon = spawn(&dir, "p1.test", &server.url(), port, &extra);
+        let options = SimOptions {
+            prefix: "hon-".into(),
+            ..SimOptions::default()
+        };
+        let honest = names(&options, 0..40);
+        let mut args = vec!["approve"];
+        args.extend(honest.iter().map(String::as_str));
+        cli_ok(&dir, &args);
+        let stop = Arc::new(AtomicBool::new(false));
+        let took: Arc<Mutex<Vec<Duration>>> = Arc::default();
+        let threads: Vec<_> = (0..pollers)
+            .map(|k| {
+                let (stop, took) = (Arc::clone(&stop), Arc::clone(&took));
+                std::thread::spawn(move || {
+                    let mut offset = k * 97;
+                    while !stop.load(Ordering::Relaxed) {
+                        let started = std::time::Instant::now();
+                        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                            continue;
+                        };
+                        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                        let path = format!("/nodes?state=pending&limit=100&offset={offset}");
+                        let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+                        let mut body = Vec::new();
+                        if s.read_to_end(&mut body).is_ok() && body.starts_with(b"HTTP/1.1 200") {
+                            took.lock().unwrap().push(started.elapsed());
+                        }
+                        offset = (offset + 100) % n.max(1);
+                    }
+                })
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let fleet = sim(&server.url(), 40, |o| o.prefix = "hon-".into());
+        wait_provisioned(&fleet, 40, Duration::from_secs(120));
+        let provisioned = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        let mut polls = took.lock().unwrap().clone();
+        polls.sort();
+        let at = |q: f64| {
+            polls
+                .get(((polls.len() as f64 * q) as usize).min(polls.len().saturating_sub(1)))
+                .copied()
+                .unwrap_or_default()
+        };
+        eprintln!(
+            "{pollers} pollers, {n} records: 40 approved nodes provisioned in {provisioned:?}; \
+             {} pages served, p50 {:?}, p99 {:?}",
+            polls.len(),
+            at(0.5),
+            at(0.99)
+        );
+        stop_daemon_and_fleet(daemon, fleet);
+    }
+}
+
+fn stop_daemon_and_fleet(daemon: Daemon, fleet: choria_provisioner::sim::Sim) {
+    stop(daemon);
+    fleet.stop();
+}

@@ -52,8 +52,21 @@ fn broker_restart_while_nodes_boot(spread: Duration) -> Duration {
     std::thread::sleep(Duration::from_millis(500));
     server.restart();
     let restarted = Instant::now();
-    wait_provisioned(&fleet, 100, Duration::from_secs(30));
+    while fleet.progress().provisioned < 100 && restarted.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let took = restarted.elapsed();
+    let left: Vec<String> = fleet
+        .summary()
+        .nodes
+        .into_iter()
+        .filter(|n| n.phase != choria_provisioner::sim::Phase::Provisioned)
+        .map(|n| format!("{} {:?} {:?}", n.identity, n.phase, n.rpcs))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "not provisioned 30 s after the restart: {left:?}"
+    );
     assert_provisioned(&fleet.summary(), |_| 1);
     fleet.stop();
     took

@@ -6,9 +6,10 @@
 //! a broker comes back (go-choria's reconnect back-off with jitter), and the startup
 //! events of nodes that booted meanwhile are lost: a discovery made the moment we
 //! are back may find nobody. So the start and every trigger are followed by
-//! discoveries `FOLLOW_UPS` later (2, 5, 10, 15, 20 and 30 s), until the regular
-//! `interval` comes, or two in a row found nothing new after one that did (the
-//! fleet came back and has been swept) (`FollowUps`).
+//! discoveries `FOLLOW_UPS` later (2, 5, 10, 15, 20, 24 and 30 s), until the
+//! regular `interval` comes, or two in a row found nothing new after one that did,
+//! the start or trigger's own discovery included (the fleet came back and has been
+//! swept) (`FollowUps`).
 //!
 //! A discovery that found more nodes than the work queue took, or dropped replies it
 //! could not decode in time, is followed by another as soon as the queue has drained
@@ -53,12 +54,13 @@ pub(crate) const REDISCOVERY: Rediscovery = Rediscovery {
 };
 
 /// When the discoveries that follow the start or a trigger come, after it.
-pub(crate) const FOLLOW_UPS: [Duration; 6] = [
+pub(crate) const FOLLOW_UPS: [Duration; 7] = [
     Duration::from_secs(2),
     Duration::from_secs(5),
     Duration::from_secs(10),
     Duration::from_secs(15),
     Duration::from_secs(20),
+    Duration::from_secs(24),
     Duration::from_secs(30),
 ];
 
@@ -85,6 +87,12 @@ impl FollowUps {
             why,
             ..FollowUps::default()
         };
+    }
+
+    /// The discovery of the start or the trigger itself queued `added` new nodes:
+    /// when it did, the fleet is there, and two quiet follow-ups end the series.
+    pub(crate) fn set_off(&mut self, added: usize) {
+        self.found |= added > 0;
     }
 
     /// No more follow-ups (the regular interval came).
@@ -141,7 +149,9 @@ pub(crate) fn run_with(
     let stopped = fleet.stopped();
     let mut follow_ups = FollowUps::default();
     follow_ups.begin(Instant::now(), "the start");
-    let mut left_out = cycle(fleet, discoverer).left_out;
+    let first = cycle(fleet, discoverer);
+    follow_ups.set_off(first.added);
+    let mut left_out = first.left_out;
     let mut ended = Instant::now();
     loop {
         // Polled often while some discovered nodes are still waiting for room; else
@@ -155,7 +165,7 @@ pub(crate) fn run_with(
         let follow_up = follow_ups
             .due()
             .map_or_else(crossbeam_channel::never, crossbeam_channel::at);
-        let mut following = false;
+        let (mut following, mut triggered) = (false, false);
         loop {
             select! {
                 recv(ticker) -> _ => {
@@ -164,6 +174,7 @@ pub(crate) fn run_with(
                 }
                 recv(trigger) -> msg => if msg.is_err() { return } else {
                     follow_ups.begin(Instant::now(), "a reconnection, a change of leader or of the active-active set, or a resume");
+                    triggered = true;
                     break;
                 },
                 recv(follow_up) -> _ => {
@@ -204,6 +215,9 @@ pub(crate) fn run_with(
         }
         let result = cycle(fleet, discoverer);
         left_out = result.left_out;
+        if triggered {
+            follow_ups.set_off(result.added);
+        }
         if following && !follow_ups.done(result.added) {
             log::info!("Follow-up discoveries over: the next comes with the interval");
         }
@@ -336,6 +350,11 @@ mod tests {
         assert!(f.done(0));
         assert!(!f.done(0));
         assert_eq!(f.due(), None);
+        // A start that found the fleet: two quiet follow-ups end it.
+        f.begin(t0, "test");
+        f.set_off(10_000);
+        assert!(f.done(0));
+        assert!(!f.done(0));
         // Never more than the schedule.
         f.begin(t0, "test");
         let runs = (0..100).take_while(|_| f.done(0)).count();

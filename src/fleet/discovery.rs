@@ -187,22 +187,7 @@ pub(crate) fn run_with(
                 }
                 recv(stopped) -> _ => return,
                 recv(poll) -> _ => {
-                    if ended.elapsed() < rediscovery.min_gap {
-                        continue;
-                    }
-                    if left_out > 0 && fleet.queued() <= fleet.capacity() / 2 {
-                        log::info!(
-                            "Discovering again before the interval: the queue has room for the {left_out} nodes (or dropped replies) the last discovery could not queue"
-                        );
-                        break;
-                    }
-                    // More announced names wait than their lane lets begin at once:
-                    // the real ones among them answer a discovery and go ahead.
-                    if fleet.announced_waiting() > fleet.announced_in_flight_max() {
-                        log::info!(
-                            "Discovering again before the interval: {} nodes known only from startup events wait to be confirmed",
-                            fleet.announced_waiting()
-                        );
+                    if ended.elapsed() >= rediscovery.min_gap && early_discovery_due(fleet, left_out) {
                         break;
                     }
                 }
@@ -223,6 +208,27 @@ pub(crate) fn run_with(
         }
         ended = Instant::now();
     }
+}
+
+/// Whether a discovery should come before the interval (said in the log): the
+/// queue has room again for the `left_out` nodes the last one could not queue, or
+/// more names known only from startup events wait than their lane lets begin (the
+/// real ones among them answer a discovery and go ahead).
+fn early_discovery_due(fleet: &Fleet, left_out: usize) -> bool {
+    if left_out > 0 && fleet.queued() <= fleet.capacity() / 2 {
+        log::info!(
+            "Discovering again before the interval: the queue has room for the {left_out} nodes (or dropped replies) the last discovery could not queue"
+        );
+        return true;
+    }
+    if fleet.announced_waiting() > fleet.announced_in_flight_max() {
+        log::info!(
+            "Discovering again before the interval: {} nodes known only from startup events wait to be confirmed",
+            fleet.announced_waiting()
+        );
+        return true;
+    }
+    false
 }
 
 /// What one discovery cycle did.

@@ -14,6 +14,11 @@ use support::{NatsServer, TempDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
 
+/// The broker-restart scenario and the audit flood each take the machine's two
+/// cores for long stretches; run in parallel, the restart's 30 s deadline would
+/// measure the flood. They take turns.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A daemon killed when the test ends.
 struct Daemon(std::process::Child);
 
@@ -28,6 +33,7 @@ impl Drop for Daemon {
 /// restarted, and each node reconnects up to `spread` after the connection does.
 /// Every node is provisioned within 30 s of the restart, once.
 fn broker_restart_while_nodes_boot(spread: Duration) -> Duration {
+    let _turn = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let mut server = NatsServer::start();
     let dir = TempDir::new("recovery");
     let yaml = format!(
@@ -195,6 +201,7 @@ fn a_second_daemon_on_a_held_control_socket_exits_one_and_the_first_keeps_servin
 /// lost with the process.
 #[test]
 fn a_flood_s_audit_summary_is_written_when_its_minute_ends_and_survives_a_sigkill() {
+    let _turn = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let server = NatsServer::start();
     let dir = TempDir::new("recovery-audit");
     let audit = dir.path().join("audit.log");

@@ -31,7 +31,7 @@
 //!   are answered), and once a second it sets how long the oldest pending node has
 //!   waited.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -94,7 +94,7 @@ struct Sync {
     owe_full: bool,
     full: Option<FullSend>,
     /// Peers whose last digest differed from ours.
-    differing: HashMap<String, Instant>,
+    differing: HashSet<String>,
     last_save: Instant,
     /// Jitter of the digest periods.
     draws: u64,
@@ -146,7 +146,7 @@ pub(crate) fn start(
         last_full: None,
         owe_full: false,
         full: None,
-        differing: HashMap::new(),
+        differing: HashSet::new(),
         last_save: Instant::now(),
         draws,
         refusals: Throttle::default(),
@@ -277,10 +277,10 @@ impl Sync {
             self.approvals.caught_up();
             return;
         }
-        if self.differing.contains_key(from) {
+        if self.differing.contains(from) {
             self.owe_full = true;
         } else if self.differing.len() < MAX_PEERS {
-            self.differing.insert(from.to_string(), Instant::now());
+            self.differing.insert(from.to_string());
         }
     }
 

@@ -37,7 +37,7 @@ fn broker_restart_while_nodes_boot(spread: Duration) -> Duration {
     let mut server = NatsServer::start();
     let dir = TempDir::new("recovery");
     let yaml = format!(
-        "helper: {}\nworkers: 4\nshutdown_timeout: 3s\n",
+        "helper: {}\nworkers: 4\nshutdown_timeout: 3s\nloglevel: debug\n",
         support::daemon::example_helper().display()
     );
     let _daemon = Daemon(support::daemon::spawn_with(
@@ -71,11 +71,24 @@ fn broker_restart_while_nodes_boot(spread: Duration) -> Duration {
         .collect();
     assert!(
         left.is_empty(),
-        "not provisioned 30 s after the restart: {left:?}"
+        "not provisioned 30 s after the restart: {left:?}; the daemon's log of them:\n{}",
+        log_of(&dir, &left)
     );
     assert_provisioned(&fleet.summary(), |_| 1);
     fleet.stop();
     took
+}
+
+/// The lines of the daemon's log (at most 40) that name one of `nodes` (each
+/// given as "<identity> ..."), for a failure's message.
+fn log_of(dir: &TempDir, nodes: &[String]) -> String {
+    let log = std::fs::read_to_string(dir.path().join("p.log")).unwrap_or_default();
+    let names: Vec<&str> = nodes.iter().filter_map(|n| n.split(' ').next()).collect();
+    log.lines()
+        .filter(|line| names.iter().any(|name| line.contains(name)))
+        .take(40)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// How many runs (`RECOVERY_RUNS`; `make recovery` runs 10).

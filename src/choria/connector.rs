@@ -96,6 +96,8 @@ pub struct ConnectionState {
     /// Told (without waiting) of every reconnection: whatever was published while
     /// we were away is to be found again at once, not at the next `interval`.
     reconnected: parking_lot::Mutex<Vec<crossbeam_channel::Sender<()>>>,
+    /// When the connection last came back, if it ever went.
+    reconnected_at: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
 impl ConnectionState {
@@ -108,6 +110,27 @@ impl ConnectionState {
     /// approvals' catch-up), if it has room; each caller gets its own.
     pub(crate) fn tell_reconnections(&self, tell: crossbeam_channel::Sender<()>) {
         self.reconnected.lock().push(tell);
+    }
+
+    /// A state as the callbacks would have left it: connected or not, and when the
+    /// connection last came back.
+    #[cfg(test)]
+    pub(crate) fn as_if(connected: bool, reconnected_at: Option<std::time::Instant>) -> Self {
+        let state = ConnectionState::default();
+        state.connected.store(connected, Ordering::Relaxed);
+        *state.reconnected_at.lock() = reconnected_at;
+        state
+    }
+
+    /// True while disconnected, or for `window` after the connection came back:
+    /// nodes reconnect on their own schedule after a broker outage, so one that
+    /// does not answer now may simply not be back yet.
+    pub(crate) fn recovering(&self, window: Duration) -> bool {
+        !self.is_connected()
+            || self
+                .reconnected_at
+                .lock()
+                .is_some_and(|at| at.elapsed() < window)
     }
 }
 
@@ -587,6 +610,7 @@ fn callbacks(
         })
         .reconnect_callback(move || {
             s2.connected.store(true, Ordering::Relaxed);
+            *s2.reconnected_at.lock() = Some(std::time::Instant::now());
             m2.connector_reconnections.with_label_values(&[&i2]).inc();
             // Every listener is told (none waits on another's full channel).
             let mut told = false;

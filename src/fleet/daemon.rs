@@ -173,6 +173,7 @@ impl Daemon {
                 error,
             })?;
         let fleet = Self::new_fleet(config, client, metrics, pause, &options, provisioner);
+        fleet.set_connection(connector.state());
         let (trigger_tx, trigger) = bounded::<()>(1);
         // Startup events published while we were away are lost: discover at once.
         connector.state().tell_reconnections(trigger_tx.clone());

@@ -54,6 +54,11 @@ pub(crate) const LOCK_WINDOW: Duration = Duration::from_secs(125);
 /// [`SILENT_COOLDOWN_MAX`].
 pub(crate) const SILENT_COOLDOWN: Duration = Duration::from_secs(30);
 
+/// How long after the broker connection came back a silent node is not struck:
+/// until the last follow-up discovery (`discovery::FOLLOW_UPS`), which finds the
+/// nodes that were not back yet.
+pub(crate) const RECOVERY_WINDOW: Duration = discovery::FOLLOW_UPS[discovery::FOLLOW_UPS.len() - 1];
+
 /// The longest a silent identity is kept.
 pub(crate) const SILENT_COOLDOWN_MAX: Duration = Duration::from_secs(3600);
 
@@ -289,6 +294,9 @@ pub struct Fleet {
     announced_in_flight: Mutex<std::collections::HashSet<u64>>,
     /// Operators' approvals (`approval: required`), set once before start.
     approvals: OnceLock<Arc<approvals::Approvals>>,
+    /// The broker connection, set once before start: a node silent while it
+    /// recovers is not struck (see [`Fleet::finish`]).
+    connection: OnceLock<Arc<crate::choria::connector::ConnectionState>>,
 }
 
 impl Fleet {
@@ -319,6 +327,7 @@ impl Fleet {
             policy_refusals: crate::throttle::Throttle::default(),
             announced_in_flight: Mutex::new(std::collections::HashSet::new()),
             approvals: OnceLock::new(),
+            connection: OnceLock::new(),
             options,
             metrics,
             pause,
@@ -336,6 +345,23 @@ impl Fleet {
     /// [`Fleet::start`]); without it every node is ours.
     pub(crate) fn set_ownership(&self, ownership: Arc<dyn Ownership>) {
         let _ = self.ownership.set(ownership);
+    }
+
+    /// Strikes no silent node while `connection` is down or has just come back
+    /// (set once, before [`Fleet::start`]).
+    pub(crate) fn set_connection(
+        &self,
+        connection: Arc<crate::choria::connector::ConnectionState>,
+    ) {
+        let _ = self.connection.set(connection);
+    }
+
+    /// True while the broker connection is down or came back less than
+    /// [`RECOVERY_WINDOW`] ago.
+    fn connection_recovering(&self) -> bool {
+        self.connection
+            .get()
+            .is_some_and(|c| c.recovering(RECOVERY_WINDOW))
     }
 
     /// Asks `approvals` before queueing any node (set once, before
@@ -522,8 +548,23 @@ impl Fleet {
 
     /// Routes an attempt's outcome: forget now, after the cool-down, or (a node
     /// another provisioner holds) offer it again after the lock window.
+    ///
+    /// A node that never answered gets a cool-down that grows each time it stays
+    /// silent (a made-up name is not tried again and again), except while the
+    /// broker connection recovers: real nodes come back on their own schedule after
+    /// an outage, up to the last follow-up discovery, and one asked before it was
+    /// back is forgotten at once, to be queued again by the discovery that finds it.
     fn finish(&self, job: &Job, outcome: &Outcome, silent: bool) {
         self.announced_in_flight.lock().remove(&job.generation);
+        if silent && matches!(outcome, Outcome::Failed(_)) && self.connection_recovering() {
+            log::debug!(
+                "{} did not answer while the broker connection recovers: forgotten, not \
+                 struck; the next discovery that finds it queues it again",
+                job.identity
+            );
+            self.remove(&job.identity, job.generation);
+            return;
+        }
         let strikes = self.silent_strikes(&job.identity, outcome, silent);
         let (wait, then) = if let Some(strikes) = strikes {
             // A made-up name is not queued again straight away, and less often each

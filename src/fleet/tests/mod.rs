@@ -287,6 +287,45 @@ fn one_walk_forgets_only_the_entries_whose_cool_down_ran_out_and_offers_the_lock
 }
 
 #[test]
+fn a_node_silent_while_the_connection_recovers_is_forgotten_at_once_not_struck() {
+    use crate::choria::connector::ConnectionState;
+    let long_ago = Instant::now().checked_sub(RECOVERY_WINDOW + Duration::from_secs(1));
+    let cases = [
+        ("disconnected", ConnectionState::as_if(false, None), false),
+        (
+            "just reconnected",
+            ConnectionState::as_if(true, Some(Instant::now())),
+            false,
+        ),
+        (
+            "reconnected long ago",
+            ConnectionState::as_if(true, long_ago),
+            true,
+        ),
+        ("never away", ConnectionState::as_if(true, None), true),
+    ];
+    for (case, state, struck) in cases {
+        let fleet = unstarted(Duration::from_secs(60));
+        fleet.set_connection(Arc::new(state));
+        assert_eq!(fleet.add(&id("quiet"), Source::Discovery), AddResult::Added);
+        let job = fleet.work_rx.try_recv().unwrap();
+        assert!(fleet.begin(&job).is_some());
+        fleet.finish(&job, &Outcome::Failed("no reply".into()), true);
+        assert_eq!(fleet.is_known("quiet"), struck, "{case}");
+        assert_eq!(
+            fleet.add(&id("quiet"), Source::Discovery) == AddResult::Added,
+            !struck,
+            "{case}: a discovery that finds it queues it again only when not struck"
+        );
+        assert_eq!(
+            fleet.silent.lock().contains_key(&id("quiet")),
+            struck,
+            "{case}: counted among the silent only when struck"
+        );
+    }
+}
+
+#[test]
 fn the_finisher_wakes_at_most_four_times_a_second_at_the_default_cool_down() {
     assert_eq!(
         finisher::slack(COOLDOWN.min(LOCK_WINDOW)),

@@ -18,13 +18,19 @@
 //! [`PeerMessageError`] whose [`reason`](PeerMessageError::reason) is a metric label.
 
 mod approvals;
+mod seal;
 #[cfg(test)]
 pub(crate) use approvals::approvals_subject_of;
 pub(crate) use approvals::{
     publish_approvals, subscribe_approvals, ApprovalBatch, ApprovalRecord, BatchKind, DecidedBy,
-    Decision, RecordWire, TableDigest, MAX_BY, MAX_CLOCK, MAX_FACTS, MAX_FACT_VALUE, MAX_REASON,
-    MAX_RECORDS, MAX_VERSION,
+    Decision, RecordWire, TableDigest, MAX_APPROVAL_MESSAGE, MAX_BY, MAX_CLOCK, MAX_FACTS,
+    MAX_FACT_VALUE, MAX_REASON, MAX_RECORDS, MAX_VERSION,
 };
+#[cfg(test)]
+pub(crate) use seal::MAX_AGE;
+pub(crate) use seal::{Opened, Seal, SealSetupError};
+#[cfg(feature = "sim")]
+pub(crate) use seal::{PeerKey, PeerTrust};
 
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
@@ -61,7 +67,7 @@ pub(crate) fn publish_resignation(
     resignation: &Resignation,
 ) -> std::io::Result<()> {
     let body = serde_json::to_vec(resignation).map_err(std::io::Error::other)?;
-    publish_on(bus, resignation_subject(election), &body)
+    bus.publish(&resignation_subject(election).map_err(invalid)?, &body)
 }
 
 /// Calls `deliver` (on the reader thread: it must return at once) for every
@@ -71,8 +77,9 @@ pub(crate) fn subscribe_resignations(
     election: &str,
     deliver: impl Fn(Resignation) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
-    subscribe_on(bus, resignation_subject(election), move |data| {
-        if let Ok(r) = decode::<Resignation>(&data, MAX_PEER_MESSAGE) {
+    let filter: SubjectFilter = resignation_subject(election).map_err(invalid)?.into();
+    bus.subscribe(&filter, None, move |msg| {
+        if let Ok(r) = decode::<Resignation>(&msg.data, MAX_PEER_MESSAGE) {
             deliver(r);
         }
     })
@@ -169,11 +176,33 @@ pub(crate) enum PeerMessageError {
     /// was never held.
     #[error("an approvals record with a bad decision clock")]
     Clock,
+    /// Not sealed, where peer messages must be signed.
+    #[error("an unsigned peer message (this site signs them)")]
+    Unsigned,
+    /// A signature that does not verify over what it claims to sign.
+    #[error("a peer message whose signature does not verify")]
+    Signature,
+    /// A credential the site's CA or organisation issuer does not vouch for (or
+    /// expired, or of the other kind).
+    #[error("a peer message signed with a credential the site does not trust")]
+    Untrusted,
+    /// A trusted credential whose name `peer_signers` does not allow, or a client
+    /// JWT without the `provisioner` permission.
+    #[error("a peer message signed by a name not allowed as a provisioner (peer_signers)")]
+    Signer,
+    /// Signed for another subject, or not newer than the last one seen from its
+    /// sending process on this subject.
+    #[error("a replayed peer message")]
+    Replayed,
+    /// Sealed more than `MAX_AGE` seconds away from the receiver's clock.
+    #[error("a peer message sealed more than 600 s from this instance's clock")]
+    Stale,
 }
 
 impl PeerMessageError {
-    /// `too_large`, `undecodable`, `identity`, `foreign_site`, `period`, `field`
-    /// or `clock`: the metric label.
+    /// `too_large`, `undecodable`, `identity`, `foreign_site`, `period`, `field`,
+    /// `clock`, `unsigned`, `signature`, `untrusted`, `signer`, `replayed` or
+    /// `stale`: the metric label.
     pub(crate) fn reason(&self) -> &'static str {
         match self {
             PeerMessageError::TooLarge(_) => "too_large",
@@ -183,6 +212,12 @@ impl PeerMessageError {
             PeerMessageError::Period(_) => "period",
             PeerMessageError::Field => "field",
             PeerMessageError::Clock => "clock",
+            PeerMessageError::Unsigned => "unsigned",
+            PeerMessageError::Signature => "signature",
+            PeerMessageError::Untrusted => "untrusted",
+            PeerMessageError::Signer => "signer",
+            PeerMessageError::Replayed => "replayed",
+            PeerMessageError::Stale => "stale",
         }
     }
 }
@@ -190,7 +225,7 @@ impl PeerMessageError {
 /// Every [`PeerMessageError::reason`]: the metrics layer's list, whose series start
 /// at 0 (a test checks every reason is in it).
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) const PEER_REFUSALS: [&str; 7] = crate::metrics::PEER_REFUSALS;
+pub(crate) const PEER_REFUSALS: [&str; 13] = crate::metrics::PEER_REFUSALS;
 
 /// `provisioning.provisioner.peers.<site>`; `site` must be one subject token.
 pub(crate) fn heartbeat_subject(site: &str) -> Result<Subject, SubjectError> {
@@ -273,35 +308,49 @@ fn decode<T: serde::de::DeserializeOwned>(body: &[u8], most: usize) -> Result<T,
     serde_json::from_slice(body).map_err(|_| PeerMessageError::Undecodable)
 }
 
-/// Publishes `body` on `subject`; a subject that could not be made (a site or an
-/// election name that is not one token) is `InvalidInput`.
+/// Publishes `body` on `subject`, sealed by `seal`; a subject that could not be
+/// made (a site that is not one token) is `InvalidInput`.
 fn publish_on(
     bus: &Bus,
+    seal: &Seal,
     subject: Result<Subject, SubjectError>,
     body: &[u8],
 ) -> std::io::Result<()> {
-    bus.publish(&subject.map_err(invalid)?, body)
+    let subject = subject.map_err(invalid)?;
+    let sealed = seal.seal(subject.as_str(), body, crate::clock::unix_now())?;
+    bus.publish(&subject, &sealed)
 }
 
-/// Calls `deliver` (on the reader thread: it must return at once) with the bytes of
-/// every message on `subject`; a subject that could not be made is `InvalidInput`.
+/// Calls `deliver` (on the reader thread: it must return at once) with the body of
+/// every message on `subject` that `seal` opens (of at most `most` bytes), or why
+/// one was refused; a subject that could not be made is `InvalidInput`.
 fn subscribe_on(
     bus: &Bus,
+    seal: &std::sync::Arc<Seal>,
     subject: Result<Subject, SubjectError>,
-    deliver: impl Fn(Vec<u8>) + Send + Sync + 'static,
+    most: usize,
+    deliver: impl Fn(Result<Opened, PeerMessageError>) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
     let filter: SubjectFilter = subject.map_err(invalid)?.into();
-    bus.subscribe(&filter, None, move |msg| deliver(msg.data))
+    let seal = std::sync::Arc::clone(seal);
+    bus.subscribe(&filter, None, move |msg| {
+        deliver(seal.open(&msg.subject, &msg.data, most, crate::clock::unix_now()))
+    })
 }
 
 fn invalid(e: SubjectError) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidInput, e)
 }
 
-/// Publishes `heartbeat` on its site's subject.
-pub(crate) fn publish_heartbeat(bus: &Bus, heartbeat: &Heartbeat) -> std::io::Result<()> {
+/// Publishes `heartbeat` on its site's subject, sealed by `seal`.
+pub(crate) fn publish_heartbeat(
+    bus: &Bus,
+    seal: &Seal,
+    heartbeat: &Heartbeat,
+) -> std::io::Result<()> {
     publish_on(
         bus,
+        seal,
         heartbeat_subject(&heartbeat.site),
         &heartbeat.to_json(),
     )
@@ -311,35 +360,46 @@ pub(crate) fn publish_heartbeat(bus: &Bus, heartbeat: &Heartbeat) -> std::io::Re
 /// heartbeat of `site`, or why one was refused.
 pub(crate) fn subscribe_heartbeats(
     bus: &Bus,
+    seal: &std::sync::Arc<Seal>,
     site: &str,
     deliver: impl Fn(Result<Heartbeat, PeerMessageError>) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
     let mine = site.to_string();
-    subscribe_on(bus, heartbeat_subject(site), move |data| {
-        deliver(Heartbeat::parse(&data, &mine))
-    })
+    subscribe_on(
+        bus,
+        seal,
+        heartbeat_subject(site),
+        MAX_PEER_MESSAGE,
+        move |opened| deliver(opened.and_then(|o| Heartbeat::parse(&o.body, &mine))),
+    )
 }
 
 /// Hands `node` from `from` to `owner` in `site`.
 pub(crate) fn publish_handoff(
     bus: &Bus,
+    seal: &Seal,
     site: &str,
     owner: &Identity,
     handoff: &Handoff,
 ) -> std::io::Result<()> {
-    publish_on(bus, handoff_subject(site, owner), &handoff.to_json())
+    publish_on(bus, seal, handoff_subject(site, owner), &handoff.to_json())
 }
 
 /// Calls `deliver` (on the reader thread) with every node handed to `me` in `site`.
 pub(crate) fn subscribe_handoffs(
     bus: &Bus,
+    seal: &std::sync::Arc<Seal>,
     site: &str,
     me: &Identity,
     deliver: impl Fn(Result<Handoff, PeerMessageError>) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
-    subscribe_on(bus, handoff_subject(site, me), move |data| {
-        deliver(Handoff::parse(&data))
-    })
+    subscribe_on(
+        bus,
+        seal,
+        handoff_subject(site, me),
+        MAX_PEER_MESSAGE,
+        move |opened| deliver(opened.and_then(|o| Handoff::parse(&o.body))),
+    )
 }
 
 #[cfg(test)]

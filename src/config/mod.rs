@@ -192,6 +192,9 @@ pub struct Config {
     pub identity_allow: Vec<String>,
     /// Identities a site would never enrol (`/re/` slashes stripped).
     pub identity_deny: Vec<String>,
+    /// The names allowed to sign peer messages (`/re/` slashes stripped); empty:
+    /// this instance's own certificate name, or any provisioner JWT of the issuer.
+    pub peer_signers: Vec<String>,
     /// How to verify provisioning JWTs: a file, or a hex ed25519 public key.
     pub jwt_verify_cert: String,
     /// File with the key that signs server JWTs (ed25519 feature).
@@ -279,6 +282,7 @@ impl Config {
                 .collect(),
             identity_allow: Vec::new(),
             identity_deny: Vec::new(),
+            peer_signers: Vec::new(),
             jwt_verify_cert: String::new(),
             jwt_signing_key: String::new(),
             jwt_signing_token: String::new(),

@@ -260,6 +260,7 @@ fn deny_list(c: &Config, problems: &mut Vec<Problem>) {
         ("cert_deny_list", &c.cert_deny_list),
         ("identity_allow", &c.identity_allow),
         ("identity_deny", &c.identity_deny),
+        ("peer_signers", &c.peer_signers),
     ];
     for (key, list) in lists {
         patterns(key, list, problems);

@@ -36,6 +36,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "cert_deny_list",
     "identity_allow",
     "identity_deny",
+    "peer_signers",
     "jwt_verify_cert",
     "jwt_signing_key",
     "jwt_signing_token",
@@ -218,6 +219,9 @@ fn apply_top(
             }),
             "identity_deny" => string_list(key, v).map(|list| {
                 c.identity_deny = list.iter().map(|p| strip_slashes(p).to_string()).collect()
+            }),
+            "peer_signers" => string_list(key, v).map(|list| {
+                c.peer_signers = list.iter().map(|p| strip_slashes(p).to_string()).collect()
             }),
             "jwt_verify_cert" => string(key, v).map(|s| c.jwt_verify_cert = s),
             "jwt_signing_key" => string(key, v).map(|s| c.jwt_signing_key = s),
@@ -604,6 +608,10 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
     put(
         "identity_deny",
         Value::Sequence(c.identity_deny.iter().map(|p| s(p)).collect()),
+    );
+    put(
+        "peer_signers",
+        Value::Sequence(c.peer_signers.iter().map(|p| s(p)).collect()),
     );
     put("jwt_verify_cert", s(&c.jwt_verify_cert));
     put("jwt_signing_key", s(&c.jwt_signing_key));

@@ -144,7 +144,7 @@ pub struct CsrNames {
 }
 
 /// Decodes a directory string of the usual kinds into text.
-fn directory_string(value: &der::Any) -> Result<String, CsrError> {
+pub(crate) fn directory_string(value: &der::Any) -> Result<String, CsrError> {
     let bad = |e: der::Error| CsrError::Parse(e.to_string());
     let s = match value.tag() {
         Tag::Utf8String => Utf8StringRef::try_from(value).map_err(bad)?.to_string(),

@@ -11,3 +11,4 @@ pub mod jwt;
 pub mod key_transport;
 pub mod nonce;
 pub mod pem;
+pub mod x509;

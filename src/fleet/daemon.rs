@@ -76,6 +76,9 @@ pub enum StartError {
     /// The key material the enabled features need could not be loaded.
     #[error("Provisioning could not be configured: {0}")]
     Keys(KeyLoadError),
+    /// Peer messages cannot be signed or checked with this instance's credentials.
+    #[error("The instances of this site cannot share their tables: {0}")]
+    Seal(crate::choria::peers::SealSetupError),
     /// The leader election could not be set up.
     #[error(transparent)]
     Election(ElectionError),
@@ -134,6 +137,35 @@ impl KeyReloader {
     }
 }
 
+/// What signs this instance's messages to the other instances of its site and
+/// checks theirs (only a provisioner writes the tables they share): needed with
+/// `active_active` or shared approvals.
+fn peer_seal(
+    config: &Config,
+    client: &ClientConfig,
+    approvals: bool,
+) -> Result<Arc<crate::choria::peers::Seal>, StartError> {
+    if !config.active_active && !approvals {
+        return Ok(crate::choria::peers::Seal::insecure());
+    }
+    let seal = crate::choria::peers::Seal::for_client(client, &config.peer_signers)
+        .map_err(StartError::Seal)?;
+    if seal.is_secure() {
+        log::info!(
+            "Messages to the other instances of site {} are signed, and theirs checked",
+            config.site
+        );
+    } else {
+        log::warn!(
+            "choria_insecure: messages between the instances of site {} can be neither \
+             signed nor checked; anyone holding the broker's provisioning password can \
+             write the tables they share",
+            config.site
+        );
+    }
+    Ok(seal)
+}
+
 impl Daemon {
     /// Connects (retrying until `shutdown` disconnects), announces itself and starts
     /// every thread.
@@ -189,8 +221,9 @@ impl Daemon {
             keys,
             approvals: None,
         };
+        let seal = peer_seal(config, client, approvals.is_some())?;
         if let Some(approvals) = approvals {
-            daemon.share_approvals(config, metrics, approvals)?;
+            daemon.share_approvals(config, metrics, approvals, Arc::clone(&seal))?;
         }
         if config.leader_election {
             pause.pause();
@@ -204,7 +237,7 @@ impl Daemon {
             daemon.threads.push(thread);
         }
         if config.active_active {
-            daemon.join_active_active(config, client, metrics, &options, upgrade_slots)?;
+            daemon.join_active_active(config, client, metrics, &options, upgrade_slots, seal)?;
         }
         fleet.start();
         let listener = daemon.listen_for_events(config, metrics)?;
@@ -274,6 +307,7 @@ impl Daemon {
         config: &Config,
         metrics: &Arc<Metrics>,
         approvals: Arc<super::approvals::Approvals>,
+        seal: Arc<crate::choria::peers::Seal>,
     ) -> Result<(), StartError> {
         approvals.attach(&self.fleet, self.fleet.board().audit().cloned());
         self.fleet.set_approvals(Arc::clone(&approvals));
@@ -282,6 +316,7 @@ impl Daemon {
         let thread = super::approvals::sync::start(
             Arc::clone(&approvals),
             self.connector.bus().clone(),
+            seal,
             &config.site,
             Arc::clone(metrics),
             self.fleet.stopped(),
@@ -305,6 +340,7 @@ impl Daemon {
         metrics: &Arc<Metrics>,
         options: &DaemonOptions,
         upgrade_slots: Arc<crate::node::upgrade_slots::UpgradeSlots>,
+        seal: Arc<crate::choria::peers::Seal>,
     ) -> Result<(), StartError> {
         let me = Identity::parse(&client.identity).map_err(StartError::Identity)?;
         let membership = Membership::new(
@@ -312,6 +348,7 @@ impl Daemon {
             &config.site,
             options.heartbeat,
             self.connector.bus().clone(),
+            seal,
             Arc::clone(metrics),
         );
         // The cap is the site's: split among the live instances.

@@ -123,6 +123,8 @@ pub struct Membership {
     incarnation: u64,
     heartbeat: Duration,
     bus: Bus,
+    /// Signs our heartbeats and handoffs, checks the peers'.
+    seal: Arc<peers::Seal>,
     metrics: Arc<Metrics>,
     view: RwLock<Arc<Members>>,
     peers: Mutex<HashMap<Identity, Peer>>,
@@ -144,6 +146,7 @@ impl Membership {
         site: &str,
         heartbeat: Duration,
         bus: Bus,
+        seal: Arc<peers::Seal>,
         metrics: Arc<Metrics>,
     ) -> Arc<Membership> {
         metrics.peers.set(0);
@@ -158,6 +161,7 @@ impl Membership {
                 Duration::from_millis(*peers::HEARTBEAT_MS.end()),
             ),
             bus,
+            seal,
             metrics,
             peers: Mutex::new(HashMap::new()),
             sequence: Mutex::new(0),
@@ -280,7 +284,7 @@ impl Membership {
                     from: self.me.clone(),
                     node: node.clone(),
                 };
-                match peers::publish_handoff(&self.bus, &self.site, &owner, &handoff) {
+                match peers::publish_handoff(&self.bus, &self.seal, &self.site, &owner, &handoff) {
                     Ok(()) => log::debug!("Handed {node} to its owner {owner}"),
                     Err(e) => log::debug!("Could not hand {node} to {owner}: {e}"),
                 }
@@ -336,7 +340,7 @@ impl Membership {
         };
         let on_beat = refused.clone();
         let beat_subscription =
-            peers::subscribe_heartbeats(&self.bus, &self.site, move |m| match m {
+            peers::subscribe_heartbeats(&self.bus, &self.seal, &self.site, move |m| match m {
                 Ok(b) => {
                     if beats_tx.try_send(b).is_err() {
                         beat_dropped();
@@ -348,16 +352,21 @@ impl Membership {
                 site: self.site.clone(),
                 error,
             })?;
-        let handoff_subscription =
-            peers::subscribe_handoffs(&self.bus, &self.site, &self.me, move |m| match m {
+        let handoff_subscription = peers::subscribe_handoffs(
+            &self.bus,
+            &self.seal,
+            &self.site,
+            &self.me,
+            move |m| match m {
                 Ok(h) => {
                     if handoffs_tx.try_send(h.node).is_err() {
                         handoff_dropped();
                     }
                 }
                 Err(e) => refused(e),
-            })
-            .map_err(MembershipError::Handoffs)?;
+            },
+        )
+        .map_err(MembershipError::Handoffs)?;
         let this = Arc::clone(self);
         std::thread::Builder::new()
             .name("membership".into())
@@ -495,7 +504,7 @@ impl Membership {
             every_ms: self.heartbeat.as_millis() as u64,
             state,
         };
-        if let Err(e) = peers::publish_heartbeat(&self.bus, &heartbeat) {
+        if let Err(e) = peers::publish_heartbeat(&self.bus, &self.seal, &heartbeat) {
             log::debug!("Could not publish a heartbeat: {e}");
         }
     }

@@ -201,7 +201,7 @@ pub(crate) const OUTCOMES: [&str; 13] = [
 
 /// The `reason` label values of `choria_provisioner_peer_messages_refused`, each
 /// created at 0 (the same words as `choria::peers::PeerMessageError::reason`).
-pub(crate) const PEER_REFUSALS: [&str; 7] = [
+pub(crate) const PEER_REFUSALS: [&str; 13] = [
     "too_large",
     "undecodable",
     "identity",
@@ -209,6 +209,12 @@ pub(crate) const PEER_REFUSALS: [&str; 7] = [
     "period",
     "field",
     "clock",
+    "unsigned",
+    "signature",
+    "untrusted",
+    "signer",
+    "replayed",
+    "stale",
 ];
 
 /// Why the control socket closed or refused a connection early (`door="control"`

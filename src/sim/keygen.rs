@@ -324,6 +324,58 @@ fn make_leaf(
         .map_err(|e| e.to_string())
 }
 
+/// An RSA client key (PKCS#1 PEM) and its certificate for `cn`.
+#[derive(Debug, Clone)]
+pub struct ClientCredential {
+    /// The certificate PEM, signed by the CA.
+    pub certificate: String,
+    /// The private key PEM.
+    pub key: String,
+}
+
+/// A new RSA client key for `cn` and its certificate, signed by the CA.
+fn rsa_client(
+    ca_key: &p256::ecdsa::SigningKey,
+    ca_name: &Name,
+    cn: &str,
+    validity: Duration,
+) -> Result<ClientCredential, String> {
+    let key = rsa_key()?;
+    let spki = {
+        let der = key
+            .to_public_key()
+            .to_public_key_der()
+            .map_err(|e| e.to_string())?;
+        SubjectPublicKeyInfoOwned::try_from(der.as_bytes()).map_err(|e| e.to_string())?
+    };
+    let certificate = make_leaf(
+        ca_key,
+        ca_name,
+        cn,
+        alt_names(&[cn.to_string()], &[])?,
+        spki,
+        validity,
+    )?;
+    Ok(ClientCredential {
+        certificate,
+        key: rsa_private_pem(&key)?,
+    })
+}
+
+/// A CA of its own (PEM) and, for each of `names`, a client credential it signed:
+/// what the tests' instances sign their peer messages with.
+pub fn client_pki(
+    names: &[&str],
+    validity: Duration,
+) -> Result<(String, Vec<ClientCredential>), String> {
+    let (ca, ca_key, ca_name) = make_ca(validity)?;
+    let clients = names
+        .iter()
+        .map(|cn| rsa_client(&ca_key, &ca_name, cn, validity))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((ca, clients))
+}
+
 /// The host and port of the first broker in `url`.
 fn host_port(url: &str) -> (String, u16) {
     crate::choria::client_config::broker_host_port(url.split(',').next().unwrap_or(url))
@@ -378,26 +430,13 @@ fn make(opts: &KeysOptions) -> Result<Files, String> {
         broker_spki,
         opts.validity,
     )?;
-    let client_key = rsa_key()?;
-    let client_spki = {
-        let der = client_key
-            .to_public_key()
-            .to_public_key_der()
-            .map_err(|e| e.to_string())?;
-        SubjectPublicKeyInfoOwned::try_from(der.as_bytes()).map_err(|e| e.to_string())?
-    };
-    let client_cert = make_leaf(
-        &ca_key,
-        &ca_name,
-        &opts.identity,
-        alt_names(std::slice::from_ref(&opts.identity), &[])?,
-        client_spki,
-        opts.validity,
-    )?;
+    let client = rsa_client(&ca_key, &ca_name, &opts.identity, opts.validity)?;
 
     let security = if opts.v2 {
         format!(
             "plugin.security.provider = choria\n\
+             plugin.security.issuer.names = choria\n\
+             plugin.security.issuer.choria.public = {issuer_public}\n\
              plugin.security.choria.token_file = {}\n\
              plugin.security.choria.seed_file = {}\n\
              plugin.security.choria.certificate = {}\n\
@@ -498,8 +537,8 @@ fn make(opts: &KeysOptions) -> Result<Files, String> {
         ("ca.pem", ca, false),
         ("broker.pem", broker_cert, false),
         ("broker-key.pem", p256_private_pem(&broker_key)?, true),
-        ("provisioner.pem", client_cert, false),
-        ("provisioner-key.pem", rsa_private_pem(&client_key)?, true),
+        ("provisioner.pem", client.certificate, false),
+        ("provisioner-key.pem", client.key, true),
         ("choria.cfg", choria_cfg, false),
         ("choria-provisioner.yaml", yaml, true),
         ("nats-server.conf", nats, false),

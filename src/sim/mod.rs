@@ -15,6 +15,7 @@ pub mod faults;
 pub mod filter;
 pub mod keygen;
 pub mod node;
+pub mod peer;
 mod summary;
 mod timer;
 pub mod verify;

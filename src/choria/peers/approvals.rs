@@ -395,23 +395,28 @@ pub(crate) fn approvals_subject_of(site: &str, instance: &str) -> Result<Subject
 }
 
 /// Publishes `batch` on its sender's subject.
-pub(crate) fn publish_approvals(bus: &Bus, batch: &ApprovalBatch) -> std::io::Result<()> {
+pub(crate) fn publish_approvals(
+    bus: &Bus,
+    seal: &super::Seal,
+    batch: &ApprovalBatch,
+) -> std::io::Result<()> {
     publish_on(
         bus,
+        seal,
         approvals_subject_of(&batch.site, &batch.from),
         &batch.to_json(),
     )
 }
 
-/// Calls `deliver` (on the reader thread: it must return at once) with every
-/// approvals message's bytes of `site` but those `instance` sent itself (told by
-/// their subject alone), unread; [`ApprovalBatch::parse`] reads them off the
-/// reader thread.
+/// Calls `deliver` (on the reader thread: it must return at once) with the subject
+/// and bytes of every approvals message of `site` but those `instance` sent itself
+/// (told by their subject alone), unread; [`super::Seal::open`] and
+/// [`ApprovalBatch::parse`] read them off the reader thread.
 pub(crate) fn subscribe_approvals(
     bus: &Bus,
     site: &str,
     instance: &str,
-    deliver: impl Fn(Vec<u8>) + Send + Sync + 'static,
+    deliver: impl Fn(String, Vec<u8>) + Send + Sync + 'static,
 ) -> std::io::Result<Subscription> {
     let own = approvals_subject_of(site, instance).map_err(super::invalid)?;
     let filter = approvals_subject(site)
@@ -419,7 +424,7 @@ pub(crate) fn subscribe_approvals(
         .map_err(super::invalid)?;
     bus.subscribe(&filter, None, move |msg| {
         if msg.subject != own.as_str() {
-            deliver(msg.data);
+            deliver(msg.subject, msg.data);
         }
     })
 }

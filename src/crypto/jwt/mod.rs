@@ -22,6 +22,7 @@
 
 mod claims;
 mod errors;
+mod issued;
 mod server_claims;
 mod signing_key;
 mod verify;
@@ -33,6 +34,7 @@ use base64::engine::DecodePaddingMode;
 
 pub use claims::*;
 pub(crate) use errors::*;
+pub use issued::*;
 pub(crate) use server_claims::*;
 pub use signing_key::*;
 pub use verify::*;

@@ -42,8 +42,8 @@ use crossbeam_channel::{after, bounded, never, select, tick, Receiver};
 use super::Approvals;
 use crate::choria::bus::Bus;
 use crate::choria::peers::{
-    publish_approvals, subscribe_approvals, ApprovalBatch, ApprovalRecord, BatchKind, TableDigest,
-    MAX_RECORDS,
+    publish_approvals, subscribe_approvals, ApprovalBatch, ApprovalRecord, BatchKind, Seal,
+    TableDigest, MAX_APPROVAL_MESSAGE, MAX_RECORDS,
 };
 use crate::metrics::Metrics;
 use crate::throttle::Throttle;
@@ -83,6 +83,8 @@ struct FullSend {
 struct Sync {
     approvals: Arc<Approvals>,
     bus: Bus,
+    /// Signs our messages, checks the peers'.
+    seal: Arc<Seal>,
     site: String,
     metrics: Arc<Metrics>,
     started: Instant,
@@ -108,19 +110,20 @@ struct Sync {
 pub(crate) fn start(
     approvals: Arc<Approvals>,
     bus: Bus,
+    seal: Arc<Seal>,
     site: &str,
     metrics: Arc<Metrics>,
     stop: Receiver<()>,
     mut reconnected: Receiver<()>,
 ) -> std::io::Result<JoinHandle<()>> {
-    let (inbox_tx, inbox) = bounded::<Vec<u8>>(INBOX);
+    let (inbox_tx, inbox) = bounded::<(String, Vec<u8>)>(INBOX);
     let waiting = Arc::new(AtomicUsize::new(0));
     let subscription = {
         let (waiting, metrics) = (Arc::clone(&waiting), Arc::clone(&metrics));
-        subscribe_approvals(&bus, site, approvals.instance(), move |data| {
+        subscribe_approvals(&bus, site, approvals.instance(), move |subject, data| {
             let n = data.len();
             let room = waiting.fetch_add(n, Ordering::Relaxed) + n <= INBOX_BYTES;
-            if !room || inbox_tx.try_send(data).is_err() {
+            if !room || inbox_tx.try_send((subject, data)).is_err() {
                 // The digests make up for it: no hello, which would have every
                 // peer send its whole table again into a full inbox.
                 waiting.fetch_sub(n, Ordering::Relaxed);
@@ -138,6 +141,7 @@ pub(crate) fn start(
     let mut sync = Sync {
         approvals,
         bus,
+        seal,
         site: site.to_string(),
         metrics,
         started: Instant::now(),
@@ -166,7 +170,7 @@ impl Sync {
     fn run(
         &mut self,
         stop: &Receiver<()>,
-        inbox: &Receiver<Vec<u8>>,
+        inbox: &Receiver<(String, Vec<u8>)>,
         waiting: &AtomicUsize,
         reconnected: &mut Receiver<()>,
     ) {
@@ -183,9 +187,9 @@ impl Sync {
             select! {
                 recv(stop) -> _ => break,
                 recv(inbox) -> msg => {
-                    if let Ok(data) = msg {
+                    if let Ok((subject, data)) = msg {
                         waiting.fetch_sub(data.len(), Ordering::Relaxed);
-                        self.received(&data);
+                        self.received(&subject, &data);
                     }
                 }
                 recv(outbox) -> record => {
@@ -234,8 +238,14 @@ impl Sync {
 
     /// Reads one message: refused ones are counted, a hello is answered, a digest
     /// compared, records merged.
-    fn received(&mut self, data: &[u8]) {
-        let batch = match ApprovalBatch::parse(data, &self.site) {
+    fn received(&mut self, subject: &str, data: &[u8]) {
+        let opened = self.seal.open(
+            subject,
+            data,
+            MAX_APPROVAL_MESSAGE,
+            crate::clock::unix_now(),
+        );
+        let batch = match opened.and_then(|o| ApprovalBatch::parse(&o.body, &self.site)) {
             Ok(b) => b,
             Err(e) => {
                 self.metrics
@@ -398,7 +408,7 @@ impl Sync {
                 records,
                 digest,
             };
-            if let Err(e) = publish_approvals(&self.bus, &message) {
+            if let Err(e) = publish_approvals(&self.bus, &self.seal, &message) {
                 if let Some(note) = self.failures.ready_note("failures") {
                     log::warn!("Could not send approvals to the other instances: {e}{note}");
                 }

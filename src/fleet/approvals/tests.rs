@@ -237,6 +237,7 @@ fn start_sync(
     let thread = sync::start(
         a,
         connector.bus().clone(),
+        crate::choria::peers::Seal::insecure(),
         "lon",
         Arc::clone(metrics),
         stop,
@@ -260,7 +261,7 @@ fn the_approvals_thread_says_hello_at_start_and_after_a_reconnection() {
     // Listening on the same connection: its subscriptions are made again on the
     // new server before the reconnection is told, so the hello cannot pass them.
     let (heard_tx, heard) = crossbeam_channel::unbounded();
-    let _subscription = subscribe_approvals(connector.bus(), "lon", "listener", move |data| {
+    let _subscription = subscribe_approvals(connector.bus(), "lon", "listener", move |_, data| {
         if let Ok(batch) = ApprovalBatch::parse(&data, "lon") {
             let _ = heard_tx.send(batch.kind);
         }

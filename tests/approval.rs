@@ -7,129 +7,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::path::Path;
 
 use std::time::Duration;
 
 use choria_provisioner::sim::{identity, SimOptions};
+use support::approval::*;
 use support::daemon::{cli, cli_ok, nodes_ok};
 use support::rig::*;
-use support::{free_port, http_get, wait_for_port, NatsServer, TempDir};
-
-const BIN: &str = env!("CARGO_BIN_EXE_choria-provisioner");
-
-/// A helper that notes each run in `helper-runs`, then configures the node as the
-/// example helper does.
-fn counting_helper(dir: &TempDir) -> PathBuf {
-    dir.script(
-        "counting-helper.sh",
-        &format!(
-            "#!/bin/sh\necho run >> {}\nexec {}\n",
-            dir.path().join("helper-runs").display(),
-            support::daemon::example_helper().display()
-        ),
-    )
-}
-
-fn helper_runs(dir: &TempDir) -> usize {
-    std::fs::read_to_string(dir.path().join("helper-runs"))
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
-}
-
-/// The daemon's YAML: approval required, a control socket, a pause file (the
-/// approval file goes beside it), an audit trail, a monitor port.
-fn settings(dir: &TempDir, port: u16, extra: &str) -> String {
-    format!(
-        "helper: {}\nworkers: 4\nshutdown_timeout: 3s\nmonitor_host: 127.0.0.1\nmonitor_port: {port}\n\
-         control_socket: {}\npause_file: {}\naudit_file: {}\napproval: required\n\
-         approval_facts: [networking.fqdn, os.name, role]\n{extra}",
-        counting_helper(dir).display(),
-        dir.path().join("control.sock").display(),
-        dir.path().join("paused").display(),
-        dir.path().join("audit.log").display(),
-    )
-}
-
-/// A daemon killed if the test fails before it stops it.
-struct Daemon(Option<Child>);
-
-impl Daemon {
-    fn id(&self) -> u32 {
-        self.0.as_ref().map_or(0, Child::id)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The binary as `identity`, up when its monitor port answers and its control
-/// socket takes requests.
-fn spawn(dir: &TempDir, identity: &str, url: &str, port: u16, extra: &str) -> Daemon {
-    let daemon = launch(dir, identity, url, port, extra);
-    ready(dir, port);
-    daemon
-}
-
-/// The binary as `identity`, started.
-fn launch(dir: &TempDir, identity: &str, url: &str, port: u16, extra: &str) -> Daemon {
-    let child = support::daemon::spawn_with(BIN, dir, identity, url, &settings(dir, port, extra));
-    Daemon(Some(child))
-}
-
-/// Waits until the daemon of `dir` answers on its monitor port and control socket.
-fn ready(dir: &TempDir, port: u16) {
-    assert!(wait_for_port(port, Duration::from_secs(20)), "monitor up");
-    wait_until("control socket", Duration::from_secs(20), || {
-        cli(dir, &["pending", "--json"]).status.success()
-    });
-}
-
-fn stop(mut daemon: Daemon) {
-    let mut child = daemon.0.take().unwrap();
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert_eq!(child.wait().unwrap().code(), Some(0));
-}
-
-/// What `pending --json` says.
-fn pending(dir: &TempDir) -> serde_json::Value {
-    serde_json::from_str(&cli_ok(dir, &["pending", "--json"])).unwrap()
-}
-
-fn total_pending(dir: &TempDir) -> u64 {
-    pending(dir)["total_pending"].as_u64().unwrap()
-}
-
-fn metric(port: u16, line_start: &str) -> f64 {
-    let (_, text) = http_get(port, "/metrics");
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {line_start} in {text}"))
-}
-
-fn names(options: &SimOptions, range: std::ops::Range<usize>) -> Vec<String> {
-    range.map(|n| identity(options, n)).collect()
-}
-
-fn rpcs_of(fleet: &choria_provisioner::sim::Sim, name: &str) -> Vec<String> {
-    fleet
-        .summary()
-        .nodes
-        .into_iter()
-        .find(|n| n.identity == name)
-        .map(|n| n.rpcs)
-        .unwrap_or_default()
-}
+use support::{free_port, http_get, NatsServer, TempDir};
 
 #[test]
 fn held_nodes_wait_for_an_operator_and_decisions_survive_restarts_and_reboots() {
@@ -196,7 +82,7 @@ fn held_nodes_wait_for_an_operator_and_decisions_survive_restarts_and_reboots() 
     assert_eq!(
         metric(
             port,
-            "choria_provisioner_approval_decisions{decision=\"approved\""
+            "choria_provisioner_approval_decisions{by=\"operator\",decision=\"approved\""
         ),
         15.0
     );

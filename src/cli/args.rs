@@ -71,7 +71,8 @@ pub(crate) struct PendingArgs {
 
 /// Approves identities through the control_socket: pending ones are provisioned
 /// at once, others when they are next seen. With --all, every identity pending
-/// now: the count is shown, and nothing is approved without --yes.
+/// now; with --match, the pending ones a regular expression selects: the count is
+/// shown, and nothing is approved without --yes.
 #[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
 #[argh(subcommand, name = "approve")]
 pub(crate) struct ApproveArgs {
@@ -81,7 +82,10 @@ pub(crate) struct ApproveArgs {
     /// every identity pending now (with --yes)
     #[argh(switch)]
     pub all: bool,
-    /// confirm --all
+    /// the pending identities this RE2 regular expression matches (with --yes)
+    #[argh(option, long = "match")]
+    pub pattern: Option<String>,
+    /// confirm --all or --match
     #[argh(switch)]
     pub yes: bool,
     /// the identities
@@ -90,7 +94,8 @@ pub(crate) struct ApproveArgs {
 }
 
 /// Denies identities through the control_socket: they are refused at admission
-/// until forget.
+/// until forget. With --match, the pending and approved ones a regular expression
+/// selects: the count is shown, and nothing is denied without --yes.
 #[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
 #[argh(subcommand, name = "deny")]
 pub(crate) struct DenyArgs {
@@ -100,19 +105,34 @@ pub(crate) struct DenyArgs {
     /// why, kept with the decision and in the audit trail
     #[argh(option)]
     pub reason: Option<String>,
+    /// the pending and approved identities this RE2 regular expression matches
+    /// (with --yes)
+    #[argh(option, long = "match")]
+    pub pattern: Option<String>,
+    /// confirm --match
+    #[argh(switch)]
+    pub yes: bool,
     /// the identities
     #[argh(positional)]
     pub identities: Vec<String>,
 }
 
 /// Takes back any decision on identities through the control_socket: each waits
-/// for a decision again when it is next seen.
+/// for a decision again when it is next seen. With --match, those a regular
+/// expression selects: the count is shown, and nothing is forgotten without --yes.
 #[derive(FromArgs, Debug, Default, Clone, PartialEq, Eq)]
 #[argh(subcommand, name = "forget")]
 pub(crate) struct ForgetArgs {
     /// the provisioner configuration file (for its control_socket)
     #[argh(option)]
     pub config: Option<String>,
+    /// the identities with a record (pending, approved or denied) this RE2
+    /// regular expression matches (with --yes)
+    #[argh(option, long = "match")]
+    pub pattern: Option<String>,
+    /// confirm --match
+    #[argh(switch)]
+    pub yes: bool,
     /// the identities
     #[argh(positional)]
     pub identities: Vec<String>,
@@ -246,7 +266,9 @@ pub(crate) enum Action {
         identities: Vec<String>,
         /// `--all`.
         all: bool,
-        /// `--yes`, which `--all` needs.
+        /// `--match`.
+        pattern: Option<String>,
+        /// `--yes`, which `--all` and `--match` need.
         yes: bool,
     },
     /// Deny identities.
@@ -255,16 +277,25 @@ pub(crate) enum Action {
         identities: Vec<String>,
         /// `--reason`.
         reason: Option<String>,
+        /// `--match`.
+        pattern: Option<String>,
+        /// `--yes`, which `--match` needs.
+        yes: bool,
     },
     /// Forget the decisions on identities.
     Forget {
         /// The identities named.
         identities: Vec<String>,
+        /// `--match`.
+        pattern: Option<String>,
+        /// `--yes`, which `--match` needs.
+        yes: bool,
     },
 }
 
-const VALUE_FLAGS: [&str; 6] = [
+const VALUE_FLAGS: [&str; 7] = [
     "--reason",
+    "--match",
     "--config",
     "--choria-config",
     "--pid",
@@ -334,6 +365,7 @@ pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::
             Action::Approve {
                 identities: approve.identities,
                 all: approve.all,
+                pattern: approve.pattern,
                 yes: approve.yes,
             }
         }
@@ -342,12 +374,16 @@ pub(crate) fn parse(program: &str, args: &[String]) -> Result<Invocation, argh::
             Action::Deny {
                 identities: deny.identities,
                 reason: deny.reason,
+                pattern: deny.pattern,
+                yes: deny.yes,
             }
         }
         Some(Command::Forget(forget)) => {
             config = forget.config.or(config);
             Action::Forget {
                 identities: forget.identities,
+                pattern: forget.pattern,
+                yes: forget.yes,
             }
         }
     };
@@ -448,6 +484,7 @@ mod tests {
             Action::Approve {
                 identities: named,
                 all: false,
+                pattern: None,
                 yes: false
             }
         );
@@ -455,6 +492,7 @@ mod tests {
         let all = Action::Approve {
             identities: Vec::new(),
             all: true,
+            pattern: None,
             yes: true,
         };
         assert_eq!(inv.action, all);
@@ -462,12 +500,43 @@ mod tests {
         let denied = Action::Deny {
             identities: strings(&["n3.example.net"]),
             reason: Some("unknown rack".into()),
+            pattern: None,
+            yes: false,
         };
         assert_eq!(inv.action, denied);
         let forgotten = Action::Forget {
             identities: strings(&["n3.example.net"]),
+            pattern: None,
+            yes: false,
         };
         assert_eq!(p(&["forget", "n3.example.net"]).action, forgotten);
+        let by_pattern = |args: &[&str]| p(args).action;
+        assert_eq!(
+            by_pattern(&["deny", "--match=^ghost-", "--reason", "made up", "--yes"]),
+            Action::Deny {
+                identities: Vec::new(),
+                reason: Some("made up".into()),
+                pattern: Some("^ghost-".into()),
+                yes: true,
+            }
+        );
+        assert_eq!(
+            by_pattern(&["approve", "--match", "^web"]),
+            Action::Approve {
+                identities: Vec::new(),
+                all: false,
+                pattern: Some("^web".into()),
+                yes: false,
+            }
+        );
+        assert_eq!(
+            by_pattern(&["forget", "--match", "x", "--yes"]),
+            Action::Forget {
+                identities: Vec::new(),
+                pattern: Some("x".into()),
+                yes: true,
+            }
+        );
         let inv = p(&["--config", "y", "pending", "--json"]);
         assert_eq!(
             (inv.action, inv.config.as_deref()),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::args::Invocation;
 use super::fail;
-use crate::fleet::approvals::{PendingRow, MAX_PAGE};
+use crate::fleet::approvals::{MatchAction, PendingRow, MAX_PAGE};
 use crate::fleet::control::{
     ApprovalAnswer, ControlRequest, NotTakenRow, Response, MAX_IDENTITIES,
 };
@@ -121,7 +121,7 @@ pub(crate) fn pending_table(rows: &[PendingRow], total: usize) -> String {
         return out;
     }
     let time = |t: u64| crate::clock::rfc3339(t as f64);
-    let table: Vec<[String; 5]> = rows
+    let table: Vec<[String; 6]> = rows
         .iter()
         .map(|r| {
             let facts: Vec<String> = r
@@ -133,12 +133,24 @@ pub(crate) fn pending_table(rows: &[PendingRow], total: usize) -> String {
                 shown(&r.identity),
                 time(r.first_seen),
                 time(r.last_seen),
+                if r.expires == 0 {
+                    "-".to_string()
+                } else {
+                    time(r.expires)
+                },
                 shown(&r.version),
                 facts.join(" "),
             ]
         })
         .collect();
-    let header = ["IDENTITY", "FIRST SEEN", "LAST SEEN", "VERSION", "FACTS"];
+    let header = [
+        "IDENTITY",
+        "FIRST SEEN",
+        "LAST SEEN",
+        "EXPIRES",
+        "VERSION",
+        "FACTS",
+    ];
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in &table {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -304,7 +316,7 @@ pub(super) fn approve(inv: &Invocation, identities: &[String], all: bool, yes: b
         Ok(a) => {
             println!(
                 "approve --all: {} approved; {} identities wait for approval (held since the count)",
-                a.changed.len(),
+                a.changed_count.max(a.changed.len()),
                 a.total_pending
             );
             shortfall("approve --all", &a.not_taken, a.not_saved.as_deref())
@@ -341,6 +353,89 @@ fn describe(answer: &Response) -> String {
         state
     } else {
         format!("{} (now {state})", shown(&answer.message))
+    }
+}
+
+/// Runs `approve`, `deny` or `forget` with `--match`: counts what the pattern
+/// selects (and shows the first few names); with `--yes`, decides exactly those
+/// counted. Returns the exit code.
+pub(super) fn by_pattern(
+    inv: &Invocation,
+    action: MatchAction,
+    pattern: &str,
+    identities: &[String],
+    all: bool,
+    yes: bool,
+    reason: Option<&str>,
+) -> i32 {
+    let verb = match action {
+        MatchAction::Approve => "approve",
+        MatchAction::Deny => "deny",
+        MatchAction::Forget => "forget",
+    };
+    if !identities.is_empty() || all {
+        return fail(format!(
+            "{verb} --match names no identity and takes no --all"
+        ));
+    }
+    let path = match socket_of(inv) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let reason = reason.unwrap_or_default().to_string();
+    let count = ControlRequest::Match {
+        action,
+        pattern: pattern.to_string(),
+        as_of: None,
+        reason: reason.clone(),
+    };
+    let matched = match exchange(&path, &count)
+        .and_then(approval_part)
+        .and_then(|a| {
+            a.matched
+                .ok_or_else(|| fail("the provisioner's answer counts nothing"))
+        }) {
+        Ok(m) => m,
+        Err(code) => return code,
+    };
+    let when = crate::clock::rfc3339(matched.as_of as f64 / 1e9);
+    let shown_names: Vec<String> = matched.first.iter().map(|n| shown(n).to_string()).collect();
+    let more = matched.count.saturating_sub(matched.first.len());
+    println!(
+        "{} identities {} match {} (as of {when}){}{}",
+        matched.count,
+        matched.among,
+        shown(pattern),
+        if shown_names.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", shown_names.join(", "))
+        },
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    );
+    if !yes {
+        println!("Run it again with --yes to {verb} them.");
+        return 1;
+    }
+    let decide = ControlRequest::Match {
+        action,
+        pattern: pattern.to_string(),
+        as_of: Some(matched.as_of),
+        reason,
+    };
+    match exchange(&path, &decide).and_then(approval_part) {
+        Ok(a) => {
+            println!(
+                "{verb} --match: {} of the {} counted changed; {} identities wait for approval",
+                a.changed_count, matched.count, a.total_pending
+            );
+            shortfall(verb, &a.not_taken, a.not_saved.as_deref())
+        }
+        Err(code) => code,
     }
 }
 

@@ -15,6 +15,7 @@ pub use overrides::apply_provisioner_overrides;
 pub(crate) use pidfile::PidFile;
 pub(crate) use prepare::prepare;
 
+use crate::fleet::approvals::MatchAction;
 use args::Action;
 
 /// The program name used in error lines.
@@ -52,11 +53,55 @@ pub fn main() -> i32 {
         Action::Pending { json } => control::pending(&inv, *json),
         Action::Approve {
             identities,
+            pattern: Some(pattern),
             all,
             yes,
+        } => control::by_pattern(
+            &inv,
+            MatchAction::Approve,
+            pattern,
+            identities,
+            *all,
+            *yes,
+            None,
+        ),
+        Action::Approve {
+            identities,
+            all,
+            yes,
+            ..
         } => control::approve(&inv, identities, *all, *yes),
-        Action::Deny { identities, reason } => control::deny(&inv, identities, reason.as_deref()),
-        Action::Forget { identities } => control::forget(&inv, identities),
+        Action::Deny {
+            identities,
+            reason,
+            pattern: Some(pattern),
+            yes,
+        } => control::by_pattern(
+            &inv,
+            MatchAction::Deny,
+            pattern,
+            identities,
+            false,
+            *yes,
+            reason.as_deref(),
+        ),
+        Action::Deny {
+            identities, reason, ..
+        } => control::deny(&inv, identities, reason.as_deref()),
+        Action::Forget {
+            identities,
+            pattern: Some(pattern),
+            yes,
+        } => control::by_pattern(
+            &inv,
+            MatchAction::Forget,
+            pattern,
+            identities,
+            false,
+            *yes,
+            None,
+        ),
+        Action::Forget { identities, .. } => control::forget(&inv, identities),
     }
 }
 

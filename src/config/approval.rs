@@ -4,6 +4,19 @@
 /// `approval_max_pending`'s default.
 pub(crate) const DEFAULT_MAX_PENDING: usize = 10_000;
 
+/// The default `approval_pending_expiry`: a week. A node in provisioning mode is
+/// seen at every discovery and every restart, so one unseen for a week is gone
+/// (scrapped, renamed, or a name that was made up), and the pending list should
+/// stop showing it; a week outlasts a long weekend without anyone deciding.
+pub(crate) const DEFAULT_PENDING_EXPIRY: std::time::Duration =
+    std::time::Duration::from_secs(7 * 86_400);
+
+/// The default `approval_ahead_expiry`: a day (Salt's `autosign_timeout` is two
+/// hours). An approval given ahead of time is for a machine being racked and
+/// booted that day; one never seen after a day is a typo or a plan that changed,
+/// and should not wait to let in whoever takes the name later.
+pub(crate) const DEFAULT_AHEAD_EXPIRY: std::time::Duration = std::time::Duration::from_secs(86_400);
+
 /// The most facts `approval_facts` may name.
 pub(crate) const MAX_APPROVAL_FACTS: usize = 8;
 

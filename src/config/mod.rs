@@ -21,12 +21,16 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use approval::ApprovalRules;
-pub(crate) use approval::{DEFAULT_APPROVAL_FACTS, DEFAULT_MAX_PENDING, MAX_APPROVAL_FACTS};
+pub(crate) use approval::{
+    DEFAULT_AHEAD_EXPIRY, DEFAULT_APPROVAL_FACTS, DEFAULT_MAX_PENDING, DEFAULT_PENDING_EXPIRY,
+    MAX_APPROVAL_FACTS,
+};
 pub use duration::{format_duration, parse_duration, DurationError, MAX_DURATION};
 pub use identity_policy::IdentityPolicy;
 pub use pause::{OperatorPause, Pause};
 pub(crate) use problem::{closest, ConfigError, Problem};
 pub(crate) use secret::Secret;
+pub(crate) use yaml_keys::strip_slashes;
 
 /// The `cert_deny_list` used when the key is absent or empty: client and privileged
 /// certificate names that must never be signed for a server.
@@ -238,6 +242,12 @@ pub struct Config {
     pub approval_max_pending: usize,
     /// `approval_facts`: the inventory facts (dotted paths) `pending` shows.
     pub approval_facts: Vec<String>,
+    /// `approval_pending_expiry`: a pending identity not seen for this long is
+    /// forgotten.
+    pub approval_pending_expiry: Duration,
+    /// `approval_ahead_expiry`: an approval given for an identity never seen is
+    /// forgotten after this long unless the node came.
+    pub approval_ahead_expiry: Duration,
     /// How long a stopping daemon waits for in-flight nodes (new key).
     pub shutdown_timeout: Duration,
     /// Optional features.
@@ -300,6 +310,8 @@ impl Config {
             approval_preapproved: Vec::new(),
             approval_file: None,
             approval_max_pending: DEFAULT_MAX_PENDING,
+            approval_pending_expiry: DEFAULT_PENDING_EXPIRY,
+            approval_ahead_expiry: DEFAULT_AHEAD_EXPIRY,
             approval_facts: DEFAULT_APPROVAL_FACTS
                 .iter()
                 .map(|s| s.to_string())

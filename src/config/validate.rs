@@ -190,6 +190,8 @@ fn timeouts(c: &Config, problems: &mut Vec<Problem>) {
     for (key, value) in [
         ("helper_timeout", c.helper_timeout),
         ("shutdown_timeout", c.shutdown_timeout),
+        ("approval_pending_expiry", c.approval_pending_expiry),
+        ("approval_ahead_expiry", c.approval_ahead_expiry),
     ] {
         if value.is_zero() {
             problems.push(Problem::with_value(key, "0s", "must be longer than zero"));

@@ -56,6 +56,8 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "approval_file",
     "approval_max_pending",
     "approval_facts",
+    "approval_pending_expiry",
+    "approval_ahead_expiry",
     "shutdown_timeout",
     "features",
 ];
@@ -267,6 +269,10 @@ fn apply_top(
                 }
             }),
             "approval_facts" => string_list(key, v).map(|list| c.approval_facts = list),
+            "approval_pending_expiry" => duration(key, v)
+                .map(|d| c.approval_pending_expiry = d.unwrap_or(c.approval_pending_expiry)),
+            "approval_ahead_expiry" => duration(key, v)
+                .map(|d| c.approval_ahead_expiry = d.unwrap_or(c.approval_ahead_expiry)),
             "shutdown_timeout" => {
                 duration(key, v).map(|d| c.shutdown_timeout = d.unwrap_or(c.shutdown_timeout))
             }
@@ -667,6 +673,14 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
     put(
         "approval_facts",
         Value::Sequence(c.approval_facts.iter().map(|p| s(p)).collect()),
+    );
+    put(
+        "approval_pending_expiry",
+        s(&format_duration(c.approval_pending_expiry)),
+    );
+    put(
+        "approval_ahead_expiry",
+        s(&format_duration(c.approval_ahead_expiry)),
     );
     put("shutdown_timeout", s(&format_duration(c.shutdown_timeout)));
     let mut features = Mapping::new();

@@ -12,10 +12,15 @@
 //!   first: a pending node is not queued (a sighting only refreshes its last seen),
 //!   a denied one is refused and counted (`refused_identities{reason="denied"}`,
 //!   logged once per identity per [`DENIED_LOG_EVERY`]).
-//! - **Decisions.** `approve`, `approve --all`, `deny` and `forget` come through the
+//! - **Decisions.** `approve`, `approve --all`, `deny` and `forget` (by name or by
+//!   pattern, `approvals/select.rs`) come through the
 //!   control socket (`fleet/control.rs`) with the operator the kernel names; each
 //!   is written to the approval file before the operator is answered, to the audit
 //!   trail and the log, and an approved node is queued at once.
+//! - **Expiry.** A pending identity not seen for `approval_pending_expiry`, and an
+//!   approval given ahead of time for a node that did not come within
+//!   `approval_ahead_expiry`, are forgotten (`approvals/expiry.rs`), as decisions
+//!   `by: expiry`; a denial never expires.
 //! - **Bounds.** The table keeps `approval_max_pending` pending records and
 //!   100,000 decided ones (`approvals/table.rs` says which give way); every string
 //!   of a record is bounded, so the table is bounded in bytes too.
@@ -48,15 +53,19 @@ use crate::config::{ApprovalRules, Config};
 use crate::metrics::Metrics;
 use crate::node::approval::{Gate, Verdict};
 
+mod expiry;
 mod facts;
 mod file;
 mod merge;
 mod pages;
+mod select;
 pub(crate) mod sync;
 mod table;
 
+use expiry::Expiry;
 pub(crate) use file::ApprovalFileError;
 use pages::{List, Pages};
+pub(crate) use select::{compile as compile_pattern, MatchAction};
 use table::{Change, Table};
 
 /// How often a denied identity's refusal is logged.
@@ -99,16 +108,21 @@ pub(crate) struct PendingRow {
     pub version: String,
     /// The facts `approval_facts` names.
     pub facts: Vec<(String, String)>,
+    /// When it is forgotten unless seen again (`approval_pending_expiry`), Unix
+    /// seconds.
+    #[serde(default)]
+    pub expires: u64,
 }
 
-impl From<&ApprovalRecord> for PendingRow {
-    fn from(r: &ApprovalRecord) -> PendingRow {
+impl PendingRow {
+    fn of(r: &ApprovalRecord, expiry: &Expiry) -> PendingRow {
         PendingRow {
             identity: r.identity.to_string(),
             first_seen: r.first_seen,
             last_seen: r.last_seen,
             version: r.version.clone(),
             facts: r.facts.clone(),
+            expires: expiry.expires(r).unwrap_or(0),
         }
     }
 }
@@ -131,6 +145,47 @@ pub(crate) enum NotTaken {
     /// after it (only a peer or a file that lies puts it there).
     #[error("its decision clock is at its limit")]
     ClockExhausted,
+}
+
+/// Who took a decision.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Decider<'a> {
+    /// An operator on the control socket, as the kernel names them.
+    Operator(&'a Operator),
+    /// The expiry of a pending identity not seen for `approval_pending_expiry`, or
+    /// of an approval given ahead of time for a node that did not come within
+    /// `approval_ahead_expiry`.
+    Expiry,
+}
+
+impl Decider<'_> {
+    /// `operator` or `expiry`: the `by` label of `approval_decisions`.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Decider::Operator(_) => "operator",
+            Decider::Expiry => "expiry",
+        }
+    }
+
+    /// Who decided, as records and the log show it.
+    fn text(&self) -> String {
+        match self {
+            Decider::Operator(by) => by.to_string(),
+            Decider::Expiry => "expiry".into(),
+        }
+    }
+
+    /// The operator's uid, name and pid, when an operator decided.
+    fn operator(&self) -> Option<DecidedBy> {
+        match self {
+            Decider::Operator(by) => Some(DecidedBy {
+                uid: by.uid,
+                user: by.user.as_deref().map(|u| clean(u, MAX_BY)),
+                pid: by.pid,
+            }),
+            Decider::Expiry => None,
+        }
+    }
 }
 
 /// The approvals of one provisioner: the table, its file, the gate.
@@ -162,6 +217,10 @@ pub(crate) struct Approvals {
     /// Approved identities offered while catching up, offered again once caught up
     /// (at most [`DEFERRED`]; the next discovery finds the others).
     deferred: Mutex<HashSet<Identity>>,
+    /// When pending identities and approvals given ahead of time expire.
+    expiry: Expiry,
+    /// When the table was last looked at for what expired.
+    expired_at: Mutex<Option<Instant>>,
 }
 
 /// The most approved identities remembered while catching up.
@@ -198,6 +257,11 @@ impl Approvals {
             denied_logged: Mutex::new(HashMap::new()),
             caught_up: AtomicBool::new(true),
             deferred: Mutex::new(HashSet::new()),
+            expiry: Expiry {
+                pending: config.approval_pending_expiry,
+                ahead: config.approval_ahead_expiry,
+            },
+            expired_at: Mutex::new(None),
         })
     }
 
@@ -324,7 +388,12 @@ impl Approvals {
             return (total, Vec::new()); // a count alone: nothing sorted
         }
         let (page, _) = self.pages.page(&self.table, List::Pending, offset, limit);
-        (total, page.iter().map(|r| PendingRow::from(&**r)).collect())
+        (
+            total,
+            page.iter()
+                .map(|r| PendingRow::of(r, &self.expiry))
+                .collect(),
+        )
     }
 
     /// A page of the denied records (most recent decision first), and their count.
@@ -340,24 +409,48 @@ impl Approvals {
     /// Approves `identities` (pending or not seen yet: a pre-approval), on behalf of
     /// `by`; each approved node is queued at once.
     pub(crate) fn approve(&self, identities: &[Identity], by: &Operator) -> Decided {
-        self.decide(identities, Decision::Approved, "", by)
+        self.decide(
+            identities,
+            Decision::Approved,
+            "",
+            Decider::Operator(by),
+            None,
+        )
     }
 
     /// Approves every node pending since `as_of` (Unix nanoseconds) or before: the
     /// ones the operator counted, not those held since.
     pub(crate) fn approve_all(&self, as_of: u64, by: &Operator) -> Decided {
         let identities = self.table.lock().pending_as_of(as_of);
-        self.decide(&identities, Decision::Approved, "", by)
+        self.decide(
+            &identities,
+            Decision::Approved,
+            "",
+            Decider::Operator(by),
+            None,
+        )
     }
 
     /// Denies `identities` with `reason` (checked by the caller).
     pub(crate) fn deny(&self, identities: &[Identity], reason: &str, by: &Operator) -> Decided {
-        self.decide(identities, Decision::Denied, reason, by)
+        self.decide(
+            identities,
+            Decision::Denied,
+            reason,
+            Decider::Operator(by),
+            None,
+        )
     }
 
     /// Takes back any decision on `identities`: each waits for one again when seen.
     pub(crate) fn forget(&self, identities: &[Identity], by: &Operator) -> Decided {
-        self.decide(identities, Decision::Forgotten, "", by)
+        self.decide(
+            identities,
+            Decision::Forgotten,
+            "",
+            Decider::Operator(by),
+            None,
+        )
     }
 
     /// Records `decision` for each of `identities`, writes the file, tells the
@@ -372,7 +465,8 @@ impl Approvals {
         identities: &[Identity],
         decision: Decision,
         reason: &str,
-        by: &Operator,
+        by: Decider<'_>,
+        pattern: Option<&str>,
     ) -> Decided {
         let now = u64::try_from(crate::clock::unix_nanos()).unwrap_or(0);
         let (mut changed, mut not_taken) = (Vec::new(), Vec::new());
@@ -400,12 +494,8 @@ impl Approvals {
                 record.clock = clock + 1;
                 record.decision = decision;
                 record.at = now;
-                record.by = clean(&by.to_string(), MAX_BY);
-                record.operator = Some(DecidedBy {
-                    uid: by.uid,
-                    user: by.user.as_deref().map(|u| clean(u, MAX_BY)),
-                    pid: by.pid,
-                });
+                record.by = clean(&by.text(), MAX_BY);
+                record.operator = by.operator();
                 record.instance.clone_from(&self.instance);
                 record.reason = clean(reason, MAX_REASON);
                 if decision == Decision::Forgotten {
@@ -425,7 +515,7 @@ impl Approvals {
         }
         let saved = self.save();
         for identity in &changed {
-            self.decided_by_operator(identity, decision, reason, by);
+            self.decided_here(identity, decision, reason, by, pattern);
         }
         self.update_gauges();
         Decided {
@@ -435,34 +525,52 @@ impl Approvals {
         }
     }
 
-    /// Logs, audits, counts and (approved) queues one operator's decision.
-    fn decided_by_operator(
+    /// Logs, audits, counts and (approved) queues one decision taken here.
+    fn decided_here(
         &self,
         identity: &Identity,
         decision: Decision,
         reason: &str,
-        by: &Operator,
+        by: Decider<'_>,
+        pattern: Option<&str>,
     ) {
         self.metrics
             .approval_decisions
-            .with_label_values(&[decision.name()])
+            .with_label_values(&[decision.name(), by.label()])
             .inc();
         let why = if reason.is_empty() {
             String::new()
         } else {
             format!(": {}", crate::untrusted::quoted(reason))
         };
-        log::warn!("{identity} {} by an operator, {by}{why}", decision.name());
+        let how = pattern.map_or(String::new(), |p| {
+            format!(" (matched by {})", crate::untrusted::quoted(p))
+        });
+        match by {
+            Decider::Operator(who) => {
+                log::warn!(
+                    "{identity} {} by an operator, {who}{how}{why}",
+                    decision.name()
+                )
+            }
+            Decider::Expiry => log::info!("{identity} {} by expiry{why}", decision.name()),
+        }
         if let Some(audit) = self.audit.get() {
-            let line = json!({
+            let mut line = json!({
                 "time": crate::clock::rfc3339(crate::clock::unix_now() as f64),
                 "instance": self.instance,
                 "event": "approval",
                 "identity": identity.as_str(),
                 "decision": decision.name(),
-                "operator": {"uid": by.uid, "user": by.user, "pid": by.pid},
+                "by": by.label(),
                 "reason": reason,
             });
+            if let Decider::Operator(who) = by {
+                line["operator"] = json!({"uid": who.uid, "user": who.user, "pid": who.pid});
+            }
+            if let Some(pattern) = pattern {
+                line["pattern"] = json!(pattern);
+            }
             audit.write(&line.to_string());
         }
         if decision == Decision::Approved {
@@ -643,7 +751,17 @@ impl Gate for Approvals {
         }
         let now_ns = u64::try_from(crate::clock::unix_nanos()).unwrap_or(0);
         // An approved node (the usual case once decided) costs no facts' decoding.
-        if let Some(decided) = decided_verdict(self.table.lock().get(identity)) {
+        let decided = {
+            let mut table = self.table.lock();
+            if let Some(came) = table.came(identity, now_ns / 1_000_000_000) {
+                // Approved ahead of time, and its node answered: it no longer
+                // expires (queueing it on approval proves nothing, this does).
+                self.dirty.store(true, Ordering::Relaxed);
+                self.send(came);
+            }
+            decided_verdict(table.get(identity))
+        };
+        if let Some(decided) = decided {
             return decided;
         }
         let (version, facts) = (

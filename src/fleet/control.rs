@@ -78,6 +78,21 @@ pub(crate) enum ControlRequest {
         /// The identities.
         identities: Vec<String>,
     },
+    /// Count the identities `pattern` selects among those `action` acts on; with
+    /// `as_of` (a count's `as_of`), take `action`'s decision for those selected
+    /// then.
+    Match {
+        /// Approve, deny or forget.
+        action: super::approvals::MatchAction,
+        /// An RE2 regular expression (`/re/` slashes stripped).
+        pattern: String,
+        /// The count's time: decide; absent: only count.
+        #[serde(default)]
+        as_of: Option<u64>,
+        /// Why (a denial).
+        #[serde(default)]
+        reason: String,
+    },
 }
 
 fn page_size() -> usize {
@@ -107,6 +122,30 @@ pub(crate) struct ApprovalAnswer {
     /// and a restart before it succeeds would not know them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_saved: Option<String>,
+    /// How many identities the request changed (`changed` lists at most
+    /// [`MAX_LISTED`] of them).
+    #[serde(default)]
+    pub changed_count: usize,
+    /// What a pattern selected (`match`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<Matched>,
+}
+
+/// The most identities an answer lists as changed: a decision by pattern may
+/// change tens of thousands, and an answer is 2 MiB at most.
+pub(crate) const MAX_LISTED: usize = 1000;
+
+/// What a pattern selected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Matched {
+    /// How many identities.
+    pub count: usize,
+    /// The first few of them, sorted.
+    pub first: Vec<String>,
+    /// The count's time (Unix nanoseconds): pass it back to decide these.
+    pub as_of: u64,
+    /// What the decision acts on (`pending`, `pending or approved` ...).
+    pub among: String,
 }
 
 /// An identity a decision was not taken for.
@@ -403,6 +442,8 @@ impl Controller {
                         changed: Vec::new(),
                         not_taken: Vec::new(),
                         not_saved: None,
+                        changed_count: 0,
+                        matched: None,
                     }),
                     ..self.answer(String::new())
                 };
@@ -425,11 +466,58 @@ impl Controller {
                 Ok(ids) => approvals.forget(&ids, by),
                 Err(e) => return self.refuse(e.to_string()),
             },
+            ControlRequest::Match {
+                action,
+                pattern,
+                as_of,
+                reason,
+            } => {
+                if let Err(e) = check_reason(&reason) {
+                    return self.refuse(e.to_string());
+                }
+                let regex = match super::approvals::compile_pattern(&pattern) {
+                    Ok(r) => r,
+                    Err(e) => return self.refuse(e.to_string()),
+                };
+                let Some(as_of) = as_of else {
+                    return self.counted(&approvals, action, &regex);
+                };
+                approvals.decide_matching(action, &pattern, &regex, as_of, &reason, by)
+            }
             ControlRequest::Pause { .. } | ControlRequest::Resume | ControlRequest::Status => {
                 unreachable!("handled by Controller::handle")
             }
         };
         self.decided_answer(&approvals, &decided)
+    }
+
+    /// The answer to a count by pattern.
+    fn counted(
+        &self,
+        approvals: &super::approvals::Approvals,
+        action: super::approvals::MatchAction,
+        pattern: &regex::Regex,
+    ) -> Response {
+        let (count, first, as_of) = approvals.count_matching(action, pattern);
+        let (total_pending, _) = approvals.pending(0, 0);
+        Response {
+            approvals: Some(ApprovalAnswer {
+                total_pending,
+                now: now_nanos(),
+                pending: Vec::new(),
+                changed: Vec::new(),
+                not_taken: Vec::new(),
+                not_saved: None,
+                changed_count: 0,
+                matched: Some(Matched {
+                    count,
+                    first: first.iter().map(|i| i.to_string()).collect(),
+                    as_of,
+                    among: action.among().to_string(),
+                }),
+            }),
+            ..self.answer(format!("{count} selected"))
+        }
     }
 
     /// The answer to a decision: what changed, what was not taken and why, and
@@ -458,7 +546,14 @@ impl Controller {
                 total_pending,
                 now: now_nanos(),
                 pending: Vec::new(),
-                changed: decided.changed.iter().map(|i| i.to_string()).collect(),
+                changed: decided
+                    .changed
+                    .iter()
+                    .take(MAX_LISTED)
+                    .map(|i| i.to_string())
+                    .collect(),
+                changed_count: decided.changed.len(),
+                matched: None,
                 not_taken: decided
                     .not_taken
                     .iter()

@@ -157,8 +157,8 @@ pub struct Metrics {
     pub pending_approval: IntGauge,
     /// How long the identity pending longest has waited, in seconds (0: none).
     pub pending_approval_oldest_seconds: IntGauge,
-    /// Operators' decisions taken on this instance, by `decision` (`approved`,
-    /// `denied`, `forgotten`).
+    /// Decisions taken on this instance, by `decision` (`approved`, `denied`,
+    /// `forgotten`) and `by` (`operator`, `policy`, `expiry`).
     pub approval_decisions: IntCounterVec,
     /// Pending identities forgotten because more than `approval_max_pending`
     /// waited.
@@ -339,8 +339,8 @@ impl Metrics {
         )?;
         let approval_decisions = site_vec(
             "choria_provisioner_approval_decisions",
-            "How many operators' decisions on node identities this instance took, by decision",
-            &["decision"],
+            "How many decisions on node identities this instance took, by decision and by who took them (an operator, the site's policy program, or expiry)",
+            &["decision", "by"],
         )?;
         let share = prometheus::Gauge::with_opts(site_opts(
             "choria_provisioner_share",
@@ -578,7 +578,11 @@ impl Metrics {
             metrics.peer_messages_refused.with_label_values(&[reason]);
         }
         for decision in ["approved", "denied", "forgotten"] {
-            metrics.approval_decisions.with_label_values(&[decision]);
+            for by in ["operator", "policy", "expiry"] {
+                metrics
+                    .approval_decisions
+                    .with_label_values(&[decision, by]);
+            }
         }
         for kind in ["heartbeat", "handoff", "approvals"] {
             metrics.peer_messages_dropped.with_label_values(&[kind]);

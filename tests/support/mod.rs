@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 #[cfg(feature = "sim")]
+pub mod approval;
+#[cfg(feature = "sim")]
 pub mod broker;
 pub mod daemon;
 pub mod dns;

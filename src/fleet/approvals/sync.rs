@@ -372,6 +372,7 @@ impl Sync {
         if unanswered || self.started.elapsed() >= CATCH_UP_GRACE {
             self.approvals.caught_up();
         }
+        self.approvals.expire_if_due();
     }
 
     fn save(&mut self) {

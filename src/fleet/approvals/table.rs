@@ -159,6 +159,20 @@ impl Table {
         }
     }
 
+    /// An approved `identity` answered its inventory for the first time at `now`
+    /// (Unix seconds): an approval given ahead of time whose node came. Its sightings start (so it
+    /// no longer expires) and the record is returned, to be told to the others.
+    pub(crate) fn came(&mut self, identity: &Identity, now: u64) -> Option<ApprovalRecord> {
+        let r = self.records.get_mut(identity)?;
+        if r.standing() != Decision::Approved || r.first_seen != 0 || now == 0 {
+            return None;
+        }
+        let r = Arc::make_mut(r);
+        (r.first_seen, r.last_seen) = (now, now);
+        self.generation += 1;
+        Some(r.clone())
+    }
+
     /// Records a hold of `identity` at `now_ns` (Unix nanoseconds) with what its
     /// inventory said: a sighting of its current decision, which it never changes.
     pub(crate) fn hold(

@@ -65,7 +65,7 @@ fn a_new_identity_is_held_with_its_facts_and_goes_on_once_approved() {
     assert_eq!(
         metrics
             .approval_decisions
-            .with_label_values(&["approved"])
+            .with_label_values(&["approved", "operator"])
             .get(),
         1
     );
@@ -156,6 +156,98 @@ fn approve_all_takes_the_identities_counted_not_those_held_since() {
     let decided = a.approve_all(as_of, &alice());
     assert_eq!(decided.changed.len(), 3);
     assert_eq!(a.admission(&id("late")), Admission::Pending);
+}
+
+#[test]
+fn a_decision_by_pattern_takes_exactly_the_identities_counted() {
+    let dir = TempDir::new("approvals-match");
+    let (a, metrics) = approvals(&config(&dir, |_| {}));
+    for name in ["ghost-1", "ghost-2", "web-1"] {
+        a.judge(&id(name), "", "{}");
+    }
+    a.approve(&[id("ghost-3")], &alice());
+    let ghost = compile_pattern("^ghost-").unwrap();
+    let (count, first, as_of) = a.count_matching(MatchAction::Deny, &ghost);
+    assert_eq!(count, 3, "pending and approved: {first:?}");
+    std::thread::sleep(Duration::from_millis(2));
+    a.judge(&id("ghost-4"), "", "{}");
+    let decided = a.decide_matching(
+        MatchAction::Deny,
+        "^ghost-",
+        &ghost,
+        as_of,
+        "made up",
+        &alice(),
+    );
+    let mut changed: Vec<String> = decided.changed.iter().map(|i| i.to_string()).collect();
+    changed.sort();
+    assert_eq!(
+        changed,
+        ["ghost-1", "ghost-2", "ghost-3"],
+        "not ghost-4, held since"
+    );
+    assert_eq!(a.admission(&id("ghost-4")), Admission::Pending);
+    assert_eq!(a.admission(&id("web-1")), Admission::Pending);
+    assert_eq!(a.record(&id("ghost-1")).unwrap().reason, "made up");
+    assert_eq!(
+        metrics
+            .approval_decisions
+            .with_label_values(&["denied", "operator"])
+            .get(),
+        3
+    );
+    // Approve selects only the pending; forget any record.
+    let (count, _, _) = a.count_matching(MatchAction::Approve, &ghost);
+    assert_eq!(count, 1);
+    let (count, _, _) = a.count_matching(MatchAction::Forget, &ghost);
+    assert_eq!(count, 4);
+}
+
+#[test]
+fn stale_pending_identities_and_unused_approvals_expire_and_denials_do_not() {
+    let dir = TempDir::new("approvals-expiry");
+    let (a, metrics) = approvals(&config(&dir, |c| {
+        c.approval_pending_expiry = Duration::from_secs(100);
+        c.approval_ahead_expiry = Duration::from_secs(100);
+    }));
+    for name in ["stale", "denied"] {
+        a.judge(&id(name), "", "{}");
+    }
+    a.deny(&[id("denied")], "no", &alice());
+    a.approve(&[id("ahead"), id("came")], &alice());
+    assert_eq!(
+        a.admission(&id("ahead")),
+        Admission::Go,
+        "queued, not there yet"
+    );
+    assert_eq!(a.judge(&id("came"), "", "{}"), Verdict::Go, "the node came");
+    let now = crate::clock::unix_now();
+    assert_eq!(a.expire(now), 0, "nothing is due yet");
+    assert_eq!(
+        a.expire(now + 101),
+        2,
+        "the stale pending and the unused approval"
+    );
+    assert_eq!(
+        a.record(&id("stale")).unwrap().decision,
+        Decision::Forgotten
+    );
+    assert_eq!(
+        a.record(&id("ahead")).unwrap().decision,
+        Decision::Forgotten
+    );
+    assert_eq!(a.record(&id("came")).unwrap().decision, Decision::Approved);
+    assert_eq!(a.record(&id("denied")).unwrap().decision, Decision::Denied);
+    assert_eq!(a.record(&id("stale")).unwrap().by, "expiry");
+    assert!(a.record(&id("stale")).unwrap().operator.is_none());
+    assert_eq!(
+        metrics
+            .approval_decisions
+            .with_label_values(&["forgotten", "expiry"])
+            .get(),
+        2
+    );
+    assert_eq!(a.expire(now + 10_000), 0, "a denial never expires");
 }
 
 #[test]

@@ -7,8 +7,6 @@
 
 mod support;
 
-use std::path::Path;
-
 use std::time::Duration;
 
 use choria_provisioner::sim::{identity, SimOptions};
@@ -579,18 +577,6 @@ fn a_flood_of_ten_thousand_made_up_identities_is_bounded_paged_and_approve_works
     );
     stop(daemon);
     fleet.stop();
-}
-
-/// The process's peak resident set (`VmHWM`), in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status =
-        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap()
 }
 
 /// With `approval: required` and a big table, 40 nodes approved ahead of time are

@@ -248,6 +248,9 @@ pub struct Config {
     /// `approval_ahead_expiry`: an approval given for an identity never seen is
     /// forgotten after this long unless the node came.
     pub approval_ahead_expiry: Duration,
+    /// `approval_policy`: the site's program that decides before a person does
+    /// (split shell-style, as `helper`); empty: none.
+    pub approval_policy: String,
     /// How long a stopping daemon waits for in-flight nodes (new key).
     pub shutdown_timeout: Duration,
     /// Optional features.
@@ -312,6 +315,7 @@ impl Config {
             approval_max_pending: DEFAULT_MAX_PENDING,
             approval_pending_expiry: DEFAULT_PENDING_EXPIRY,
             approval_ahead_expiry: DEFAULT_AHEAD_EXPIRY,
+            approval_policy: String::new(),
             approval_facts: DEFAULT_APPROVAL_FACTS
                 .iter()
                 .map(|s| s.to_string())

@@ -15,6 +15,7 @@ pub(crate) fn validate(c: &Config, problems: &mut Vec<Problem>, warnings: &mut V
     features(c, problems, warnings);
     interval(c, problems);
     helper(c, problems);
+    approval_policy(c, problems);
     timeouts(c, problems);
     deny_list(c, problems);
     jwt_files(c, problems, warnings);
@@ -181,6 +182,31 @@ fn helper(c: &Config, problems: &mut Vec<Problem>) {
         problems.push(Problem::with_value(
             "helper",
             &c.helper,
+            format!("program {} {why}", words[0]),
+        ));
+    }
+}
+
+/// `approval_policy`, when set, names a program that can be run.
+fn approval_policy(c: &Config, problems: &mut Vec<Problem>) {
+    if c.approval_policy.trim().is_empty() {
+        return;
+    }
+    let words = match split(&c.approval_policy) {
+        Ok(words) => words,
+        Err(e) => {
+            problems.push(Problem::with_value(
+                "approval_policy",
+                &c.approval_policy,
+                format!("cannot parse the policy command: {e}"),
+            ));
+            return;
+        }
+    };
+    if let Err(why) = find_program(&words[0]) {
+        problems.push(Problem::with_value(
+            "approval_policy",
+            &c.approval_policy,
             format!("program {} {why}", words[0]),
         ));
     }

@@ -58,6 +58,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "approval_facts",
     "approval_pending_expiry",
     "approval_ahead_expiry",
+    "approval_policy",
     "shutdown_timeout",
     "features",
 ];
@@ -273,6 +274,7 @@ fn apply_top(
                 .map(|d| c.approval_pending_expiry = d.unwrap_or(c.approval_pending_expiry)),
             "approval_ahead_expiry" => duration(key, v)
                 .map(|d| c.approval_ahead_expiry = d.unwrap_or(c.approval_ahead_expiry)),
+            "approval_policy" => string(key, v).map(|s| c.approval_policy = s),
             "shutdown_timeout" => {
                 duration(key, v).map(|d| c.shutdown_timeout = d.unwrap_or(c.shutdown_timeout))
             }
@@ -682,6 +684,7 @@ pub(crate) fn effective_yaml(c: &Config) -> String {
         "approval_ahead_expiry",
         s(&format_duration(c.approval_ahead_expiry)),
     );
+    put("approval_policy", s(&c.approval_policy));
     put("shutdown_timeout", s(&format_duration(c.shutdown_timeout)));
     let mut features = Mapping::new();
     for (k, v) in [

@@ -46,22 +46,23 @@ use super::audit::AuditLog;
 use super::control::Operator;
 use super::{Fleet, Source};
 use crate::choria::identity::Identity;
-use crate::choria::peers::{
-    ApprovalRecord, DecidedBy, Decision, MAX_BY, MAX_CLOCK, MAX_REASON, MAX_VERSION,
-};
+use crate::choria::peers::{ApprovalRecord, Decision, MAX_BY, MAX_CLOCK, MAX_REASON, MAX_VERSION};
 use crate::config::{ApprovalRules, Config};
 use crate::metrics::Metrics;
 use crate::node::approval::{Gate, Verdict};
 
+mod decider;
 mod expiry;
 mod facts;
 mod file;
 mod merge;
 mod pages;
+pub(crate) mod policy;
 mod select;
 pub(crate) mod sync;
 mod table;
 
+pub(crate) use decider::Decider;
 use expiry::Expiry;
 pub(crate) use file::ApprovalFileError;
 use pages::{List, Pages};
@@ -147,47 +148,6 @@ pub(crate) enum NotTaken {
     ClockExhausted,
 }
 
-/// Who took a decision.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Decider<'a> {
-    /// An operator on the control socket, as the kernel names them.
-    Operator(&'a Operator),
-    /// The expiry of a pending identity not seen for `approval_pending_expiry`, or
-    /// of an approval given ahead of time for a node that did not come within
-    /// `approval_ahead_expiry`.
-    Expiry,
-}
-
-impl Decider<'_> {
-    /// `operator` or `expiry`: the `by` label of `approval_decisions`.
-    pub(crate) fn label(&self) -> &'static str {
-        match self {
-            Decider::Operator(_) => "operator",
-            Decider::Expiry => "expiry",
-        }
-    }
-
-    /// Who decided, as records and the log show it.
-    fn text(&self) -> String {
-        match self {
-            Decider::Operator(by) => by.to_string(),
-            Decider::Expiry => "expiry".into(),
-        }
-    }
-
-    /// The operator's uid, name and pid, when an operator decided.
-    fn operator(&self) -> Option<DecidedBy> {
-        match self {
-            Decider::Operator(by) => Some(DecidedBy {
-                uid: by.uid,
-                user: by.user.as_deref().map(|u| clean(u, MAX_BY)),
-                pid: by.pid,
-            }),
-            Decider::Expiry => None,
-        }
-    }
-}
-
 /// The approvals of one provisioner: the table, its file, the gate.
 pub(crate) struct Approvals {
     rules: ApprovalRules,
@@ -221,6 +181,8 @@ pub(crate) struct Approvals {
     expiry: Expiry,
     /// When the table was last looked at for what expired.
     expired_at: Mutex<Option<Instant>>,
+    /// The site's approval policy program, if it has one.
+    policy: Option<policy::Policy>,
 }
 
 /// The most approved identities remembered while catching up.
@@ -262,6 +224,7 @@ impl Approvals {
                 ahead: config.approval_ahead_expiry,
             },
             expired_at: Mutex::new(None),
+            policy: policy::Policy::of(config),
         })
     }
 
@@ -475,6 +438,9 @@ impl Approvals {
             for identity in identities {
                 let old = table.get(identity).cloned();
                 let standing = old.as_ref().map(ApprovalRecord::standing);
+                if matches!(by, Decider::Policy(_)) && standing != Some(Decision::Pending) {
+                    continue; // a person (or another instance's program) decided first
+                }
                 let same = old.as_ref().is_some_and(|o| o.reason == reason);
                 if (standing == Some(decision) && same)
                     || (decision == Decision::Forgotten && standing.is_none())
@@ -554,6 +520,10 @@ impl Approvals {
                 )
             }
             Decider::Expiry => log::info!("{identity} {} by expiry{why}", decision.name()),
+            Decider::Policy(program) => log::warn!(
+                "{identity} {} by the approval policy program {program}{why}",
+                decision.name()
+            ),
         }
         if let Some(audit) = self.audit.get() {
             let mut line = json!({
@@ -570,6 +540,9 @@ impl Approvals {
             }
             if let Some(pattern) = pattern {
                 line["pattern"] = json!(pattern);
+            }
+            if let Decider::Policy(program) = by {
+                line["program"] = json!(program);
             }
             audit.write(&line.to_string());
         }
@@ -745,7 +718,13 @@ fn decided_verdict(record: Option<&ApprovalRecord>) -> Option<Verdict> {
 }
 
 impl Gate for Approvals {
-    fn judge(&self, identity: &Identity, version: &str, inventory: &str) -> Verdict {
+    fn judge(
+        &self,
+        identity: &Identity,
+        version: &str,
+        inventory: &str,
+        evidence: crate::node::approval::Evidence<'_>,
+    ) -> Verdict {
         if !self.rules.needs_approval(identity.as_str()) {
             return Verdict::Go;
         }
@@ -779,8 +758,13 @@ impl Gate for Approvals {
         if let Some(decided) = decided {
             return decided;
         }
-        if change == Change::Took(None) || change == Change::Took(Some(Decision::Forgotten)) {
+        let new_hold =
+            change == Change::Took(None) || change == Change::Took(Some(Decision::Forgotten));
+        if new_hold {
             log::info!("{identity} waits for an operator's approval");
+        }
+        if let (true, Some(policy), Some(record)) = (new_hold, &self.policy, &record) {
+            policy.offer(record, evidence, &self.metrics);
         }
         if let (Change::Took(_), Some(record)) = (change, record) {
             self.send(record);

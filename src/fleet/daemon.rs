@@ -327,6 +327,13 @@ impl Daemon {
             error,
         })?;
         self.threads.push(thread);
+        let programs = super::approvals::policy::start(&approvals, &self.fleet.stopped()).map_err(
+            |error| StartError::Thread {
+                name: "approval-policy",
+                error,
+            },
+        )?;
+        self.threads.extend(programs);
         self.approvals = Some(approvals);
         Ok(())
     }

@@ -160,6 +160,12 @@ pub struct Metrics {
     /// Decisions taken on this instance, by `decision` (`approved`, `denied`,
     /// `forgotten`) and `by` (`operator`, `policy`, `expiry`).
     pub approval_decisions: IntCounterVec,
+    /// Runs of the approval policy program, by `result` (`approved`, `denied`,
+    /// `undecided`, `failed`, `skipped`: not run, its queue full or run for the
+    /// identity within `interval`).
+    pub approval_policy_runs: IntCounterVec,
+    /// How long the approval policy program's runs took.
+    pub approval_policy_time: SumCountVec,
     /// Pending identities forgotten because more than `approval_max_pending`
     /// waited.
     pub pending_evicted: IntCounter,
@@ -554,6 +560,17 @@ impl Metrics {
                 "How many pending identities were forgotten because more than approval_max_pending waited",
             )?,
             approval_decisions,
+            approval_policy_runs: site_vec(
+                "choria_provisioner_approval_policy_runs",
+                "How many times the approval policy program ran or was skipped, by result",
+                &["result"],
+            )?,
+            approval_policy_time: SumCountVec::new(
+                "choria_provisioner_approval_policy_time",
+                "How long it took to run the approval policy program",
+                &[("site", site)],
+                &[],
+            )?,
             looping_configurations,
             refused_identities,
             rejected_replies,
@@ -574,6 +591,10 @@ impl Metrics {
             metrics.contested_replies.with_label_values(&[rpc]);
         }
         metrics.helper_time.touch(&[]);
+        metrics.approval_policy_time.touch(&[]);
+        for result in ["approved", "denied", "undecided", "failed", "skipped"] {
+            metrics.approval_policy_runs.with_label_values(&[result]);
+        }
         for reason in PEER_REFUSALS {
             metrics.peer_messages_refused.with_label_values(&[reason]);
         }

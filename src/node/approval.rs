@@ -4,6 +4,18 @@
 //! imports `fleet`.
 
 use crate::choria::identity::Identity;
+use crate::crypto::jwt::ProvisioningClaims;
+use crate::node::helper::CsrInfo;
+
+/// What else an attempt learnt of a node, by feature: what the site's approval
+/// policy program may decide on besides the inventory.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Evidence<'a> {
+    /// The verified provisioning JWT's claims (`jwt`).
+    pub claims: Option<&'a ProvisioningClaims>,
+    /// The node's CSR reply (`pki`), checked.
+    pub csr: Option<&'a CsrInfo>,
+}
 
 /// What the gate says of a node whose inventory survived its reply grace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +32,14 @@ pub(crate) enum Verdict {
 /// Decides whether a node may go on to its helper.
 pub(crate) trait Gate: Send + Sync {
     /// The verdict for `identity`, whose inventory reply gave `version` and
-    /// `inventory` (the reply's data, a JSON object): a held node is recorded as
-    /// pending with the facts an operator needs.
-    fn judge(&self, identity: &Identity, version: &str, inventory: &str) -> Verdict;
+    /// `inventory` (the reply's data, a JSON object), with what else the attempt
+    /// learnt (`evidence`): a held node is recorded as pending with the facts an
+    /// operator needs.
+    fn judge(
+        &self,
+        identity: &Identity,
+        version: &str,
+        inventory: &str,
+        evidence: Evidence<'_>,
+    ) -> Verdict;
 }

@@ -637,7 +637,16 @@ impl Attempt {
         let Some(gate) = seq.gate() else {
             return false;
         };
-        let verdict = gate.judge(&self.identity, &self.learnt.version, &self.learnt.inventory);
+        let evidence = super::approval::Evidence {
+            claims: self.learnt.claims.as_deref(),
+            csr: self.learnt.csr.as_deref(),
+        };
+        let verdict = gate.judge(
+            &self.identity,
+            &self.learnt.version,
+            &self.learnt.inventory,
+            evidence,
+        );
         let outcome = match verdict {
             Verdict::Go => return false,
             Verdict::Held => Outcome::PendingApproval(format!(

@@ -370,11 +370,56 @@ impl Helper {
         secrets: &[&str],
         stopping: Option<&AtomicBool>,
     ) -> Result<HelperRun, HelperError> {
+        if paused {
+            return Err(HelperError::Paused(self.command.clone()));
+        }
+        let pumped = self.pump(identity, input, MAX_OUTPUT, stopping)?;
+        self.judge(identity, pumped, secrets)
+    }
+
+    /// Runs the program with `input` on stdin for node `identity`, with the same
+    /// care as the helper (its process tree, deadline, pipes and caps, `stdout_cap`
+    /// bytes of stdout at most), and gives its exit status and stdout as they are:
+    /// the caller reads them (the approval policy program). A timeout, a stop, a
+    /// stdout over the cap or one that cannot be read is an error.
+    pub(crate) fn run_for_status(
+        &self,
+        identity: &str,
+        input: &[u8],
+        stdout_cap: usize,
+        stopping: Option<&AtomicBool>,
+    ) -> Result<(ExitStatus, Vec<u8>), HelperError> {
+        let name = &self.command;
+        let pumped = self.pump(identity, input, stdout_cap, stopping)?;
+        log_stderr(identity, name, &pumped.stderr, pumped.stderr_over, &[]);
+        match pumped.end {
+            End::TimedOut => return Err(HelperError::Timeout(name.clone(), self.timeout)),
+            End::Stopped => return Err(HelperError::Stopped(name.clone())),
+            End::Finished => {}
+        }
+        let bytes = pumped
+            .stdout
+            .map_err(|e| HelperError::Read(name.clone(), e.to_string()))?;
+        if pumped.stdout_over {
+            return Err(HelperError::TooLarge(name.clone()));
+        }
+        let status = pumped
+            .status
+            .map_err(|e| HelperError::Wait(name.clone(), e.to_string()))?;
+        Ok((status, bytes))
+    }
+
+    /// Starts the program and pumps its pipes until it ends, its deadline passes
+    /// or the daemon stops.
+    fn pump(
+        &self,
+        identity: &str,
+        input: &[u8],
+        stdout_cap: usize,
+        stopping: Option<&AtomicBool>,
+    ) -> Result<pipes::Pumped, HelperError> {
         // Copied into an error only: a run that succeeds makes no copy of it.
         let name = &self.command;
-        if paused {
-            return Err(HelperError::Paused(name.clone()));
-        }
         let prepared = match &*self.prepared {
             Ok(prepared) => prepared,
             Err(Unprepared::Parse(e)) => return Err(HelperError::Parse(e.clone())),
@@ -411,13 +456,12 @@ impl Helper {
             stdout: &stdout,
             stderr: &stderr,
             input,
-            stdout_cap: MAX_OUTPUT,
+            stdout_cap,
             stderr_cap: MAX_STDERR,
             deadline: started + self.timeout,
             stopping,
         };
-        let pumped = pipes::pump(&mut child, run, &kill_tree);
-        self.judge(identity, pumped, secrets)
+        Ok(pipes::pump(&mut child, run, &kill_tree))
     }
 
     /// What a run that ended came to: its stderr logged, then its end, its output

@@ -275,6 +275,7 @@ impl Node {
             "processors": {"count": 2 + number % 7},
             "memory": {"system": {"total_bytes": (4 + number % 29) << 30}},
             "choria": {"version": self.version},
+            "dmi": {"product": {"serial_number": format!("SN{number:08}")}},
         })
     }
 

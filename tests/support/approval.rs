@@ -1,7 +1,7 @@
 //! The real binary with `approval: required` (the approval tests' rig): a counting
 //! helper, a control socket, a pause file, an audit trail and a monitor port.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
@@ -39,11 +39,17 @@ pub fn helper_runs(dir: &TempDir) -> usize {
 
 /// The daemon's YAML: approval required, a control socket, a pause file (the
 /// approval file goes beside it), an audit trail, a monitor port.
+/// `extra` may name other `approval_facts`.
 pub fn settings(dir: &TempDir, port: u16, extra: &str) -> String {
+    let facts = if extra.contains("approval_facts:") {
+        ""
+    } else {
+        "approval_facts: [networking.fqdn, os.name, role]\n"
+    };
     format!(
         "helper: {}\nworkers: 4\nshutdown_timeout: 3s\nmonitor_host: 127.0.0.1\nmonitor_port: {port}\n\
          control_socket: {}\npause_file: {}\naudit_file: {}\napproval: required\n\
-         approval_facts: [networking.fqdn, os.name, role]\n{extra}",
+         {facts}{extra}",
         counting_helper(dir).display(),
         dir.path().join("control.sock").display(),
         dir.path().join("paused").display(),
@@ -128,4 +134,16 @@ pub fn rpcs_of(fleet: &choria_provisioner::sim::Sim, name: &str) -> Vec<String> 
         .find(|n| n.identity == name)
         .map(|n| n.rpcs)
         .unwrap_or_default()
+}
+
+/// The process's peak resident set (`VmHWM`), in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status =
+        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .unwrap()
 }

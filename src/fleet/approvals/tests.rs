@@ -40,9 +40,15 @@ fn a_new_identity_is_held_with_its_facts_and_goes_on_once_approved() {
     let (a, metrics) = approvals(&config(&dir, |_| {}));
     let n1 = id("n1.example.net");
     assert_eq!(a.admission(&n1), Admission::Go, "not seen yet: asked");
-    assert_eq!(a.judge(&n1, "0.29.4", INVENTORY), Verdict::Held);
+    assert_eq!(
+        a.judge(&n1, "0.29.4", INVENTORY, Default::default()),
+        Verdict::Held
+    );
     assert_eq!(a.admission(&n1), Admission::Pending, "not queued again");
-    assert_eq!(a.judge(&n1, "0.29.4", INVENTORY), Verdict::Held);
+    assert_eq!(
+        a.judge(&n1, "0.29.4", INVENTORY, Default::default()),
+        Verdict::Held
+    );
     let (total, rows) = a.pending(0, 10);
     assert_eq!(total, 1);
     assert_eq!(rows[0].identity, "n1.example.net");
@@ -60,7 +66,10 @@ fn a_new_identity_is_held_with_its_facts_and_goes_on_once_approved() {
     assert_eq!(decided.changed, std::slice::from_ref(&n1));
     assert!(decided.saved.is_ok());
     assert_eq!(a.admission(&n1), Admission::Go);
-    assert_eq!(a.judge(&n1, "0.29.4", INVENTORY), Verdict::Go);
+    assert_eq!(
+        a.judge(&n1, "0.29.4", INVENTORY, Default::default()),
+        Verdict::Go
+    );
     assert_eq!(metrics.pending_approval.get(), 0);
     assert_eq!(
         metrics
@@ -81,20 +90,26 @@ fn a_denied_identity_is_refused_until_forgotten_and_then_waits_again() {
     let dir = TempDir::new("approvals-deny");
     let (a, _) = approvals(&config(&dir, |_| {}));
     let n2 = id("n2.example.net");
-    a.judge(&n2, "0.29.4", INVENTORY);
+    a.judge(&n2, "0.29.4", INVENTORY, Default::default());
     a.deny(std::slice::from_ref(&n2), "unknown rack", &alice());
     assert_eq!(a.admission(&n2), Admission::Denied);
-    assert_eq!(a.judge(&n2, "0.29.4", INVENTORY), Verdict::Denied);
+    assert_eq!(
+        a.judge(&n2, "0.29.4", INVENTORY, Default::default()),
+        Verdict::Denied
+    );
     assert_eq!(a.record(&n2).unwrap().reason, "unknown rack");
     assert!(a.log_denial_now(&n2));
     assert!(!a.log_denial_now(&n2), "once per identity per cool-down");
     a.forget(std::slice::from_ref(&n2), &alice());
     assert_eq!(a.admission(&n2), Admission::Go);
-    assert_eq!(a.judge(&n2, "0.29.4", INVENTORY), Verdict::Held);
+    assert_eq!(
+        a.judge(&n2, "0.29.4", INVENTORY, Default::default()),
+        Verdict::Held
+    );
     // A pre-approval: never seen, approved, goes on at once.
     let n3 = id("n3.example.net");
     a.approve(std::slice::from_ref(&n3), &alice());
-    assert_eq!(a.judge(&n3, "", "{}"), Verdict::Go);
+    assert_eq!(a.judge(&n3, "", "{}", Default::default()), Verdict::Go);
 }
 
 #[test]
@@ -104,7 +119,12 @@ fn decisions_and_pending_identities_survive_a_restart() {
     {
         let (a, _) = approvals(&c);
         for n in 0..5 {
-            a.judge(&id(&format!("p{n}.example.net")), "1", INVENTORY);
+            a.judge(
+                &id(&format!("p{n}.example.net")),
+                "1",
+                INVENTORY,
+                Default::default(),
+            );
         }
         a.deny(&[id("p0.example.net")], "", &alice());
         a.approve(&[id("p1.example.net")], &alice());
@@ -115,7 +135,10 @@ fn decisions_and_pending_identities_survive_a_restart() {
     assert_eq!(again.pending(0, 10).0, 3);
     assert_eq!(metrics.pending_approval.get(), 3);
     assert_eq!(again.admission(&id("p0.example.net")), Admission::Denied);
-    assert_eq!(again.judge(&id("p1.example.net"), "1", "{}"), Verdict::Go);
+    assert_eq!(
+        again.judge(&id("p1.example.net"), "1", "{}", Default::default()),
+        Verdict::Go
+    );
     // A file that cannot be read is moved aside: every node waits again.
     std::fs::write(dir.path().join("approvals.json"), b"{not json").unwrap();
     let (empty, _) = approvals(&c);
@@ -135,12 +158,18 @@ fn pre_approved_and_unlisted_identities_never_wait() {
         c.approval_identities = vec![r"\.dmz\.example\.net$".into()];
         c.approval_preapproved = vec![r"^bastion\.".into()];
     }));
-    assert_eq!(a.judge(&id("web.example.net"), "", "{}"), Verdict::Go);
     assert_eq!(
-        a.judge(&id("bastion.dmz.example.net"), "", "{}"),
+        a.judge(&id("web.example.net"), "", "{}", Default::default()),
         Verdict::Go
     );
-    assert_eq!(a.judge(&id("web.dmz.example.net"), "", "{}"), Verdict::Held);
+    assert_eq!(
+        a.judge(&id("bastion.dmz.example.net"), "", "{}", Default::default()),
+        Verdict::Go
+    );
+    assert_eq!(
+        a.judge(&id("web.dmz.example.net"), "", "{}", Default::default()),
+        Verdict::Held
+    );
 }
 
 #[test]
@@ -148,11 +177,11 @@ fn approve_all_takes_the_identities_counted_not_those_held_since() {
     let dir = TempDir::new("approvals-all");
     let (a, _) = approvals(&config(&dir, |_| {}));
     for n in 0..3 {
-        a.judge(&id(&format!("early{n}")), "", "{}");
+        a.judge(&id(&format!("early{n}")), "", "{}", Default::default());
     }
     let as_of = u64::try_from(crate::clock::unix_nanos()).unwrap();
     std::thread::sleep(Duration::from_millis(2));
-    a.judge(&id("late"), "", "{}");
+    a.judge(&id("late"), "", "{}", Default::default());
     let decided = a.approve_all(as_of, &alice());
     assert_eq!(decided.changed.len(), 3);
     assert_eq!(a.admission(&id("late")), Admission::Pending);
@@ -163,14 +192,14 @@ fn a_decision_by_pattern_takes_exactly_the_identities_counted() {
     let dir = TempDir::new("approvals-match");
     let (a, metrics) = approvals(&config(&dir, |_| {}));
     for name in ["ghost-1", "ghost-2", "web-1"] {
-        a.judge(&id(name), "", "{}");
+        a.judge(&id(name), "", "{}", Default::default());
     }
     a.approve(&[id("ghost-3")], &alice());
     let ghost = compile_pattern("^ghost-").unwrap();
     let (count, first, as_of) = a.count_matching(MatchAction::Deny, &ghost);
     assert_eq!(count, 3, "pending and approved: {first:?}");
     std::thread::sleep(Duration::from_millis(2));
-    a.judge(&id("ghost-4"), "", "{}");
+    a.judge(&id("ghost-4"), "", "{}", Default::default());
     let decided = a.decide_matching(
         MatchAction::Deny,
         "^ghost-",
@@ -211,7 +240,7 @@ fn stale_pending_identities_and_unused_approvals_expire_and_denials_do_not() {
         c.approval_ahead_expiry = Duration::from_secs(100);
     }));
     for name in ["stale", "denied"] {
-        a.judge(&id(name), "", "{}");
+        a.judge(&id(name), "", "{}", Default::default());
     }
     a.deny(&[id("denied")], "no", &alice());
     a.approve(&[id("ahead"), id("came")], &alice());
@@ -220,7 +249,11 @@ fn stale_pending_identities_and_unused_approvals_expire_and_denials_do_not() {
         Admission::Go,
         "queued, not there yet"
     );
-    assert_eq!(a.judge(&id("came"), "", "{}"), Verdict::Go, "the node came");
+    assert_eq!(
+        a.judge(&id("came"), "", "{}", Default::default()),
+        Verdict::Go,
+        "the node came"
+    );
     let now = crate::clock::unix_now();
     assert_eq!(a.expire(now), 0, "nothing is due yet");
     assert_eq!(
@@ -255,7 +288,12 @@ fn a_flood_of_made_up_identities_is_bounded_and_approve_still_works() {
     let dir = TempDir::new("approvals-flood");
     let (a, metrics) = approvals(&config(&dir, |c| c.approval_max_pending = 1_000));
     for n in 0..10_000 {
-        a.judge(&id(&format!("ghost-{n}.example.net")), "", INVENTORY);
+        a.judge(
+            &id(&format!("ghost-{n}.example.net")),
+            "",
+            INVENTORY,
+            Default::default(),
+        );
         assert!(a.pending(0, 0).0 <= 1_000);
     }
     let (total, page) = a.pending(0, MAX_PAGE);
@@ -266,7 +304,10 @@ fn a_flood_of_made_up_identities_is_bounded_and_approve_still_works() {
     let newest = id("ghost-9999.example.net");
     assert_eq!(a.admission(&newest), Admission::Pending);
     a.approve(std::slice::from_ref(&newest), &alice());
-    assert_eq!(a.judge(&newest, "", INVENTORY), Verdict::Go);
+    assert_eq!(
+        a.judge(&newest, "", INVENTORY, Default::default()),
+        Verdict::Go
+    );
     a.save().unwrap();
     let bytes = std::fs::metadata(dir.path().join("approvals.json"))
         .unwrap()
@@ -279,7 +320,7 @@ fn records_from_another_instance_merge_and_queue_nothing_without_a_fleet() {
     let dir = TempDir::new("approvals-merge");
     let (a, _) = approvals(&config(&dir, |_| {}));
     let n1 = id("n1.example.net");
-    a.judge(&n1, "", "{}");
+    a.judge(&n1, "", "{}", Default::default());
     let mut approved = a.record(&n1).unwrap();
     (approved.clock, approved.decision) = (1, Decision::Approved);
     approved.by = "bob (uid 1001, pid 7)".into();
@@ -290,7 +331,7 @@ fn records_from_another_instance_merge_and_queue_nothing_without_a_fleet() {
     (stale.clock, stale.decision, stale.at) = (0, Decision::Pending, u64::MAX);
     stale.held_at = 1;
     a.merge(vec![stale], "p3.example.net");
-    assert_eq!(a.judge(&n1, "", "{}"), Verdict::Go);
+    assert_eq!(a.judge(&n1, "", "{}", Default::default()), Verdict::Go);
 }
 
 /// A connection as `p1.example.net` to `server` (no TLS), with metrics of site

@@ -277,3 +277,37 @@ fn client_jwts_of_the_issuer_with_the_provisioner_permission_are_believed() {
         Err(PeerMessageError::Signature)
     );
 }
+
+/// What sealing and opening cost, per message (a measurement: `cargo test --release
+/// --features sim,fuzzing --lib sim::peer::tests::what_a_seal_costs -- --ignored
+/// --nocapture`).
+#[test]
+#[ignore = "a measurement"]
+fn what_a_seal_costs() {
+    let pki = pki();
+    let receiver = rsa_seal(&pki.p2, &pki.ca, &["^p"]);
+    let p1 = rsa_seal(&pki.p1, &pki.ca, &["^p"]);
+    let seed = [4u8; 32];
+    let issuer = [1u8; 32];
+    let jwt = client_jwt(&issuer, &seed, json!({"provisioner": true}));
+    let ed = ed25519_seal(&seed, jwt.clone(), vec![keygen::ed25519_public(&issuer)]);
+    let ed_receiver = ed25519_seal(&[3u8; 32], jwt, vec![keygen::ed25519_public(&issuer)]);
+    let body = br#"{"from":"p1.example.net","node":"n1.example.net"}"#;
+    for (name, sender, opener) in [("RSA 2048", &p1, &receiver), ("ed25519", &ed, &ed_receiver)] {
+        let n = 500;
+        let started = std::time::Instant::now();
+        let sealed: Vec<Vec<u8>> = (0..n)
+            .map(|_| sender.seal(SUBJECT, body, now()).unwrap())
+            .collect();
+        let seal = started.elapsed() / n;
+        let started = std::time::Instant::now();
+        for m in &sealed {
+            opener.open(SUBJECT, m, 4096, now()).unwrap();
+        }
+        let open = started.elapsed() / n;
+        println!(
+            "{name}: seal {seal:?}, open {open:?} a message ({} bytes sealed)",
+            sealed[0].len()
+        );
+    }
+}

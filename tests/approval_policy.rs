@@ -15,6 +15,35 @@ use support::daemon::cli_ok;
 use support::rig::*;
 use support::{free_port, NatsServer, TempDir};
 
+/// The policy program's runs with `result` so far.
+fn policy_runs(port: u16, result: &str) -> f64 {
+    metric(
+        port,
+        &format!("choria_provisioner_approval_policy_runs{{result=\"{result}\""),
+    )
+}
+
+/// The daemon of `dir` with `policy` as its approval policy, the serial among the
+/// facts shown, and `extra`.
+fn with_policy(
+    dir: &TempDir,
+    server: &NatsServer,
+    port: u16,
+    policy: &std::path::Path,
+    extra: &str,
+) -> Daemon {
+    spawn(
+        dir,
+        "p1.test",
+        &server.url(),
+        port,
+        &format!(
+            "approval_policy: {}\napproval_facts: [dmi.product.serial_number, networking.fqdn]\n{extra}",
+            policy.display()
+        ),
+    )
+}
+
 /// The example policy program.
 fn example_policy() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -45,33 +74,17 @@ fn a_policy_program_approves_the_listed_serials_and_an_error_never_approves() {
             csv.display()
         ),
     );
-    let daemon = spawn(
-        &dir,
-        "p1.test",
-        &server.url(),
-        port,
-        &format!(
-            "approval_policy: {}\nhelper_timeout: 2s\napproval_facts: [dmi.product.serial_number, networking.fqdn]\n",
-            policy.display()
-        ),
-    );
+    let daemon = with_policy(&dir, &server, port, &policy, "helper_timeout: 2s\n");
     let fleet = sim(&server.url(), 8, |_| {});
     wait_provisioned(&fleet, 2, Duration::from_secs(60));
     wait_until("every run counted", Duration::from_secs(30), || {
-        let runs = |r: &str| {
-            metric(
-                port,
-                &format!("choria_provisioner_approval_policy_runs{{result=\"{r}\""),
-            )
-        };
-        runs("approved") + runs("denied") + runs("undecided") + runs("failed") >= 8.0
+        ["approved", "denied", "undecided", "failed"]
+            .iter()
+            .map(|r| policy_runs(port, r))
+            .sum::<f64>()
+            >= 8.0
     });
-    let runs = |r: &str| {
-        metric(
-            port,
-            &format!("choria_provisioner_approval_policy_runs{{result=\"{r}\""),
-        )
-    };
+    let runs = |r: &str| policy_runs(port, r);
     assert_eq!(runs("approved"), 2.0);
     assert_eq!(runs("denied"), 1.0);
     assert_eq!(
@@ -81,23 +94,11 @@ fn a_policy_program_approves_the_listed_serials_and_an_error_never_approves() {
     );
     assert_eq!(runs("failed"), 3.0, "a crash, a timeout and garbage");
     std::thread::sleep(Duration::from_secs(1));
-    let provisioned: Vec<String> = fleet
-        .summary()
-        .nodes
-        .into_iter()
-        .filter(|n| n.phase == choria_provisioner::sim::Phase::Provisioned)
-        .map(|n| n.identity)
-        .collect();
     assert_eq!(
-        provisioned,
+        provisioned_names(&fleet),
         ["sim-00000.example.net", "sim-00001.example.net"]
     );
-    let mut waiting: Vec<String> = pending(&dir)["pending"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["identity"].as_str().unwrap().to_string())
-        .collect();
+    let mut waiting = pending_names(&dir);
     waiting.sort();
     assert_eq!(
         waiting,
@@ -165,16 +166,7 @@ fn honest_listed_nodes_get_through_a_flood_of_made_up_names_with_the_policy_boun
             csv = csv.display()
         ),
     );
-    let daemon = spawn(
-        &dir,
-        "p1.test",
-        &server.url(),
-        port,
-        &format!(
-            "approval_policy: {}\napproval_facts: [dmi.product.serial_number]\n",
-            policy.display()
-        ),
-    );
+    let daemon = with_policy(&dir, &server, port, &policy, "");
     let ghosts = sim(&server.url(), 3_000, |o| {
         o.prefix = "ghost-".into();
         o.boot_rate = 500.0;
@@ -189,12 +181,7 @@ fn honest_listed_nodes_get_through_a_flood_of_made_up_names_with_the_policy_boun
     });
     let runs: f64 = ["approved", "denied", "undecided", "failed", "skipped"]
         .iter()
-        .map(|r| {
-            metric(
-                port,
-                &format!("choria_provisioner_approval_policy_runs{{result=\"{r}\""),
-            )
-        })
+        .map(|r| policy_runs(port, r))
         .sum();
     assert!(runs <= 3_020.0, "once per identity at most: {runs}");
     assert_eq!(

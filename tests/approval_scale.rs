@@ -23,16 +23,6 @@ fn audited(dir: &TempDir) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The identities `pending --json` lists.
-fn pending_names(dir: &TempDir) -> Vec<String> {
-    pending(dir)["pending"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["identity"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn a_pattern_denies_exactly_the_made_up_names_it_counted_and_none_of_the_honest() {
     let server = NatsServer::start();

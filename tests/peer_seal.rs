@@ -119,6 +119,15 @@ impl Instance {
     }
 }
 
+/// Waits until each of two instances counts both among the live set.
+fn see_each_other(p1: &Instance, p2: &Instance) {
+    wait_until(
+        "each instance sees the other",
+        Duration::from_secs(30),
+        || p1.peers() == 2.0 && p2.peers() == 2.0,
+    );
+}
+
 /// Every message on `provisioning.provisioner.>`, as (subject, bytes).
 type Heard = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
 
@@ -202,11 +211,7 @@ fn forged_heartbeats_handoffs_and_approvals_are_refused_and_a_real_peer_s_are_me
 
     let p1 = Instance::start(&rig, &security, "p1.test");
     let p2 = Instance::start(&rig, &security, "p2.test");
-    wait_until(
-        "each instance sees the other",
-        Duration::from_secs(30),
-        || p1.peers() == 2.0 && p2.peers() == 2.0,
-    );
+    see_each_other(&p1, &p2);
     let fleet = sim(&rig.url(), NODES, |o| rig.nodes(o));
     wait_until(
         "every node pending on both",
@@ -306,15 +311,8 @@ fn forged_heartbeats_handoffs_and_approvals_are_refused_and_a_real_peer_s_are_me
     });
     wait_provisioned(&fleet, 2, Duration::from_secs(60));
     assert_eq!(p1.peers(), 2.0, "p2's heartbeats still count");
-    let provisioned: Vec<String> = fleet
-        .summary()
-        .nodes
-        .into_iter()
-        .filter(|n| n.phase == choria_provisioner::sim::Phase::Provisioned)
-        .map(|n| n.identity)
-        .collect();
     assert_eq!(
-        provisioned,
+        provisioned_names(&fleet),
         ["sim-00000.example.net", "sim-00001.example.net"]
     );
     fleet.stop();
@@ -333,11 +331,7 @@ fn instances_of_an_issuer_network_believe_each_other_s_client_jwts() {
     );
     let p1 = Instance::start(&rig, &security, "p1.test");
     let p2 = Instance::start(&rig, &security, "p2.test");
-    wait_until(
-        "each instance sees the other",
-        Duration::from_secs(30),
-        || p1.peers() == 2.0 && p2.peers() == 2.0,
-    );
+    see_each_other(&p1, &p2);
     for reason in [
         "unsigned",
         "untrusted",

@@ -160,53 +160,48 @@ fn interval(c: &Config, problems: &mut Vec<Problem>) {
 }
 
 fn helper(c: &Config, problems: &mut Vec<Problem>) {
-    let words = match split(&c.helper) {
-        Ok(words) => words,
-        Err(super::shell_words::SplitError::Empty) => {
-            problems.push(Problem::new(
-                "helper",
-                "is required: the command that turns a node's facts into its configuration",
-            ));
-            return;
-        }
-        Err(e) => {
-            problems.push(Problem::with_value(
-                "helper",
-                &c.helper,
-                format!("cannot parse helper command: {e}"),
-            ));
-            return;
-        }
-    };
-    if let Err(why) = find_program(&words[0]) {
-        problems.push(Problem::with_value(
-            "helper",
-            &c.helper,
-            format!("program {} {why}", words[0]),
-        ));
-    }
+    runnable(
+        "helper",
+        &c.helper,
+        Some("is required: the command that turns a node's facts into its configuration"),
+        problems,
+    );
 }
 
 /// `approval_policy`, when set, names a program that can be run.
 fn approval_policy(c: &Config, problems: &mut Vec<Problem>) {
-    if c.approval_policy.trim().is_empty() {
-        return;
-    }
-    let words = match split(&c.approval_policy) {
+    runnable("approval_policy", &c.approval_policy, None, problems);
+}
+
+/// The command line `value` of `key` splits into words, the first a program that
+/// can be run; an empty one is a problem only when `required` says why it is.
+fn runnable(key: &str, value: &str, required: Option<&str>, problems: &mut Vec<Problem>) {
+    let words = match split(value) {
         Ok(words) => words,
+        Err(super::shell_words::SplitError::Empty) => {
+            if let Some(why) = required {
+                problems.push(Problem::new(key, why));
+            }
+            return;
+        }
         Err(e) => {
+            let what = if key == "helper" {
+                "helper"
+            } else {
+                "the policy"
+            };
             problems.push(Problem::with_value(
-                "approval_policy",
-                &c.approval_policy,
-                format!("cannot parse the policy command: {e}"),
+                key,
+                value,
+                format!("cannot parse {what} command: {e}"),
             ));
             return;
         }
     };
     if let Err(why) = find_program(&words[0]) {
         problems.push(Problem::with_value(
-            "approval_policy",
-            &c.approval_policy,
+            key,
+            value,
             format!("program {} {why}", words[0]),
         ));
     }

@@ -131,6 +131,22 @@ pub(crate) struct ApprovalAnswer {
     pub matched: Option<Matched>,
 }
 
+impl ApprovalAnswer {
+    /// An answer with `total_pending` identities pending now, and nothing else yet.
+    fn with_pending(total_pending: usize) -> ApprovalAnswer {
+        ApprovalAnswer {
+            total_pending,
+            now: now_nanos(),
+            pending: Vec::new(),
+            changed: Vec::new(),
+            not_taken: Vec::new(),
+            not_saved: None,
+            changed_count: 0,
+            matched: None,
+        }
+    }
+}
+
 /// The most identities an answer lists as changed: a decision by pattern may
 /// change tens of thousands, and an answer is 2 MiB at most.
 pub(crate) const MAX_LISTED: usize = 1000;
@@ -436,14 +452,8 @@ impl Controller {
                 let (total_pending, pending) = approvals.pending(offset, limit);
                 return Response {
                     approvals: Some(ApprovalAnswer {
-                        total_pending,
-                        now: now_nanos(),
                         pending,
-                        changed: Vec::new(),
-                        not_taken: Vec::new(),
-                        not_saved: None,
-                        changed_count: 0,
-                        matched: None,
+                        ..ApprovalAnswer::with_pending(total_pending)
                     }),
                     ..self.answer(String::new())
                 };
@@ -502,19 +512,13 @@ impl Controller {
         let (total_pending, _) = approvals.pending(0, 0);
         Response {
             approvals: Some(ApprovalAnswer {
-                total_pending,
-                now: now_nanos(),
-                pending: Vec::new(),
-                changed: Vec::new(),
-                not_taken: Vec::new(),
-                not_saved: None,
-                changed_count: 0,
                 matched: Some(Matched {
                     count,
                     first: first.iter().map(|i| i.to_string()).collect(),
                     as_of,
                     among: action.among().to_string(),
                 }),
+                ..ApprovalAnswer::with_pending(total_pending)
             }),
             ..self.answer(format!("{count} selected"))
         }
@@ -543,9 +547,6 @@ impl Controller {
         let (total_pending, _) = approvals.pending(0, 0);
         Response {
             approvals: Some(ApprovalAnswer {
-                total_pending,
-                now: now_nanos(),
-                pending: Vec::new(),
                 changed: decided
                     .changed
                     .iter()
@@ -553,7 +554,6 @@ impl Controller {
                     .map(|i| i.to_string())
                     .collect(),
                 changed_count: decided.changed.len(),
-                matched: None,
                 not_taken: decided
                     .not_taken
                     .iter()
@@ -563,6 +563,7 @@ impl Controller {
                     })
                     .collect(),
                 not_saved,
+                ..ApprovalAnswer::with_pending(total_pending)
             }),
             ..self.answer(message)
         }

@@ -389,9 +389,23 @@ impl Helper {
         stdout_cap: usize,
         stopping: Option<&AtomicBool>,
     ) -> Result<(ExitStatus, Vec<u8>), HelperError> {
-        let name = &self.command;
         let pumped = self.pump(identity, input, stdout_cap, stopping)?;
-        log_stderr(identity, name, &pumped.stderr, pumped.stderr_over, &[]);
+        let (status, bytes, _) = self.ended(identity, pumped, &[])?;
+        Ok((status, bytes))
+    }
+
+    /// A run that ended, as far as any caller needs: its stderr logged (`secrets`
+    /// masked), a timeout or a stop, an unreadable or oversized stdout, or a status
+    /// that could not be had made errors; its status, stdout and why its input could
+    /// not be written in full, if it could not.
+    fn ended(
+        &self,
+        identity: &str,
+        pumped: pipes::Pumped,
+        secrets: &[&str],
+    ) -> Result<(ExitStatus, Vec<u8>, Option<std::io::Error>), HelperError> {
+        let name = &self.command;
+        log_stderr(identity, name, &pumped.stderr, pumped.stderr_over, secrets);
         match pumped.end {
             End::TimedOut => return Err(HelperError::Timeout(name.clone(), self.timeout)),
             End::Stopped => return Err(HelperError::Stopped(name.clone())),
@@ -406,7 +420,7 @@ impl Helper {
         let status = pumped
             .status
             .map_err(|e| HelperError::Wait(name.clone(), e.to_string()))?;
-        Ok((status, bytes))
+        Ok((status, bytes, pumped.write_error))
     }
 
     /// Starts the program and pumps its pipes until it ends, its deadline passes
@@ -473,28 +487,14 @@ impl Helper {
         secrets: &[&str],
     ) -> Result<HelperRun, HelperError> {
         let name = &self.command;
-        log_stderr(identity, name, &pumped.stderr, pumped.stderr_over, secrets);
-        match pumped.end {
-            End::TimedOut => return Err(HelperError::Timeout(name.clone(), self.timeout)),
-            End::Stopped => return Err(HelperError::Stopped(name.clone())),
-            End::Finished => {}
-        }
-        let bytes = pumped
-            .stdout
-            .map_err(|e| HelperError::Read(name.clone(), e.to_string()))?;
-        if pumped.stdout_over {
-            return Err(HelperError::TooLarge(name.clone()));
-        }
-        let status = pumped
-            .status
-            .map_err(|e| HelperError::Wait(name.clone(), e.to_string()))?;
+        let (status, bytes, write_error) = self.ended(identity, pumped, secrets)?;
         if bytes.iter().all(u8::is_ascii_whitespace) && status.success() {
             return Err(HelperError::ZeroBytes(name.clone()));
         }
         if !status.success() {
             return Err(HelperError::Wait(name.clone(), exit_status_text(status)));
         }
-        if let Some(e) = pumped.write_error {
+        if let Some(e) = write_error {
             // The helper exited 0 without reading its input: say so, but its answer counts.
             log::debug!("helper {name} for {identity} did not read all of its input: {e}");
         }

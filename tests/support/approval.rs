@@ -147,3 +147,13 @@ pub fn peak_rss(pid: u32) -> u64 {
         .map(|kb| kb * 1024)
         .unwrap()
 }
+
+/// The identities `pending --json` lists.
+pub fn pending_names(dir: &TempDir) -> Vec<String> {
+    pending(dir)["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["identity"].as_str().unwrap().to_string())
+        .collect()
+}

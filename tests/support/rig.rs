@@ -56,6 +56,17 @@ pub fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
 
 /// Waits until `fleet` counts `nodes` provisioned, failing the test after `within`
 /// with how many were.
+/// The identities of `fleet` that are provisioned, in order.
+pub fn provisioned_names(fleet: &Sim) -> Vec<String> {
+    fleet
+        .summary()
+        .nodes
+        .into_iter()
+        .filter(|n| n.phase == choria_provisioner::sim::Phase::Provisioned)
+        .map(|n| n.identity)
+        .collect()
+}
+
 pub fn wait_provisioned(fleet: &Sim, nodes: u64, within: Duration) {
     let deadline = Instant::now() + within;
     loop {

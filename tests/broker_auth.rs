@@ -551,3 +551,52 @@ fn check_shows_brokers_caller_and_permissions_and_no_password() {
         rig.front.refusals()
     );
 }
+
+/// `check` says how the instances of a site will sign and check what they tell each
+/// other, and fails as `run` would when they cannot.
+#[test]
+fn check_says_how_peer_messages_are_signed_and_fails_when_they_cannot_be() {
+    let shared = |setup: &Setup| {
+        let text = std::fs::read_to_string(&setup.yaml).unwrap();
+        std::fs::write(
+            &setup.yaml,
+            format!("{text}active_active: true\nsite: lon\n"),
+        )
+        .unwrap();
+    };
+    let tls = ChoriaBroker::start(Network::MutualTls);
+    let setup = Setup::new(&tls, PROVISIONING_PASSWORD, |c| c);
+    shared(&setup);
+    let (code, out, err) = setup.check();
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(
+            "peer_messages: signed with this instance's certificate; a peer's believed when \
+             the CA bundle vouches for its certificate and its name matches ^provisioner\\.test\\.local$"
+        ),
+        "{out}"
+    );
+    let issuer = ChoriaBroker::start(Network::Issuer);
+    let setup = Setup::new(&issuer, PROVISIONING_PASSWORD, |c| c);
+    shared(&setup);
+    let (code, out, err) = setup.check();
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("peer_messages: signed with this instance's seed and client JWT"),
+        "{out}"
+    );
+    // Without the issuer's public key nothing could be checked: run would refuse.
+    let setup = Setup::new(&issuer, PROVISIONING_PASSWORD, |c| {
+        c.lines()
+            .filter(|l| !l.starts_with("plugin.security.issuer."))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    });
+    shared(&setup);
+    let (code, out, err) = setup.check();
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        err.contains("no organisation issuer is configured"),
+        "{err}"
+    );
+}

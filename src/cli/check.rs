@@ -57,6 +57,18 @@ pub(crate) fn check(inv: &Invocation) -> i32 {
                     println!("client_jwt_expires: {}", crate::clock::rfc3339(exp as f64));
                 }
             }
+            if p.config.active_active || p.config.approval {
+                // What `run` makes at start: a seal it cannot make stops it.
+                match crate::choria::peers::Seal::for_client(&p.client, &p.config.peer_signers) {
+                    Ok(seal) => println!("peer_messages: {}", seal.describe()),
+                    Err(e) => {
+                        fail(format!(
+                            "the instances of this site cannot share their tables: {e}"
+                        ));
+                        return 1;
+                    }
+                }
+            }
             println!(
                 "rpc_timeouts: choria_provision {}s, rpcutil {}s",
                 p.client

@@ -226,6 +226,31 @@ impl Seal {
         self.secure.is_some()
     }
 
+    /// How messages are signed and whose are believed, for `check`.
+    pub(crate) fn describe(&self) -> String {
+        let Some(secure) = &self.secure else {
+            return "plain (choria_insecure: nothing is signed or checked)".into();
+        };
+        let names: Vec<&str> = secure.signers.iter().map(regex::Regex::as_str).collect();
+        match (&secure.key, names.is_empty()) {
+            (PeerKey::Rsa { .. }, _) => format!(
+                "signed with this instance's certificate; a peer's believed when the CA bundle \
+                 vouches for its certificate and its name matches {}",
+                names.join(" or ")
+            ),
+            (PeerKey::Ed25519 { .. }, true) => "signed with this instance's seed and client JWT; \
+                 a peer's believed when an organisation issuer signed its JWT with the \
+                 provisioner permission"
+                .into(),
+            (PeerKey::Ed25519 { .. }, false) => format!(
+                "signed with this instance's seed and client JWT; a peer's believed when an \
+                 organisation issuer signed its JWT with the provisioner permission and its \
+                 callerid matches {}",
+                names.join(" or ")
+            ),
+        }
+    }
+
     /// `body` as sent on `subject`: sealed when secure, as it is otherwise.
     pub(crate) fn seal(&self, subject: &str, body: &[u8], now: u64) -> std::io::Result<Vec<u8>> {
         let Some(secure) = &self.secure else {

@@ -24,6 +24,7 @@ use md5::Digest as _;
 use parking_lot::Mutex;
 use support::broker::{ChoriaBroker, Network};
 use support::daemon::{cli, cli_ok, example_helper};
+use support::hostile::startup_event;
 use support::rig::*;
 use support::{free_port, http_get, wait_for_port, TempDir};
 
@@ -155,18 +156,13 @@ fn a_handoff_heard(forger: &Connector, log: &Heard, to_p1: &str) -> (String, Vec
             std::thread::sleep(Duration::from_millis(50));
         }
         for n in 0..8 {
-            let event = serde_json::json!({
-                "protocol": "io.choria.lifecycle.v1.startup",
-                "id": format!("00000000-0000-4000-8000-{:012}", round * 8 + n),
-                "identity": format!("late-{round}-{n}.example.net"),
-                "component": "provision_mode_server",
-                "timestamp": choria_provisioner::clock::unix_now(),
-                "version": "0.30.2",
-            });
             publish(
                 forger,
                 "choria.lifecycle.event.startup.provision_mode_server",
-                &serde_json::to_vec(&event).unwrap(),
+                &startup_event(
+                    &format!("late-{round}-{n}.example.net"),
+                    "provision_mode_server",
+                ),
             );
         }
         forger.bus().flush(Duration::from_secs(5)).unwrap();

@@ -24,6 +24,20 @@ pub struct Loot {
     pub configures: Mutex<Vec<(String, serde_json::Value)>>,
 }
 
+/// A startup event announcing `identity` (any string) for `component`, stamped now,
+/// in the flat Choria format.
+pub fn startup_event(identity: &str, component: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "protocol": "io.choria.lifecycle.v1.startup",
+        "id": ids::uuid_v4(),
+        "identity": identity,
+        "component": component,
+        "timestamp": choria_provisioner::clock::unix_now(),
+        "version": "0.30.2",
+    }))
+    .unwrap()
+}
+
 /// A hostile node's connection.
 pub struct Hostile {
     nc: nats::Connection,
@@ -83,17 +97,9 @@ impl Hostile {
 
     /// Publishes a startup event announcing `identity` (any string) for `component`.
     pub fn startup_event(&self, identity: &str, component: &str) {
-        let event = serde_json::json!({
-            "protocol": "io.choria.lifecycle.v1.startup",
-            "id": ids::uuid_v4(),
-            "identity": identity,
-            "component": component,
-            "timestamp": choria_provisioner::clock::unix_now(),
-            "version": "0.30.2",
-        });
         self.publish(
             &format!("choria.lifecycle.event.startup.{component}"),
-            &serde_json::to_vec(&event).unwrap(),
+            &startup_event(identity, component),
         );
     }
 
